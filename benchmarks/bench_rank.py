@@ -1,0 +1,113 @@
+"""Per-request cost of feature building plus ranking, for 100 candidates.
+
+Measures, in one run:
+  * layer:  FeatureSpec.build (backend hits -> raw features) + normalisation + learner.rank,
+            i.e. what reranker adds to a search before logging;
+  * floor:  a bare numpy ``np.argsort(-(X @ w))`` on the same matrix;
+and, for context, a whole ``RerankerService.search`` on the embedded backend (Tantivy search,
+features, ranking, impression logging in SQLite).
+
+Run: python benchmarks/bench_rank.py [--requests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from reranker.backends import Candidates
+from reranker.config import config_from_dict
+from reranker.features import FeatureSpec
+from reranker.model import ModelFactory
+from reranker.plugins import get_plugin_manager
+
+
+def percentiles(samples_ns: list[int]) -> tuple[float, float]:
+    arr = np.asarray(samples_ns) / 1000.0
+    return float(np.median(arr)), float(np.percentile(arr, 99))
+
+
+def time_calls(func, n: int) -> list[int]:
+    for _ in range(min(200, n)):
+        func()
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter_ns()
+        func()
+        samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+def fake_candidates(rng: np.random.Generator, n: int, fields: int, numeric: int) -> Candidates:
+    scores = np.sort(rng.gamma(2.0, 3.0, size=n))[::-1]
+    return Candidates(ids=[f"doc{i}" for i in range(n)], scores=scores,
+                      field_scores=rng.gamma(1.5, 2.0, size=(n, fields)),
+                      numeric=rng.uniform(0, 100, size=(n, numeric)),
+                      load_sources=lambda idx: [{} for _ in idx])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20000, help="timed requests per case")
+    parser.add_argument("--candidates", type=int, default=100)
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = config_from_dict({"features": {"numeric_fields": ["popularity"]}}, tmp)
+        spec = FeatureSpec.from_config(config)
+        model = ModelFactory.from_config(config, get_plugin_manager()).new()
+        model.learner.w_ = rng.normal(size=len(spec.names))
+        candidates = fake_candidates(rng, args.candidates, len(spec.fields), 1)
+        X = spec.build(candidates)
+        w = model.learner.w_
+
+        def layer():
+            model.rank(spec.build(candidates), 10)
+
+        def floor():
+            np.argsort(-(X @ w))
+
+        results = {"layer": percentiles(time_calls(layer, args.requests)),
+                   "floor": percentiles(time_calls(floor, args.requests))}
+        results["service"] = percentiles(service_search(Path(tmp), rng, min(args.requests, 2000)))
+
+    print(f"Per-request cost, {args.candidates} candidates, {len(spec.names)} features, "
+          f"{args.requests} requests (python {sys.version.split()[0]}, numpy {np.__version__})")
+    print(f"{'case':<52}{'median us':>12}{'p99 us':>12}")
+    labels = {"layer": "features + normalisation + preference_perceptron rank",
+              "floor": "floor: bare numpy argsort(-(X @ w))",
+              "service": "whole search on the embedded backend (context)"}
+    for key, (median, p99) in results.items():
+        print(f"{labels[key]:<52}{median:>12.1f}{p99:>12.1f}")
+    layer_median, floor_median = results["layer"][0], results["floor"][0]
+    print(f"layer / floor (median): {layer_median / floor_median:.1f}x")
+
+
+def service_search(folder: Path, rng: np.random.Generator, n: int) -> list[int]:
+    """Whole searches: Tantivy retrieval with per-field scores, features, ranking, logging."""
+    from reranker.democorpus import generate_corpus
+    from reranker.plugins import backend_class
+    from reranker.service import RerankerService
+
+    corpus = generate_corpus(7)
+    config = config_from_dict({"backend": {"path": "index"},
+                               "features": {"numeric_fields": ["popularity"]},
+                               "store": {"path": "events.sqlite"}}, folder)
+    backend_class(get_plugin_manager(), "embedded")(config).index_documents(
+        ((str(i), d) for i, d in enumerate(corpus.documents)), recreate=True)
+    service = RerankerService(config).open()
+    queries = [q for q, _ in corpus.queries]
+    try:
+        return time_calls(lambda: service.search(queries[rng.integers(len(queries))], 10), n)
+    finally:
+        service.close()
+
+
+if __name__ == "__main__":
+    main()

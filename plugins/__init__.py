@@ -1,0 +1,1 @@
+"""Built-in learner plugins, one learner per module (installed as ``reranker_plugins``)."""

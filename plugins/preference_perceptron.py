@@ -1,0 +1,43 @@
+"""Preference Perceptron (Shivaswamy & Joachims, Coactive Learning, Algorithm 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reranker import hookimpl
+from reranker.feedback import Feedback
+from reranker.learner import Learner, RankResult, argmax_ranking
+
+
+class PreferencePerceptron(Learner):
+    """Presents ``argmax_y w . phi(q, y)`` and moves ``w`` toward the improved ranking."""
+
+    name = "preference_perceptron"
+    description = ("Preference Perceptron (Coactive Learning, Alg. 1): argmax ranking, "
+                   "w += phi(ybar) - phi(y) on every informative feedback.")
+    params = ()
+
+    def _initialize(self, n_features: int) -> None:
+        # Coactive Learning, Algorithm 1: w_1 = 0.
+        self.w_ = np.zeros(n_features)
+        self.n_updates_ = 0
+
+    def _rank(self, X: np.ndarray, n_shown: int, rng: np.random.Generator) -> RankResult:
+        scores = X @ self.w_
+        return RankResult(ranking=argmax_ranking(scores), scores=scores)
+
+    def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
+        if not feedback.informative:
+            return False
+        # Coactive Learning, Algorithm 1: w_{t+1} = w_t + phi(x_t, ybar_t) - phi(x_t, y_t).
+        delta = self.feature_map.phi_difference(X, feedback.improved, feedback.ranking)
+        if not np.any(delta):
+            return False
+        self.w_ = self.w_ + delta
+        self.n_updates_ += 1
+        return True
+
+
+@hookimpl
+def reranker_register_learners():
+    return [PreferencePerceptron]

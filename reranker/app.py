@@ -1,0 +1,101 @@
+"""The HTTP API: ``POST /search``, ``POST /click``, ``GET /healthz``.
+
+``create_app(config)`` builds a Flask app around a :class:`RerankerService`; nothing is read
+at import time. Every error is answered as JSON ``{"error": {"status": N, "message": ...}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from flask import Flask, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from .config import Config, config_from_dict
+from .errors import BadRequestError, RerankerError
+from .service import RerankerService
+
+log = logging.getLogger(__name__)
+
+
+def create_app(config: Config | dict | None = None, *,
+               service: RerankerService | None = None) -> Flask:
+    """The Flask app. ``config`` may be a :class:`Config` or a dict (as tests pass);
+    ``service`` an already opened service to wrap."""
+    if service is None:
+        if not isinstance(config, Config):
+            config = config_from_dict(config or {})
+        service = RerankerService(config).open()
+    app = Flask("reranker")
+    app.json.sort_keys = False
+    app.extensions["reranker"] = service
+    _register_errors(app)
+
+    @app.post("/search")
+    def search():
+        body = _json_body()
+        _reject_unknown(body, {"query", "size", "user_id"})
+        return jsonify(service.search(body.get("query"), body.get("size"), body.get("user_id")))
+
+    @app.post("/click")
+    def click():
+        body = _json_body()
+        _reject_unknown(body, {"impression_id", "doc_id"})
+        result = service.click(body.get("impression_id"), body.get("doc_id"))
+        return jsonify({"accepted": True, "impression_id": result.impression_id,
+                        "doc_id": result.doc_id, "position": result.position,
+                        "duplicate": result.duplicate}), 202
+
+    @app.get("/healthz")
+    def healthz():
+        return jsonify(service.health())
+
+    return app
+
+
+def start_trainer(service: RerankerService, interval: float) -> tuple[threading.Thread,
+                                                                      threading.Event]:
+    """Run the service's trainer in a daemon thread; set the returned event to stop it."""
+    stop = threading.Event()
+    thread = threading.Thread(target=service.trainer.run_forever, args=(stop, interval),
+                              name="reranker-trainer", daemon=True)
+    thread.start()
+    return thread, stop
+
+
+def _json_body() -> dict[str, Any]:
+    body = request.get_json(silent=True)
+    if body is None:
+        raise BadRequestError("the request body must be JSON (Content-Type: application/json)")
+    if not isinstance(body, dict):
+        raise BadRequestError(f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _reject_unknown(body: dict[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise BadRequestError(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+
+
+def _error(status: int, message: str):
+    return jsonify({"error": {"status": status, "message": message}}), status
+
+
+def _register_errors(app: Flask) -> None:
+    @app.errorhandler(RerankerError)
+    def project_error(exc: RerankerError):
+        if exc.status >= 500:
+            log.warning("%s", exc.message)
+        return _error(exc.status, exc.message)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        return _error(exc.code or 500, exc.description or exc.name)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception):
+        log.exception("unexpected error while answering %s %s", request.method, request.path)
+        return _error(500, "internal error; the server log has the details")

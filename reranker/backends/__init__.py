@@ -1,0 +1,80 @@
+"""The search backend interface.
+
+A backend retrieves the candidates of a query together with every per-hit feature input in
+one call, and loads documents into its index. The embedded backend (:mod:`.embedded`) is the
+default; the Elasticsearch adapter implements the same interface.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import Config
+
+
+@dataclass(eq=False)
+class Candidates:
+    """The hits of one search, in the backend's order, as columns.
+
+    ``scores`` is ``(n,)``; ``field_scores`` is ``(n, len(fields))`` (0 where a field does
+    not match); ``numeric`` is ``(n, len(numeric_fields))`` with NaN for missing values.
+    ``load_sources(indices)`` returns the stored documents of the given hits, so a backend
+    that has to fetch them does so only for the hits that are shown.
+    """
+
+    ids: list[str]
+    scores: np.ndarray
+    field_scores: np.ndarray
+    numeric: np.ndarray
+    load_sources: Callable[[Sequence[int]], list[dict[str, Any]]]
+    total: int | None = None  # how many documents matched, when the backend knows
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class IndexReport:
+    """What a bulk load did."""
+
+    indexed: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (where, why)
+
+
+class Backend(ABC):
+    """Base class of search backends; subclasses register with ``reranker_register_backends``."""
+
+    #: Value of ``backend.type`` that selects this backend.
+    name: ClassVar[str] = ""
+
+    def __init__(self, config: Config):
+        self.config = config
+
+    @abstractmethod
+    def open(self) -> None:
+        """Start-up checks; raise :class:`reranker.errors.BackendError` naming the problem."""
+
+    @abstractmethod
+    def search(self, query: str, n: int) -> Candidates:
+        """Top ``n`` candidates of ``query`` with their feature inputs; raise
+        :class:`reranker.errors.BackendUnavailableError` when the backend cannot answer."""
+
+    @abstractmethod
+    def index_documents(self, documents: Iterable[tuple[str, dict[str, Any]]], *,
+                        recreate: bool = False,
+                        progress: Callable[[int], None] | None = None) -> IndexReport:
+        """Add or replace documents given as ``(where, document)`` pairs, ``where`` naming the
+        source line for error reports; call ``progress(k)`` after each ``k`` documents."""
+
+    def health(self) -> dict[str, Any]:
+        """A JSON-able description of the backend's state for ``/healthz``."""
+        return {"type": self.name}
+
+    def close(self) -> None:
+        """Release resources."""

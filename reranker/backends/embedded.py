@@ -1,0 +1,269 @@
+"""The embedded default backend: a Tantivy index on disk, BM25 per field, no server needed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tantivy
+
+from .. import hookimpl
+from ..errors import BackendError, BackendUnavailableError
+from . import Backend, Candidates, IndexReport
+
+META_FILE = "reranker-index.json"
+META_FORMAT = 1
+ANALYZER = "reranker_en"
+ID = "_id"
+SOURCE = "_source"
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    """English analyzer: split on non-alphanumerics, drop tokens over 40 bytes, lowercase,
+    Snowball English stemming. The same object tokenises documents and queries."""
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.remove_long(40))
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.stemmer("english"))
+            .build())
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "\n".join(_text(v) for v in value)
+    return value if isinstance(value, str) else str(value)
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+class EmbeddedBackend(Backend):
+    """Tantivy index at ``backend.path`` with one BM25-scored text field per ``backend.fields``
+    and a fast numeric column per ``features.numeric_fields``."""
+
+    name = "embedded"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.path = Path(config.backend.path)
+        self.fields = tuple(config.backend.fields)
+        self.numeric_fields = tuple(config.features.numeric_fields)
+        self.id_field = config.backend.id_field
+        self._analyzer = _analyzer()
+        self._index: tantivy.Index | None = None
+        self._schema: tantivy.Schema | None = None
+        self._searcher: tantivy.Searcher | None = None
+        self._meta_mtime = 0
+        self._lock = threading.Lock()
+
+    # -- schema and metadata ----------------------------------------------------------------
+
+    def _wanted_meta(self) -> dict[str, Any]:
+        return {"format": META_FORMAT, "fields": list(self.fields),
+                "numeric_fields": list(self.numeric_fields), "analyzer": ANALYZER}
+
+    def _build_schema(self) -> tantivy.Schema:
+        builder = tantivy.SchemaBuilder()
+        builder.add_text_field(ID, stored=True, tokenizer_name="raw")
+        for f in self.fields:
+            builder.add_text_field(f, stored=False, tokenizer_name=ANALYZER)
+        for f in self.numeric_fields:
+            builder.add_float_field(f, stored=False, indexed=False, fast=True)
+        builder.add_bytes_field(SOURCE, stored=True, indexed=False)
+        return builder.build()
+
+    def _read_meta(self) -> dict[str, Any]:
+        meta_path = self.path / META_FILE
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BackendError(f"backend.path: {self.path} holds no reranker index "
+                               f"({META_FILE} is missing); run `reranker index` first") from None
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"backend.path: {meta_path} cannot be read: {exc}") from exc
+        if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+            raise BackendError(f"backend.path: {meta_path} is not a reranker index description "
+                               f"of format {META_FORMAT}")
+        return meta
+
+    def _check_meta(self, meta: dict[str, Any]) -> None:
+        for key, config_key in (("fields", "backend.fields"),
+                                ("numeric_fields", "features.numeric_fields")):
+            if list(meta.get(key, [])) != list(getattr(self, key)):
+                raise BackendError(
+                    f"{config_key} is {list(getattr(self, key))} but the index at {self.path} "
+                    f"was built with {meta.get(key)}; run `reranker index --recreate`")
+
+    def _open_index(self, path: Path, schema: tantivy.Schema | None = None) -> tantivy.Index:
+        schema = schema or self._build_schema()
+        index = tantivy.Index(schema, path=str(path), reuse=True)
+        index.register_tokenizer(ANALYZER, self._analyzer)
+        self._schema = schema
+        return index
+
+    # -- Backend ----------------------------------------------------------------------------
+
+    def open(self) -> None:
+        if not self.path.is_dir():
+            raise BackendError(f"backend.path: index directory {self.path} does not exist; "
+                               f"run `reranker index` first")
+        self._check_meta(self._read_meta())
+        try:
+            self._index = self._open_index(self.path)
+            self._searcher = self._index.searcher()
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"backend.path: cannot open the index at {self.path}: {exc}") from exc
+        self._meta_mtime = self._mtime()
+
+    def _mtime(self) -> int:
+        try:
+            return os.stat(self.path / "meta.json").st_mtime_ns
+        except OSError:
+            return -1
+
+    def _current_searcher(self) -> tantivy.Searcher:
+        if self._index is None:
+            self.open()
+        mtime = self._mtime()
+        if mtime < 0:
+            raise BackendUnavailableError(f"embedded index at {self.path} is unavailable "
+                                          f"(its meta.json is gone)")
+        if mtime != self._meta_mtime:  # `reranker index` committed new documents
+            with self._lock:
+                self._index.reload()
+                self._searcher = self._index.searcher()
+                self._meta_mtime = mtime
+        return self._searcher
+
+    def _terms(self, query: str) -> list[str]:
+        return list(dict.fromkeys(self._analyzer.analyze(query)))
+
+    def _field_query(self, fields: Sequence[str], terms: list[str]) -> tantivy.Query:
+        # The user's text is analysed into terms and never parsed as query syntax.
+        clauses = [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, f, t))
+                   for f in fields for t in terms]
+        return tantivy.Query.boolean_query(clauses)
+
+    def search(self, query: str, n: int) -> Candidates:
+        try:
+            searcher = self._current_searcher()
+            terms = self._terms(query)
+            if not terms:
+                return self._empty()
+            result = searcher.search(self._field_query(self.fields, terms), n)
+            addresses = [address for _, address in result.hits]
+            scores = np.array([score for score, _ in result.hits], dtype=np.float64)
+            ids = [searcher.doc(a)[ID][0] for a in addresses]
+            slot = {(a.segment_ord, a.doc): i for i, a in enumerate(addresses)}
+            field_scores = np.zeros((len(ids), len(self.fields)))
+            if ids:
+                # Per-field BM25 of exactly the candidates: the field's terms, filtered to the
+                # candidate ids by a zero-scoring constant query.
+                only = tantivy.Query.const_score_query(
+                    tantivy.Query.term_set_query(self._schema, ID, ids), 0.0)
+                for j, f in enumerate(self.fields):
+                    q = tantivy.Query.boolean_query([(tantivy.Occur.Must,
+                                                      self._field_query([f], terms)),
+                                                     (tantivy.Occur.Must, only)])
+                    for score, a in searcher.search(q, len(ids), count=False).hits:
+                        field_scores[slot[(a.segment_ord, a.doc)], j] = score
+            numeric = np.full((len(ids), len(self.numeric_fields)), np.nan)
+            for j, f in enumerate(self.numeric_fields):
+                values = searcher.fast_field_values(f, addresses)
+                numeric[:, j] = [np.nan if v is None else v for v in values]
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise BackendUnavailableError(f"embedded index at {self.path} failed to answer: "
+                                          f"{exc}") from exc
+
+        def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
+            return [json.loads(searcher.doc(addresses[i])[SOURCE][0]) for i in indices]
+
+        return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,
+                          load_sources=load_sources, total=result.count)
+
+    def _empty(self) -> Candidates:
+        return Candidates(ids=[], scores=np.empty(0), field_scores=np.empty((0, len(self.fields))),
+                          numeric=np.empty((0, len(self.numeric_fields))),
+                          load_sources=lambda indices: [], total=0)
+
+    def index_documents(self, documents: Iterable[tuple[str, dict[str, Any]]], *,
+                        recreate: bool = False,
+                        progress: Callable[[int], None] | None = None) -> IndexReport:
+        if recreate and self.path.exists():
+            if not (self.path / META_FILE).exists() and any(self.path.iterdir()):
+                raise BackendError(f"backend.path: {self.path} is not empty and holds no reranker "
+                                   f"index; refusing to delete it")
+            shutil.rmtree(self.path)
+        if self.path.exists() and any(self.path.iterdir()):
+            self._check_meta(self._read_meta())
+        self.path.mkdir(parents=True, exist_ok=True)
+        index = self._open_index(self.path)
+        (self.path / META_FILE).write_text(json.dumps(self._wanted_meta(), indent=2) + "\n",
+                                           encoding="utf-8")
+        report = IndexReport()
+        writer = index.writer(64_000_000, 1)
+        pending = 0
+        try:
+            for where, doc in documents:
+                try:
+                    tdoc = self._document(doc)
+                except ValueError as exc:
+                    report.failed.append((where, str(exc)))
+                    continue
+                writer.delete_documents_by_term(ID, tdoc[ID][0])
+                writer.add_document(tdoc)
+                report.indexed += 1
+                pending += 1
+                if pending == 1000:
+                    if progress:
+                        progress(pending)
+                    pending = 0
+            writer.commit()
+            writer.wait_merging_threads()
+        except BaseException:
+            writer.rollback()
+            raise
+        if progress and pending:
+            progress(pending)
+        self._index = None  # the next search reopens with the new commit
+        return report
+
+    def _document(self, doc: dict[str, Any]) -> tantivy.Document:
+        doc_id = doc.get(self.id_field)
+        if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or doc_id == "":
+            raise ValueError(f"field {self.id_field!r} must be a non-empty string or integer")
+        tdoc = tantivy.Document()
+        tdoc.add_text(ID, str(doc_id))
+        for f in self.fields:
+            tdoc.add_text(f, _text(doc.get(f)))
+        for f in self.numeric_fields:
+            tdoc.add_float(f, _number(doc.get(f)))
+        tdoc.add_bytes(SOURCE, json.dumps(doc, ensure_ascii=False).encode("utf-8"))
+        return tdoc
+
+    def health(self) -> dict[str, Any]:
+        state = {"type": self.name, "path": str(self.path)}
+        try:
+            state["documents"] = self._current_searcher().num_docs
+            state["status"] = "ok"
+        except Exception as exc:  # noqa: BLE001 -- health reports, never raises
+            state["status"] = "unavailable"
+            state["error"] = str(getattr(exc, "message", exc))
+        return state
+
+
+@hookimpl
+def reranker_register_backends():
+    return [EmbeddedBackend]

@@ -1,0 +1,192 @@
+"""The ``reranker`` command line."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .config import load_config
+from .errors import RerankerError
+
+CONFIG_HELP = ("YAML config file (see config/default.yaml). Relative paths in it resolve "
+               "against its folder. Without it, the defaults apply in the current folder.")
+
+
+class _Group(click.Group):
+    """Turns the project's errors into a one-line message and exit status 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except RerankerError as exc:
+            raise click.ClickException(exc.message) from exc
+
+
+def config_option(func):
+    return click.option("--config", "-c", "config_path", type=click.Path(dir_okay=False),
+                        default=None, help=CONFIG_HELP)(func)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="reranker")
+def cli() -> None:
+    """Online learning-to-rank from clicks, on top of a search engine.
+
+    Index documents, serve ranked search results over HTTP, log clicks, and let a learner
+    plugin improve the ranking from them.
+    """
+
+
+@cli.command()
+@config_option
+@click.argument("documents", type=click.Path(dir_okay=False))
+@click.option("--recreate", is_flag=True, help="Delete the index and build it anew.")
+def index(config_path: str | None, documents: str, recreate: bool) -> None:
+    """Load DOCUMENTS (JSON Lines, one object per line with an id and text fields) into the
+    configured search backend. Documents with an id already in the index replace it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from .documents import read_jsonl
+    from .plugins import backend_class, get_plugin_manager
+
+    config = load_config(config_path)
+    backend = backend_class(get_plugin_manager(), config.backend.type)(config)
+    docs = ((f"{documents}, line {n}", doc)
+            for n, doc in read_jsonl(documents, config.backend.id_field))
+    with Progress(TextColumn("indexing"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("documents"), transient=True) as progress:
+        task = progress.add_task("index", total=None)
+        report = backend.index_documents(docs, recreate=recreate,
+                                         progress=lambda k: progress.advance(task, k))
+    for where, why in report.failed[:20]:
+        click.echo(f"failed: {where}: {why}", err=True)
+    if len(report.failed) > 20:
+        click.echo(f"... and {len(report.failed) - 20} more failures", err=True)
+    click.echo(f"indexed {report.indexed} documents into the {config.backend.type} backend"
+               + (f"; {len(report.failed)} failed" if report.failed else ""))
+    if report.failed:
+        sys.exit(1)
+
+
+@cli.command()
+@config_option
+@click.option("--host", default=None, help="Listen address (default: server.host).")
+@click.option("--port", type=int, default=None, help="Port (default: server.port; 0 = any free).")
+@click.option("--no-trainer", is_flag=True, help="Do not run the background trainer.")
+def serve(config_path: str | None, host: str | None, port: int | None, no_trainer: bool) -> None:
+    """Start the HTTP service: POST /search, POST /click, GET /healthz.
+
+    Unless disabled, a background trainer applies clicks as their feedback windows close,
+    and the service picks up every new model version without a restart.
+    """
+    import waitress
+
+    from .app import create_app, start_trainer
+    from .service import RerankerService
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {k: v for k, v in (("server.host", host), ("server.port", port)) if v is not None}
+    config = load_config(config_path, overrides)
+    service = RerankerService(config).open()
+    app = create_app(service=service)
+    stop = None
+    if config.trainer.enabled and not no_trainer:
+        _, stop = start_trainer(service, config.trainer.interval)
+    server = waitress.create_server(app, host=config.server.host, port=config.server.port,
+                                    threads=config.server.threads)
+    model = service.model
+    click.echo(f"reranker serving learner {model.learner_name} (model version {model.version}) "
+               f"on http://{config.server.host}:{server.effective_port}", nl=True)
+    sys.stdout.flush()
+
+    def terminate(signum, frame):  # pragma: no cover -- exercised by the subprocess tests
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if stop is not None:
+            stop.set()
+        server.close()
+        service.close()
+
+
+@cli.command()
+@config_option
+@click.option("--close-all", is_flag=True,
+              help="Close every open impression now, even inside its feedback window "
+                   "(later clicks on them are refused).")
+def train(config_path: str | None, close_all: bool) -> None:
+    """Apply all pending feedback once and exit.
+
+    Closes the impressions whose feedback window (trainer.feedback_window) has passed,
+    applies every closed impression the model has not seen, and saves a new model version.
+    Safe to run while `reranker serve` is running.
+    """
+    from .events import EventStore
+    from .model import ModelFactory
+    from .plugins import get_plugin_manager
+    from .trainer import Trainer
+
+    config = load_config(config_path)
+    factory = ModelFactory.from_config(config, get_plugin_manager())
+    trainer = Trainer.from_config(config, factory, EventStore(config.store.path))
+    report = trainer.run_once(close_all=close_all)
+    for error in report.model_errors:
+        click.echo(f"warning: {error}", err=True)
+    if report.versions:
+        click.echo(f"applied {report.applied} impressions ({report.clicks} clicks, "
+                   f"{report.updates} model updates); saved model version {report.version}")
+    else:
+        click.echo("nothing to train: no impression is closed and unapplied")
+    if report.skipped:
+        click.echo(f"skipped {report.skipped} impressions logged with another feature set",
+                   err=True)
+    stats = trainer.events.stats()
+    if stats["open_impressions"]:
+        click.echo(f"{stats['open_impressions']} impressions are still inside their feedback "
+                   f"window ({config.trainer.feedback_window:g}s); use --close-all to include them")
+
+
+@cli.command()
+def learners() -> None:
+    """List the registered learners with their parameters."""
+    from .plugins import get_plugin_manager, learner_classes
+
+    for name, cls in learner_classes(get_plugin_manager()).items():
+        click.echo(f"{name}  {'(stochastic) ' if cls.stochastic else ''}{cls.description}")
+        for param in cls.params:
+            click.echo(f"    {param.describe()}")
+
+
+@cli.command()
+@click.option("--dir", "workdir", type=click.Path(file_okay=False), default="reranker-demo",
+              show_default=True, help="Folder for the demo's corpus, index, events and plot.")
+@click.option("--searches", type=click.IntRange(min=50), default=1500, show_default=True,
+              help="Searches the simulated users make.")
+@click.option("--seed", type=int, default=7, show_default=True,
+              help="Seed of the generated corpus and of the simulated users.")
+@click.option("--learner", default="preference_perceptron", show_default=True,
+              help="Learner to demonstrate.")
+def demo(workdir: str, searches: int, seed: int, learner: str) -> None:
+    """Watch the service learn: generate a corpus, index it, serve it over HTTP, and let
+    simulated users search and click; print and plot the ranking quality as clicks arrive."""
+    from .demo import run_demo
+
+    run_demo(Path(workdir), searches=searches, seed=seed, learner=learner)
+
+
+def main() -> None:
+    cli(prog_name="reranker")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

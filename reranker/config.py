@@ -1,0 +1,340 @@
+"""Configuration: one schema of defaults, YAML files on top, environment overrides, validation.
+
+``load_config(path, overrides)`` safe-loads a YAML file, merges it over the defaults of
+:data:`SCHEMA`, applies ``RERANKER_<SECTION>_<KEY>`` environment variables and then explicit
+overrides, validates every value and returns an immutable :class:`Config`.
+
+Errors name the file and the dotted key (``config.yaml: backend.candidates must be an
+integer, got 'many'``). Relative paths resolve against the folder of the config file.
+``config/default.yaml`` in the repository is the documented copy of these defaults; a test
+keeps the two identical.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+
+ENV_PREFIX = "RERANKER_"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: its type, default and documentation."""
+
+    type: str  # "str", "int", "float", "bool", "list[str]", "mapping"
+    default: Any
+    doc: str
+    choices: tuple | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    nullable: bool = False
+    path: bool = False  # resolved against the config file's folder
+
+
+SCHEMA: dict[str, dict[str, Key]] = {
+    "backend": {
+        "type": Key("str", "embedded", "Search backend: a name registered by a backend plugin "
+                    "(built in: 'embedded')."),
+        "path": Key("str", "index", "Index directory of the embedded backend.", path=True),
+        "fields": Key("list[str]", ["title", "body"], "Text fields searched; each one also "
+                      "gives a per-field score feature."),
+        "id_field": Key("str", "id", "Document field holding the unique document id."),
+        "candidates": Key("int", 100, "Hits retrieved from the backend per search and reranked.",
+                          minimum=1, maximum=10000),
+    },
+    "features": {
+        "numeric_fields": Key("list[str]", [], "Numeric document fields used as features "
+                              "(for example a popularity or date field)."),
+        "missing_value": Key("float", 0.0, "Value of a numeric feature for a document that "
+                             "lacks the field."),
+        "normalization": Key("str", "per_query_minmax", "How raw features are scaled before "
+                             "ranking; recorded with the model.",
+                             choices=("per_query_minmax", "zscore", "none")),
+    },
+    "learner": {
+        "name": Key("str", "preference_perceptron", "Learner plugin that ranks the candidates "
+                    "(`reranker learners` lists them)."),
+        "params": Key("mapping", {}, "Parameters of the learner, checked against the ones it "
+                      "declares."),
+        "depth": Key("int", 10, "Depth k of the DCG-style joint feature map.", minimum=1),
+        "discount": Key("str", "log2", "Position discount of the joint feature map: "
+                        "1/log2(i+1), 1/i, or none.", choices=("log2", "reciprocal", "none")),
+        "seed": Key("int", None, "Seed of the learner's random generator (null: fresh "
+                    "entropy).", nullable=True),
+    },
+    "store": {
+        "path": Key("str", "reranker.sqlite", "SQLite file of impressions and clicks.",
+                    path=True),
+        "models": Key("str", "models", "Folder of saved model versions.", path=True),
+        "keep_models": Key("int", 20, "How many model versions to keep per learner.",
+                           minimum=1),
+    },
+    "trainer": {
+        "enabled": Key("bool", True, "Run the background trainer inside `reranker serve`."),
+        "interval": Key("float", 1.0, "Seconds between two training passes.", minimum=0.01),
+        "feedback_window": Key("float", 30.0, "Seconds after a search during which its "
+                               "clicks are accepted; the impression is trained on after.",
+                               minimum=0.0),
+        "batch_size": Key("int", 500, "Impressions applied per saved model version at most.",
+                          minimum=1),
+    },
+    "server": {
+        "host": Key("str", "127.0.0.1", "Address `reranker serve` listens on."),
+        "port": Key("int", 8000, "Port `reranker serve` listens on (0: any free port).",
+                    minimum=0, maximum=65535),
+        "threads": Key("int", 8, "Worker threads of the HTTP server.", minimum=1),
+        "default_size": Key("int", 10, "Hits returned when a search gives no size.",
+                            minimum=1),
+        "max_size": Key("int", 100, "Largest size a search may ask for.", minimum=1),
+    },
+}
+
+
+class Section(Mapping):
+    """An immutable section of the configuration with attribute access."""
+
+    def __init__(self, name: str, values: Mapping[str, Any]):
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError(f"config section {self._name!r} has no key {key!r}") from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError("configuration is immutable")
+
+    def __repr__(self) -> str:
+        return f"Section({self._name!r}, {self._values!r})"
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated, immutable configuration."""
+
+    backend: Section
+    features: Section
+    learner: Section
+    store: Section
+    trainer: Section
+    server: Section
+    source: Path | None = None  # the YAML file it came from, if any
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The configuration as plain data (paths as strings), for display or YAML."""
+        return {name: _plain(dict(getattr(self, name))) for name in SCHEMA}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def defaults() -> dict[str, dict[str, Any]]:
+    """The default value of every key, as plain data."""
+    return {s: {k: _copy(key.default) for k, key in keys.items()} for s, keys in SCHEMA.items()}
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def load_config(path: str | os.PathLike | None = None,
+                overrides: Mapping[str, Any] | None = None,
+                *, environ: Mapping[str, str] | None = None) -> Config:
+    """Load, merge and validate the configuration.
+
+    ``path`` is a YAML file (``None`` for the defaults, with paths relative to the current
+    folder). ``overrides`` maps dotted keys (``"server.port"``) or section names to values and
+    wins over the file and the environment. ``environ`` defaults to ``os.environ``.
+    """
+    source = Path(path).resolve() if path is not None else None
+    label = str(path) if path is not None else "<defaults>"
+    data: Any = {}
+    if source is not None:
+        if not source.is_file():
+            raise ConfigError(f"config file {label} does not exist")
+        try:
+            text = source.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {label} cannot be read: {exc}") from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {label} is not valid YAML: {exc}") from exc
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {label} must hold a mapping of sections, "
+                              f"got {type(data).__name__}")
+    merged = defaults()
+    origins: dict[str, str] = {}
+    _merge_file(merged, data, label, origins)
+    _merge_env(merged, os.environ if environ is None else environ, origins)
+    for dotted, value in (overrides or {}).items():
+        _merge_dotted(merged, dotted, value, "override", origins)
+    base_dir = source.parent if source is not None else Path.cwd()
+    return _validate(merged, label, base_dir, source, origins)
+
+
+def config_from_dict(data: Mapping[str, Any], base_dir: str | os.PathLike | None = None) -> Config:
+    """Validate a configuration given as a dict (as tests and embedding applications do)."""
+    merged = defaults()
+    origins: dict[str, str] = {}
+    _merge_file(merged, dict(data), "<dict>", origins)
+    return _validate(merged, "<dict>", Path(base_dir) if base_dir else Path.cwd(), None, origins)
+
+
+def _merge_file(merged: dict, data: Mapping, label: str, origins: dict[str, str]) -> None:
+    for section, values in data.items():
+        if section not in SCHEMA:
+            raise ConfigError(f"{label}: unknown section {section!r} "
+                              f"(known: {', '.join(SCHEMA)})")
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"{label}: section {section!r} must be a mapping, "
+                              f"got {type(values).__name__}")
+        for key, value in values.items():
+            _check_known(section, key, label)
+            merged[section][key] = value
+            origins[f"{section}.{key}"] = label
+
+
+def _check_known(section: str, key: Any, label: str) -> None:
+    if key not in SCHEMA[section]:
+        raise ConfigError(f"{label}: unknown key {section}.{key} "
+                          f"(known in {section}: {', '.join(SCHEMA[section])})")
+
+
+def _merge_env(merged: dict, environ: Mapping[str, str], origins: dict[str, str]) -> None:
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX):].lower()
+        section, _, key = rest.partition("_")
+        if section not in SCHEMA or key not in SCHEMA[section]:
+            continue  # other RERANKER_* variables (test switches, secrets) are not config keys
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"environment variable {name}: not a valid value: {exc}") from exc
+        merged[section][key] = value
+        origins[f"{section}.{key}"] = f"environment variable {name}"
+
+
+def _merge_dotted(merged: dict, dotted: str, value: Any, label: str,
+                  origins: dict[str, str]) -> None:
+    section, _, key = dotted.partition(".")
+    if section not in SCHEMA:
+        raise ConfigError(f"{label}: unknown section {section!r} (known: {', '.join(SCHEMA)})")
+    if not key:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{label}: section {section!r} must be a mapping")
+        for k, v in value.items():
+            _check_known(section, k, label)
+            merged[section][k] = v
+            origins[f"{section}.{k}"] = label
+        return
+    _check_known(section, key, label)
+    merged[section][key] = value
+    origins[dotted] = label
+
+
+def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
+              origins: dict[str, str]) -> Config:
+    sections = {}
+    for section, keys in SCHEMA.items():
+        values = {}
+        for key, spec in keys.items():
+            dotted = f"{section}.{key}"
+            values[key] = _check_value(dotted, merged[section][key], spec,
+                                       origins.get(dotted, label), base_dir)
+        sections[section] = Section(section, values)
+    config = Config(**sections, source=source)
+    if config.server.default_size > config.server.max_size:
+        raise ConfigError(f"{label}: server.default_size ({config.server.default_size}) is "
+                          f"larger than server.max_size ({config.server.max_size})")
+    if not config.backend.fields:
+        raise ConfigError(f"{label}: backend.fields must name at least one text field")
+    return config
+
+
+def _check_value(dotted: str, value: Any, spec: Key, label: str, base_dir: Path) -> Any:
+    def fail(expected: str) -> ConfigError:
+        return ConfigError(f"{label}: {dotted} must be {expected}, got {value!r}")
+
+    if value is None:
+        if spec.nullable:
+            return None
+        raise fail(_expected(spec))
+    kind = spec.type
+    if kind == "str":
+        if not isinstance(value, str) or not value:
+            raise fail("a non-empty string")
+        if spec.choices and value not in spec.choices:
+            raise fail("one of " + ", ".join(spec.choices))
+        if spec.path:
+            path = Path(os.path.expanduser(value))
+            return str(path if path.is_absolute() else (base_dir / path).resolve())
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise fail("true or false")
+        return value
+    if kind in ("int", "float"):
+        ok = isinstance(value, int) if kind == "int" else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok:
+            raise fail(_expected(spec))
+        if kind == "float":
+            value = float(value)
+            if value != value or value in (float("inf"), float("-inf")):
+                raise fail("a finite number")
+        if spec.minimum is not None and value < spec.minimum:
+            raise fail(f"at least {spec.minimum:g}")
+        if spec.maximum is not None and value > spec.maximum:
+            raise fail(f"at most {spec.maximum:g}")
+        return value
+    if kind == "list[str]":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise fail("a list of non-empty strings")
+        if len(set(value)) != len(value):
+            raise fail("a list without repeated names")
+        return tuple(value)
+    if kind == "mapping":
+        if not isinstance(value, Mapping):
+            raise fail("a mapping")
+        return Section(dotted, value)
+    raise AssertionError(f"unknown key type {kind}")  # pragma: no cover
+
+
+def _expected(spec: Key) -> str:
+    return {"str": "a non-empty string", "bool": "true or false", "int": "an integer",
+            "float": "a number", "list[str]": "a list of non-empty strings",
+            "mapping": "a mapping"}[spec.type]

@@ -1,0 +1,291 @@
+"""The event store: impressions and clicks in SQLite (WAL).
+
+An impression records everything needed to learn from it later without asking the backend
+again: the candidates, their raw features, the ranking shown, who produced it (learner and
+model version) and, for stochastic policies, the logged probabilities.
+
+Lifecycle: an impression is *open* while it accepts clicks. Once its feedback window has
+passed it is *closed* and numbered with a strictly increasing ``closed_seq``; clicks on it
+are refused from then on. The trainer applies closed impressions in ``closed_seq`` order and
+saves the highest number it applied inside the model file, so a restart neither loses nor
+repeats an impression. A click is durable (``synchronous=FULL``) before ``/click`` answers.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ConflictError, NotFoundError, StoreError, UnprocessableError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS impressions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    created REAL NOT NULL,
+    query TEXT NOT NULL,
+    user_id TEXT,
+    learner TEXT NOT NULL,
+    model_version INTEGER NOT NULL,
+    doc_ids TEXT NOT NULL,         -- JSON list, the candidates in backend order
+    feature_names TEXT NOT NULL,   -- JSON list
+    features BLOB NOT NULL,        -- float64 (candidates x features), raw
+    ranking BLOB NOT NULL,         -- int32 candidate indices, as presented
+    n_shown INTEGER NOT NULL,
+    log_prob REAL,
+    propensities BLOB,             -- float64 per candidate, when logged
+    closed_seq INTEGER UNIQUE
+);
+CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) WHERE closed_seq IS NULL;
+CREATE TABLE IF NOT EXISTS clicks (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    impression_id TEXT NOT NULL REFERENCES impressions (id),
+    doc_id TEXT NOT NULL,
+    position INTEGER NOT NULL,     -- 1-based rank at which the document was shown
+    created REAL NOT NULL,
+    UNIQUE (impression_id, doc_id)
+);
+"""
+
+
+@dataclass(eq=False)
+class Impression:
+    """One logged search result page."""
+
+    id: str
+    created: float
+    query: str
+    user_id: str | None
+    learner: str
+    model_version: int
+    doc_ids: list[str]
+    feature_names: list[str]
+    features: np.ndarray  # (n, m) raw
+    ranking: np.ndarray  # (n,) candidate indices as presented
+    n_shown: int
+    log_prob: float | None = None
+    propensities: np.ndarray | None = None
+    closed_seq: int | None = None
+    clicked: list[str] | None = None  # doc ids, filled when read for training
+
+    def shown_ids(self) -> list[str]:
+        return [self.doc_ids[i] for i in self.ranking[: self.n_shown]]
+
+
+@dataclass(frozen=True)
+class ClickResult:
+    impression_id: str
+    doc_id: str
+    position: int
+    duplicate: bool
+
+
+class EventStore:
+    """Impressions and clicks in one SQLite file; safe to share between threads and
+    processes (each thread gets its own connection)."""
+
+    def __init__(self, path: str | Path, busy_timeout: float = 10.0):
+        self.path = Path(path)
+        self.busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        if not self.path.parent.is_dir():
+            raise StoreError(f"store.path: folder {self.path.parent} does not exist")
+        conn = self._conn()
+        try:
+            conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "INSERT OR IGNORE INTO meta VALUES "
+                               f"('schema_version', '{SCHEMA_VERSION}'); INSERT OR IGNORE INTO "
+                               "meta VALUES ('closed_seq', '0'); COMMIT;")
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
+                             f"{exc}") from exc
+        if int(row[0]) != SCHEMA_VERSION:
+            raise StoreError(f"store.path: {self.path} has event schema version {row[0]}, "
+                             f"this version of reranker reads {SCHEMA_VERSION}")
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=self.busy_timeout,
+                                       isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA foreign_keys=ON")
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
+                                   f"{exc}") from exc
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    class _write:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK`` on error)."""
+
+        def __init__(self, conn: sqlite3.Connection, durable: bool = True):
+            self.conn = conn
+            self.durable = durable
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.conn.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'NORMAL'}")
+            self.conn.execute("BEGIN IMMEDIATE")
+            return self.conn
+
+        def __exit__(self, exc_type, exc, tb) -> None:
+            if exc_type is None:
+                self.conn.execute("COMMIT")
+            else:
+                self.conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def log_impression(self, imp: Impression) -> None:
+        """Record a served page. Not fsynced by itself: the WAL is flushed by the next durable
+        write (any click), and a click always refers to an impression written before it."""
+        features = np.ascontiguousarray(imp.features, dtype=np.float64)
+        conn = self._conn()
+        with self._write(conn, durable=False):
+            conn.execute(
+                "INSERT INTO impressions (id, created, query, user_id, learner, model_version, "
+                "doc_ids, feature_names, features, ranking, n_shown, log_prob, propensities) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
+                 json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
+                 np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown,
+                 imp.log_prob,
+                 None if imp.propensities is None
+                 else np.asarray(imp.propensities, dtype=np.float64).tobytes()))
+
+    def record_click(self, impression_id: str, doc_id: str, now: float | None = None) -> ClickResult:
+        """Store a click durably. Unknown impression: :class:`NotFoundError`; a document
+        not shown in it: :class:`UnprocessableError`; a closed impression:
+        :class:`ConflictError`. A repeated click is accepted and counted once."""
+        now = time.time() if now is None else now
+        conn = self._conn()
+        with self._write(conn, durable=True):
+            row = conn.execute("SELECT doc_ids, ranking, n_shown, closed_seq FROM impressions "
+                               "WHERE id = ?", (impression_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"unknown impression_id {impression_id!r}")
+            doc_ids = json.loads(row[0])
+            ranking = np.frombuffer(row[1], dtype=np.int32)
+            shown = [doc_ids[i] for i in ranking[: row[2]]]
+            if doc_id not in shown:
+                raise UnprocessableError(f"doc_id {doc_id!r} was not shown in impression "
+                                         f"{impression_id!r}")
+            position = shown.index(doc_id) + 1
+            if row[3] is not None:
+                existing = conn.execute("SELECT 1 FROM clicks WHERE impression_id = ? AND "
+                                        "doc_id = ?", (impression_id, doc_id)).fetchone()
+                if existing is None:
+                    raise ConflictError(f"impression {impression_id!r} no longer accepts clicks: "
+                                        f"its feedback window has closed and it was trained on")
+                return ClickResult(impression_id, doc_id, position, duplicate=True)
+            cur = conn.execute("INSERT OR IGNORE INTO clicks (impression_id, doc_id, position, "
+                               "created) VALUES (?, ?, ?, ?)",
+                               (impression_id, doc_id, position, now))
+            return ClickResult(impression_id, doc_id, position, duplicate=cur.rowcount == 0)
+
+    def close_impressions(self, before: float, limit: int | None = None) -> int:
+        """Close open impressions created before ``before`` (oldest first, at most
+        ``limit``), numbering them in order; return how many were closed."""
+        conn = self._conn()
+        with self._write(conn, durable=True):
+            rows = conn.execute(
+                "SELECT seq FROM impressions WHERE closed_seq IS NULL AND created < ? "
+                "ORDER BY created, seq" + (" LIMIT ?" if limit else ""),
+                (before, limit) if limit else (before,)).fetchall()
+            if not rows:
+                return 0
+            start = int(conn.execute("SELECT value FROM meta WHERE key = 'closed_seq'")
+                        .fetchone()[0])
+            conn.executemany("UPDATE impressions SET closed_seq = ? WHERE seq = ?",
+                             [(start + i + 1, seq) for i, (seq,) in enumerate(rows)])
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'closed_seq'",
+                         (str(start + len(rows)),))
+            return len(rows)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get_impression(self, impression_id: str) -> Impression:
+        row = self._conn().execute(f"SELECT {_COLUMNS} FROM impressions WHERE id = ?",
+                                   (impression_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"unknown impression_id {impression_id!r}")
+        imp = _impression(row)
+        imp.clicked = self._clicks([imp.id])[imp.id]
+        return imp
+
+    def closed_since(self, cursor: int, limit: int) -> list[Impression]:
+        """Closed impressions with ``closed_seq > cursor`` in order, with their clicks."""
+        rows = self._conn().execute(
+            f"SELECT {_COLUMNS} FROM impressions WHERE closed_seq > ? ORDER BY closed_seq "
+            f"LIMIT ?", (cursor, limit)).fetchall()
+        imps = [_impression(row) for row in rows]
+        clicks = self._clicks([imp.id for imp in imps])
+        for imp in imps:
+            imp.clicked = clicks[imp.id]
+        return imps
+
+    def _clicks(self, impression_ids: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {i: [] for i in impression_ids}
+        conn = self._conn()
+        for start in range(0, len(impression_ids), 500):
+            chunk = impression_ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            for imp_id, doc_id in conn.execute(
+                    f"SELECT impression_id, doc_id FROM clicks WHERE impression_id IN ({marks}) "
+                    f"ORDER BY seq", chunk):
+                out[imp_id].append(doc_id)
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        conn = self._conn()
+        impressions, open_, clicks = conn.execute(
+            "SELECT (SELECT COUNT(*) FROM impressions), "
+            "(SELECT COUNT(*) FROM impressions WHERE closed_seq IS NULL), "
+            "(SELECT COUNT(*) FROM clicks)").fetchone()
+        closed_seq = int(conn.execute("SELECT value FROM meta WHERE key = 'closed_seq'")
+                         .fetchone()[0])
+        return {"impressions": impressions, "open_impressions": open_, "clicks": clicks,
+                "closed_seq": closed_seq}
+
+
+_COLUMNS = ("id, created, query, user_id, learner, model_version, doc_ids, feature_names, "
+            "features, ranking, n_shown, log_prob, propensities, closed_seq")
+
+
+def _impression(row: tuple) -> Impression:
+    names = json.loads(row[7])
+    features = np.frombuffer(row[8], dtype=np.float64).reshape(-1, len(names))
+    return Impression(
+        id=row[0], created=row[1], query=row[2], user_id=row[3], learner=row[4],
+        model_version=row[5], doc_ids=json.loads(row[6]), feature_names=names,
+        features=features, ranking=np.frombuffer(row[9], dtype=np.int32).astype(np.intp),
+        n_shown=row[10], log_prob=row[11],
+        propensities=None if row[12] is None else np.frombuffer(row[12], dtype=np.float64),
+        closed_seq=row[13])

@@ -1,0 +1,71 @@
+"""The DCG-style joint feature map of a query and a ranking.
+
+ALGORITHMS.md section 0 (Coactive Learning, section 4; Online Learning with Preference
+Feedback, section 5): ``phi(q, y) = sum_{i=1..k} g_i * x_{y_i}`` with position discounts
+``g_i = 1 / log2(i + 1)`` for ``i <= k`` and 0 past the cut-off ``k``. The utility of a ranking
+is ``U = w . phi(q, y)``; because the discounts decrease, ``argmax_y w . phi(q, y)`` is the
+candidates sorted by ``w . x_i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+DISCOUNTS = ("log2", "reciprocal", "none")
+
+
+@lru_cache(maxsize=64)
+def _discounts(depth: int, discount: str) -> np.ndarray:
+    positions = np.arange(1, depth + 1, dtype=np.float64)
+    if discount == "log2":
+        g = 1.0 / np.log2(positions + 1.0)
+    elif discount == "reciprocal":
+        g = 1.0 / positions
+    elif discount == "none":
+        g = np.ones(depth)
+    else:
+        raise ValueError(f"unknown discount {discount!r}; expected one of {', '.join(DISCOUNTS)}")
+    g.setflags(write=False)
+    return g
+
+
+@dataclass(frozen=True)
+class FeatureMap:
+    """``phi(q, y)`` with a cut-off ``depth`` and a position ``discount``."""
+
+    depth: int = 10
+    discount: str = "log2"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.depth, (int, np.integer)) or self.depth < 1:
+            raise ValueError(f"feature map depth must be a positive integer, got {self.depth!r}")
+        _discounts(int(self.depth), self.discount)  # validates the discount name
+
+    def discounts(self, n: int) -> np.ndarray:
+        """Discounts of the first ``min(n, depth)`` positions, shape ``(min(n, depth),)``."""
+        return _discounts(int(self.depth), self.discount)[: min(n, self.depth)]
+
+    def phi(self, X: np.ndarray, ranking: np.ndarray) -> np.ndarray:
+        """Joint feature vector of a ranking.
+
+        ``X`` has shape ``(n, m)``; ``ranking`` holds candidate indices, best first (at least
+        the first ``depth`` of them). Returns shape ``(m,)``.
+        """
+        g = self.discounts(len(ranking))
+        return g @ X[ranking[: len(g)]]
+
+    def phi_difference(self, X: np.ndarray, better: np.ndarray, worse: np.ndarray) -> np.ndarray:
+        """``phi(X, better) - phi(X, worse)``: the coactive update direction ``D_t``."""
+        g = self.discounts(min(len(better), len(worse)))
+        k = len(g)
+        return g @ (X[better[:k]] - X[worse[:k]])
+
+    def utility(self, w: np.ndarray, X: np.ndarray, ranking: np.ndarray) -> float:
+        """``U = w . phi(q, y)``."""
+        return float(self.phi(X, ranking) @ w)
+
+    def to_dict(self) -> dict:
+        return {"depth": int(self.depth), "discount": self.discount}

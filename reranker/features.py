@@ -1,0 +1,160 @@
+"""Per-hit features and their normalisation.
+
+Every backend answers a search with a :class:`reranker.backends.Candidates`: the hits'
+overall scores, one score per searched field, and the numeric document fields named in
+config. :class:`FeatureSpec` turns that into the raw feature matrix, with the same feature
+names whichever backend served, so a model knows exactly what its weights mean.
+
+Normalisation (ALGORITHMS.md section 0) is part of the model: learners assume bounded
+features, and a model is only valid with the normalisation it was trained with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .backends import Candidates
+    from .config import Config
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Which features a request yields, in order."""
+
+    fields: tuple[str, ...]
+    numeric_fields: tuple[str, ...] = ()
+    missing_value: float = 0.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> FeatureSpec:
+        return cls(fields=tuple(config.backend.fields),
+                   numeric_fields=tuple(config.features.numeric_fields),
+                   missing_value=float(config.features.missing_value))
+
+    @property
+    def names(self) -> list[str]:
+        """Feature names, in column order."""
+        return (["backend_score", "backend_reciprocal_rank"]
+                + [f"field_score:{f}" for f in self.fields]
+                + [f"field_value:{f}" for f in self.numeric_fields])
+
+    def build(self, candidates: Candidates) -> np.ndarray:
+        """Raw feature matrix, shape ``(n, m)``, from a backend's candidates.
+
+        Columns: the backend's overall score, ``1 / backend rank``, each field's score, and
+        each numeric field (missing or non-finite values replaced by ``missing_value``).
+        """
+        n = len(candidates.ids)
+        X = np.empty((n, len(self.names)))
+        X[:, 0] = candidates.scores
+        X[:, 1] = 1.0 / np.arange(1, n + 1)
+        nf = len(self.fields)
+        X[:, 2:2 + nf] = candidates.field_scores
+        if self.numeric_fields:
+            values = candidates.numeric
+            X[:, 2 + nf:] = np.where(np.isfinite(values), values, self.missing_value)
+        return X
+
+
+class Normalizer:
+    """Scales raw features before ranking. Subclasses are stateless or keep running
+    statistics that the trainer updates (:meth:`partial_fit`) and the model saves."""
+
+    method = "none"
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        return X
+
+    def partial_fit(self, X: np.ndarray) -> None:
+        """Update running statistics with one request's raw features."""
+
+    def get_state(self) -> dict[str, Any]:
+        return {}
+
+    def set_state(self, state: dict[str, Any], n_features: int) -> None:
+        if state:
+            raise ValueError(f"normalisation {self.method!r} keeps no state, got {sorted(state)}")
+
+
+class PerQueryMinMax(Normalizer):
+    """Min-max over the candidates of each request (the LETOR convention); a feature that is
+    constant over the candidates becomes 0."""
+
+    method = "per_query_minmax"
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        lo = X.min(axis=0)
+        span = X.max(axis=0) - lo
+        span[span == 0] = np.inf  # a constant column divides to 0
+        return (X - lo) / span
+
+
+class ZScore(Normalizer):
+    """Standardise with running global means and variances (Welford's algorithm), updated
+    by the trainer from the raw features of the impressions it learns from."""
+
+    method = "zscore"
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean: np.ndarray | None = None
+        self.m2: np.ndarray | None = None
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        if self.count < 2 or self.mean is None:
+            return X - X.mean(axis=0)  # no statistics yet: centre per request
+        std = np.sqrt(self.m2 / (self.count - 1))
+        return (X - self.mean) / np.where(std > 0, std, 1.0)
+
+    def partial_fit(self, X: np.ndarray) -> None:
+        # Chan et al.'s parallel form of Welford's update, one request's rows at a time.
+        n_b = X.shape[0]
+        if n_b == 0:
+            return
+        mean_b = X.mean(axis=0)
+        m2_b = ((X - mean_b) ** 2).sum(axis=0)
+        if self.mean is None:
+            self.count, self.mean, self.m2 = n_b, mean_b, m2_b
+            return
+        n_a = self.count
+        total = n_a + n_b
+        delta = mean_b - self.mean
+        self.mean = self.mean + delta * (n_b / total)
+        self.m2 = self.m2 + m2_b + delta ** 2 * (n_a * n_b / total)
+        self.count = total
+
+    def get_state(self) -> dict[str, Any]:
+        if self.mean is None:
+            return {"count": 0}
+        return {"count": self.count, "mean": self.mean.tolist(), "m2": self.m2.tolist()}
+
+    def set_state(self, state: dict[str, Any], n_features: int) -> None:
+        count = state.get("count", 0)
+        if not isinstance(count, int) or count < 0:
+            raise ValueError(f"zscore state 'count' must be a non-negative integer, got {count!r}")
+        if count == 0:
+            self.count, self.mean, self.m2 = 0, None, None
+            return
+        mean = np.asarray(state.get("mean"), dtype=np.float64)
+        m2 = np.asarray(state.get("m2"), dtype=np.float64)
+        if mean.shape != (n_features,) or m2.shape != (n_features,):
+            raise ValueError(f"zscore state has {mean.shape} means and {m2.shape} sums of "
+                             f"squares for {n_features} features")
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(m2)) and np.all(m2 >= 0)):
+            raise ValueError("zscore state is not finite and non-negative")
+        self.count, self.mean, self.m2 = count, mean, m2
+
+
+NORMALIZERS = {cls.method: cls for cls in (PerQueryMinMax, ZScore, Normalizer)}
+
+
+def make_normalizer(method: str) -> Normalizer:
+    try:
+        return NORMALIZERS[method]()
+    except KeyError:
+        raise ValueError(f"unknown normalisation {method!r} (known: "
+                         f"{', '.join(NORMALIZERS)})") from None

@@ -1,0 +1,28 @@
+"""Hook specifications: the whole plugin API.
+
+A plugin is a module or object with functions named after these hooks and marked with
+``@reranker.hookimpl``. Built-in learners and backends register through the same hooks as
+third-party ones. Hooks are always called with keyword arguments.
+"""
+
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("reranker")
+
+
+@hookspec
+def reranker_register_learners() -> list[type]:
+    """Return a list of :class:`reranker.learner.Learner` subclasses.
+
+    Each class's ``name`` is the value users write in ``learner.name``; two plugins that
+    register the same name make the plugin manager fail at start-up.
+    """
+
+
+@hookspec
+def reranker_register_backends() -> list[type]:
+    """Return a list of :class:`reranker.backends.Backend` subclasses.
+
+    Each class's ``name`` is the value users write in ``backend.type``.
+    """

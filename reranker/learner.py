@@ -1,0 +1,258 @@
+"""The interface every learner plugin implements.
+
+A learner ranks the candidates of one request and learns from the feedback on what it
+showed. It follows scikit-learn's conventions: the constructor only stores parameters,
+:meth:`Learner.validate_params` checks them (called once at start-up and on first use), and
+learned state lives in attributes whose names end in ``_``. :meth:`get_state` and
+:meth:`set_state` move that state in and out as plain arrays and numbers, which is all the
+model store saves.
+
+Shapes: ``X`` is ``(n, m)`` -- ``n`` candidates, ``m`` features, already normalised;
+rankings are arrays of candidate indices, best first, holding every candidate once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .featuremap import FeatureMap
+from .feedback import Feedback
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter a learner declares: name, type, default and documentation."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple | None = None
+    exclusive_minimum: bool = False
+
+    def check(self, value: Any, owner: str) -> Any:
+        """Return ``value`` converted to the declared type, or raise ``ValueError``."""
+        where = f"{owner} parameter {self.name!r}"
+        if self.type is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise ValueError(f"{where} must be a number, got {value!r}")
+            value = float(value)
+            if not np.isfinite(value):
+                raise ValueError(f"{where} must be finite, got {value!r}")
+        elif self.type is int:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"{where} must be an integer, got {value!r}")
+            value = int(value)
+        elif not isinstance(value, self.type):
+            raise ValueError(f"{where} must be of type {self.type.__name__}, got {value!r}")
+        if self.minimum is not None:
+            if value < self.minimum or (self.exclusive_minimum and value == self.minimum):
+                bound = "greater than" if self.exclusive_minimum else "at least"
+                raise ValueError(f"{where} must be {bound} {self.minimum:g}, got {value!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"{where} must be at most {self.maximum:g}, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"{where} must be one of {', '.join(map(str, self.choices))}, "
+                             f"got {value!r}")
+        return value
+
+    def describe(self) -> str:
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f"{'>' if self.exclusive_minimum else '>='} {self.minimum:g}")
+        if self.maximum is not None:
+            bounds.append(f"<= {self.maximum:g}")
+        if self.choices:
+            bounds.append("one of " + ", ".join(map(str, self.choices)))
+        extra = f" ({'; '.join(bounds)})" if bounds else ""
+        return f"{self.name}: {self.type.__name__} = {self.default!r}{extra}. {self.doc}"
+
+
+@dataclass(frozen=True, eq=False)
+class RankResult:
+    """A ranking of all candidates and what produced it.
+
+    ``scores`` are the per-candidate scores the ranking is sorted or sampled from.
+    A stochastic learner also reports ``log_prob``, the log-probability of the shown top
+    ``n_shown`` under its policy, and may report ``propensities``, the per-candidate
+    marginal probability of being shown.
+    """
+
+    ranking: np.ndarray
+    scores: np.ndarray
+    log_prob: float | None = None
+    propensities: np.ndarray | None = None
+
+
+class Learner(ABC):
+    """Base class of learner plugins.
+
+    Subclasses set :attr:`name`, :attr:`description` and :attr:`params`, and implement
+    :meth:`_initialize`, :meth:`_rank` and :meth:`_update`. Learned attributes end in ``_``.
+    """
+
+    #: Name used in YAML (``learner.name``) and on the command line.
+    name: ClassVar[str] = ""
+    #: One line shown by ``reranker learners``.
+    description: ClassVar[str] = ""
+    #: The parameters the learner accepts, with defaults.
+    params: ClassVar[tuple[Param, ...]] = ()
+    #: True when rankings are sampled (then ``RankResult.log_prob`` is set).
+    stochastic: ClassVar[bool] = False
+    #: True when the learner extends its model with zeros for features that appear later.
+    supports_growth: ClassVar[bool] = False
+
+    def __init__(self, feature_map: FeatureMap | None = None, **params: Any):
+        known = {p.name for p in self.params}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ValueError(f"learner {self.name!r} has no parameter {unknown[0]!r} "
+                             f"(known: {', '.join(sorted(known)) or 'none'})")
+        self.feature_map = feature_map if feature_map is not None else FeatureMap()
+        for p in self.params:
+            setattr(self, p.name, params.get(p.name, p.default))
+        self._validated = False
+
+    # -- parameters ---------------------------------------------------------------------
+
+    def get_params(self) -> dict[str, Any]:
+        """The learner's parameters (not its learned state)."""
+        return {p.name: getattr(self, p.name) for p in self.params}
+
+    def validate_params(self) -> None:
+        """Check every parameter; raise ``ValueError`` naming the first bad one."""
+        for p in self.params:
+            setattr(self, p.name, p.check(getattr(self, p.name), f"learner {self.name!r}"))
+        self._validated = True
+
+    # -- learned state --------------------------------------------------------------------
+
+    @property
+    def initialized(self) -> bool:
+        return hasattr(self, "n_features_in_")
+
+    def initialize(self, n_features: int) -> None:
+        """Create the initial model for ``n_features`` features (``w_1`` of the papers)."""
+        if not self._validated:
+            self.validate_params()
+        self.n_features_in_ = int(n_features)
+        self._initialize(self.n_features_in_)
+
+    def get_state(self) -> dict[str, Any]:
+        """Learned state: every attribute ending in ``_`` (arrays and numbers)."""
+        if not self.initialized:
+            raise ValueError(f"learner {self.name!r} has no learned state yet")
+        state = {}
+        for key, value in vars(self).items():
+            if key.endswith("_") and not key.startswith("_"):
+                state[key] = value.copy() if isinstance(value, np.ndarray) else value
+        return state
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore learned state saved by :meth:`get_state`; raise ``ValueError`` if it does
+        not fit this learner."""
+        if not self._validated:
+            self.validate_params()
+        if "n_features_in_" not in state:
+            raise ValueError(f"state of learner {self.name!r} lacks 'n_features_in_'")
+        template = type(self)(feature_map=self.feature_map, **self.get_params())
+        template.initialize(int(state["n_features_in_"]))
+        expected = template.get_state()
+        missing = sorted(set(expected) - set(state))
+        extra = sorted(set(state) - set(expected))
+        if missing or extra:
+            raise ValueError(f"state of learner {self.name!r} does not fit: missing "
+                             f"{missing or 'nothing'}, unexpected {extra or 'nothing'}")
+        restored = {}
+        for key, ref in expected.items():
+            value = state[key]
+            if isinstance(ref, np.ndarray):
+                arr = np.array(value, dtype=ref.dtype)
+                if arr.shape != ref.shape:
+                    raise ValueError(f"state {key!r} of learner {self.name!r} has shape "
+                                     f"{arr.shape}, expected {ref.shape}")
+                if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+                    raise ValueError(f"state {key!r} of learner {self.name!r} is not finite")
+                restored[key] = arr
+            else:
+                restored[key] = type(ref)(value) if ref is not None else value
+        for key, value in restored.items():
+            setattr(self, key, value)
+
+    # -- ranking and learning -------------------------------------------------------------
+
+    def check_features(self, X: np.ndarray) -> np.ndarray:
+        """Validate a feature matrix, initialising or growing the model as needed."""
+        X = np.asarray(X)
+        if X.ndim != 2:
+            raise ValueError(f"features must be a 2-D array (candidates x features), got "
+                             f"shape {X.shape}")
+        if X.dtype.kind not in "fiu":
+            raise ValueError(f"features must be numeric, got dtype {X.dtype}")
+        if not np.all(np.isfinite(X)):
+            raise ValueError("features contain NaN or infinite values")
+        if not self.initialized:
+            self.initialize(X.shape[1])
+        elif X.shape[1] != self.n_features_in_:
+            if X.shape[1] > self.n_features_in_ and self.supports_growth:
+                self._grow(X.shape[1])
+                self.n_features_in_ = X.shape[1]
+            else:
+                raise ValueError(
+                    f"learner {self.name!r} was trained on {self.n_features_in_} features but "
+                    f"got {X.shape[1]}" + ("" if self.supports_growth else
+                                          "; it does not support a changing feature set"))
+        return X
+
+    def rank(self, X: np.ndarray, n_shown: int | None = None,
+             rng: np.random.Generator | None = None) -> RankResult:
+        """Rank all ``n`` candidates; ``n_shown`` is how many the user will see. A stochastic
+        learner samples with ``rng`` (fresh entropy when it is None)."""
+        X = self.check_features(X)
+        n_shown = X.shape[0] if n_shown is None else min(int(n_shown), X.shape[0])
+        if rng is None and self.stochastic:
+            rng = np.random.default_rng()
+        return self._rank(X, n_shown, rng)
+
+    def update(self, X: np.ndarray, feedback: Feedback) -> bool:
+        """Learn from the feedback on one impression; return True if the model changed."""
+        X = self.check_features(X)
+        n = X.shape[0]
+        if len(feedback.ranking) != n or len(feedback.improved) != n:
+            raise ValueError(f"feedback ranks {len(feedback.ranking)} candidates but the "
+                             f"features describe {n}")
+        return bool(self._update(X, feedback))
+
+    @abstractmethod
+    def _initialize(self, n_features: int) -> None:
+        """Set the initial learned state."""
+
+    @abstractmethod
+    def _rank(self, X: np.ndarray, n_shown: int,
+              rng: np.random.Generator | None) -> RankResult:
+        """Rank validated features (``rng`` is set for stochastic learners)."""
+
+    @abstractmethod
+    def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
+        """Apply one feedback; return True if the learned state changed."""
+
+    def _grow(self, n_features: int) -> None:
+        """Extend the learned state for new trailing features (learners with growth)."""
+        raise NotImplementedError
+
+    @classmethod
+    def describe(cls) -> str:
+        return cls.description
+
+
+def argmax_ranking(scores: np.ndarray) -> np.ndarray:
+    """``argmax_y w . phi(q, y)``: candidates sorted by score, best first (ALGORITHMS.md
+    section 0). Ties keep the backend's order, so an all-zero model ranks like the backend."""
+    return np.argsort(-scores, kind="stable")

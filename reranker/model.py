@@ -1,0 +1,184 @@
+"""A ranking model: a learner with the feature set and normalisation it was trained with.
+
+The model, not the learner, is what is saved and served: a learner's weights only mean
+something together with the feature names, their normalisation and the joint feature map.
+It also records how far the trainer has applied the impression log (``cursor``), so that
+saving a model and advancing the cursor are one atomic step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError, ModelLoadError
+from .featuremap import FeatureMap
+from .features import FeatureSpec, Normalizer, make_normalizer
+from .feedback import Feedback
+from .learner import Learner, RankResult
+
+FORMAT = "reranker-model"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class TrainingProgress:
+    """How much of the impression log a model has learned from."""
+
+    cursor: int = 0  # highest ``closed_seq`` applied
+    impressions: int = 0  # impressions applied
+    clicks: int = 0  # clicks in those impressions
+    updates: int = 0  # impressions that changed the model
+
+    def to_dict(self) -> dict[str, int]:
+        return {"cursor": self.cursor, "impressions": self.impressions, "clicks": self.clicks,
+                "updates": self.updates}
+
+
+@dataclass
+class RankingModel:
+    """A learner plus everything needed to interpret its features."""
+
+    learner: Learner
+    normalizer: Normalizer
+    feature_names: tuple[str, ...]
+    version: int = 0
+    progress: TrainingProgress = field(default_factory=TrainingProgress)
+
+    @property
+    def learner_name(self) -> str:
+        return self.learner.name
+
+    def rank(self, X_raw: np.ndarray, n_shown: int,
+             rng: np.random.Generator | None = None) -> RankResult:
+        """Rank raw features (normalised with this model's normalisation)."""
+        return self.learner.rank(self.normalizer.transform(X_raw), n_shown, rng)
+
+    def learn(self, X_raw: np.ndarray, feedback: Feedback) -> bool:
+        """Update normalisation statistics and the learner from one impression."""
+        self.normalizer.partial_fit(X_raw)
+        return self.learner.update(self.normalizer.transform(X_raw), feedback)
+
+    # -- serialisation ----------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        state = {k: (v.tolist() if isinstance(v, np.ndarray) else _scalar(v))
+                 for k, v in self.learner.get_state().items()}
+        payload = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "version": self.version,
+            "learner": {"name": self.learner.name, "params": self.learner.get_params()},
+            "feature_map": self.learner.feature_map.to_dict(),
+            "features": {"names": list(self.feature_names),
+                         "normalization": {"method": self.normalizer.method,
+                                           "state": self.normalizer.get_state()}},
+            "training": self.progress.to_dict(),
+            "state": state,
+        }
+        payload["checksum"] = checksum(payload)
+        return payload
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def checksum(payload: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of everything but the checksum itself."""
+    body = {k: v for k, v in payload.items() if k != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ModelFactory:
+    """Builds fresh models and checks saved ones against the configured learner, features,
+    normalisation and feature map."""
+
+    def __init__(self, learner_cls: type[Learner], params: dict[str, Any],
+                 feature_map: FeatureMap, feature_names: list[str], normalization: str):
+        self.learner_cls = learner_cls
+        self.params = dict(params)
+        self.feature_map = feature_map
+        self.feature_names = tuple(feature_names)
+        self.normalization = normalization
+        self.new_learner().validate_params()  # a bad parameter fails at start-up
+
+    @classmethod
+    def from_config(cls, config, pm) -> ModelFactory:
+        """The factory of the configured learner, features, normalisation and feature map;
+        an unknown learner or a bad parameter is a :class:`ConfigError` naming it."""
+        from .plugins import learner_class
+
+        learner_cls = learner_class(pm, config.learner.name)
+        try:
+            return cls(learner_cls, dict(config.learner.params),
+                       FeatureMap(config.learner.depth, config.learner.discount),
+                       FeatureSpec.from_config(config).names, config.features.normalization)
+        except ValueError as exc:
+            where = f"{config.source}: " if config.source else ""
+            raise ConfigError(f"{where}learner.params: {exc}") from exc
+
+    def new_learner(self) -> Learner:
+        return self.learner_cls(feature_map=self.feature_map, **self.params)
+
+    def new(self) -> RankingModel:
+        """Version 0: the learner's initial model (``w_1`` of the papers)."""
+        learner = self.new_learner()
+        learner.initialize(len(self.feature_names))
+        return RankingModel(learner=learner, normalizer=make_normalizer(self.normalization),
+                            feature_names=self.feature_names)
+
+    def from_dict(self, data: Any, source: str) -> RankingModel:
+        """Rebuild a saved model; raise :class:`ModelLoadError` naming ``source`` and the
+        problem when it is corrupt or does not fit the configuration."""
+        def fail(problem: str) -> ModelLoadError:
+            return ModelLoadError(f"model {source} is refused: {problem}")
+
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise fail(f"not a {FORMAT} file")
+        if data.get("format_version") != FORMAT_VERSION:
+            raise fail(f"format version {data.get('format_version')!r} is not "
+                       f"{FORMAT_VERSION}")
+        if data.get("checksum") != checksum(data):
+            raise fail("checksum mismatch (the file is corrupt or was edited)")
+        try:
+            learner_name = data["learner"]["name"]
+            names = tuple(data["features"]["names"])
+            norm = data["features"]["normalization"]
+            fmap = data["feature_map"]
+            training = data["training"]
+            version = data["version"]
+            state = data["state"]
+        except (KeyError, TypeError) as exc:
+            raise fail(f"missing entry {exc}") from None
+        if learner_name != self.learner_cls.name:
+            raise fail(f"it was trained by learner {learner_name!r}, the config asks for "
+                       f"{self.learner_cls.name!r}")
+        if names != self.feature_names:
+            raise fail(f"it was trained on features {list(names)} but the config gives "
+                       f"{list(self.feature_names)}")
+        if norm.get("method") != self.normalization:
+            raise fail(f"it was trained with normalisation {norm.get('method')!r}, the config "
+                       f"asks for {self.normalization!r}")
+        if fmap != self.feature_map.to_dict():
+            raise fail(f"it was trained with feature map {fmap}, the config asks for "
+                       f"{self.feature_map.to_dict()}")
+        learner = self.new_learner()
+        normalizer = make_normalizer(self.normalization)
+        try:
+            learner.set_state(state)
+            normalizer.set_state(norm.get("state") or {}, len(names))
+            progress = TrainingProgress(**{k: int(training[k]) for k in
+                                           ("cursor", "impressions", "clicks", "updates")})
+            version = int(version)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise fail(str(exc)) from None
+        return RankingModel(learner=learner, normalizer=normalizer, feature_names=names,
+                            version=version, progress=progress)

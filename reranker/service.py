@@ -1,0 +1,163 @@
+"""The reranking service: search the backend, build features, rank with the current model,
+log the impression; record clicks; report health.
+
+The HTTP layer (:mod:`reranker.app`) and the demo call this object; it knows nothing about
+HTTP. It picks up model versions saved by any trainer (in this process or another) by
+watching the model folder, and keeps serving the last good model when a newer one fails to
+load.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import pluggy
+
+from .config import Config
+from .errors import BadRequestError, ModelLoadError
+from .events import ClickResult, EventStore, Impression
+from .features import FeatureSpec
+from .model import ModelFactory, RankingModel
+from .model_store import ModelStore
+from .plugins import backend_class, get_plugin_manager
+from .trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+class RerankerService:
+    """Search, rank, log and learn for one configuration."""
+
+    def __init__(self, config: Config, pm: pluggy.PluginManager | None = None):
+        self.config = config
+        self.pm = pm or get_plugin_manager()
+        self.spec = FeatureSpec.from_config(config)
+        self.factory = ModelFactory.from_config(config, self.pm)
+        self.backend = backend_class(self.pm, config.backend.type)(config)
+        self.events: EventStore | None = None
+        self.trainer: Trainer | None = None
+        self.models: ModelStore | None = None
+        self._model: RankingModel | None = None
+        self._model_stamp = -1
+        self._model_errors: list[str] = []
+        self._reload_lock = threading.Lock()
+        self._seeds = np.random.SeedSequence(config.learner.seed)
+        self._seed_lock = threading.Lock()
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def open(self) -> RerankerService:
+        """Start-up checks: the backend answers, the store opens, a model loads. Raises a
+        :class:`reranker.errors.RerankerError` naming the problem."""
+        self.backend.open()
+        self.events = EventStore(self.config.store.path)
+        self.trainer = Trainer.from_config(self.config, self.factory, self.events)
+        self.models = self.trainer.models
+        stamp = self.models.stamp()
+        model, errors = self.models.load_latest(self.factory)
+        if model is None:
+            if errors:
+                raise ModelLoadError("no saved model of learner "
+                                     f"{self.config.learner.name!r} loads: " + "; ".join(errors))
+            model = self.factory.new()
+        self._model, self._model_stamp, self._model_errors = model, stamp, errors
+        return self
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
+        self.backend.close()
+
+    @property
+    def model(self) -> RankingModel:
+        """The newest good model; checks the model folder for new versions (one stat)."""
+        stamp = self.models.stamp()
+        if stamp != self._model_stamp:
+            with self._reload_lock:
+                if stamp != self._model_stamp:
+                    current = self._model.version if self._model else -1
+                    model, errors = self.models.load_latest(self.factory, newer_than=current)
+                    if model is not None:
+                        self._model = model
+                    if model is not None or errors:
+                        self._model_errors = errors
+                    self._model_stamp = stamp
+        return self._model
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def search(self, query: Any, size: Any = None, user_id: Any = None) -> dict[str, Any]:
+        """Rank the backend's candidates for ``query``; log and return the page."""
+        query, size, user_id = self._check_search(query, size, user_id)
+        candidates = self.backend.search(query, max(self.config.backend.candidates, size))
+        X = self.spec.build(candidates)
+        model = self.model
+        rng = self._rng() if model.learner.stochastic else None
+        n = len(candidates)
+        n_shown = min(size, n)
+        if n:
+            result = model.rank(X, n_shown, rng)
+            ranking, scores = result.ranking, result.scores
+            log_prob, propensities = result.log_prob, result.propensities
+        else:
+            ranking, scores, log_prob, propensities = np.empty(0, np.intp), np.empty(0), None, None
+        shown = ranking[:n_shown]
+        sources = candidates.load_sources(shown.tolist())
+        impression = Impression(
+            id=uuid.uuid4().hex, created=time.time(), query=query, user_id=user_id,
+            learner=model.learner_name, model_version=model.version, doc_ids=candidates.ids,
+            feature_names=list(model.feature_names), features=X, ranking=ranking,
+            n_shown=n_shown, log_prob=log_prob, propensities=propensities)
+        self.events.log_impression(impression)
+        hits = [{"id": candidates.ids[i], "rank": rank, "score": _finite(scores[i]),
+                 "source": source}
+                for rank, (i, source) in enumerate(zip(shown.tolist(), sources), start=1)]
+        return {"impression_id": impression.id, "learner": model.learner_name,
+                "model_version": model.version, "total": candidates.total, "hits": hits}
+
+    def _check_search(self, query: Any, size: Any, user_id: Any) -> tuple[str, int, str | None]:
+        if not isinstance(query, str) or not query.strip():
+            raise BadRequestError("'query' must be a non-empty string")
+        if size is None:
+            size = self.config.server.default_size
+        max_size = self.config.server.max_size
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= max_size:
+            raise BadRequestError(f"'size' must be an integer from 1 to {max_size}, got {size!r}")
+        if user_id is not None and not isinstance(user_id, str):
+            raise BadRequestError(f"'user_id' must be a string, got {user_id!r}")
+        return query, size, user_id
+
+    def _rng(self) -> np.random.Generator:
+        with self._seed_lock:
+            child = self._seeds.spawn(1)[0]
+        return np.random.default_rng(child)
+
+    def click(self, impression_id: Any, doc_id: Any) -> ClickResult:
+        """Record a click on a shown result; durable when this returns."""
+        if not isinstance(impression_id, str) or not impression_id:
+            raise BadRequestError("'impression_id' must be a non-empty string")
+        if isinstance(doc_id, int) and not isinstance(doc_id, bool):
+            doc_id = str(doc_id)
+        if not isinstance(doc_id, str) or not doc_id:
+            raise BadRequestError("'doc_id' must be a non-empty string")
+        return self.events.record_click(impression_id, doc_id)
+
+    def health(self) -> dict[str, Any]:
+        model = self.model
+        backend = self.backend.health()
+        trainer = self.trainer.status() if self.trainer else None
+        ok = backend.get("status", "ok") == "ok" and not self._model_errors
+        return {"status": "ok" if ok else "degraded", "learner": model.learner_name,
+                "model_version": model.version, "model_errors": list(self._model_errors),
+                "backend": backend, "trainer": trainer}
+
+
+def _finite(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None

@@ -1,0 +1,168 @@
+"""Shared fixtures: a generated corpus indexed in a real embedded index, configs written to
+disk, a live HTTP server around the real Flask app, and helpers to run the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import requests
+import waitress
+import yaml
+
+from reranker.app import create_app
+from reranker.config import load_config
+from reranker.democorpus import generate_corpus
+from reranker.plugins import backend_class, get_plugin_manager
+from reranker.service import RerankerService
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    return generate_corpus(seed=7)
+
+
+def write_config(folder: Path, **sections) -> Path:
+    """A config file in ``folder`` for the generated corpus, with section overrides."""
+    data = {
+        "backend": {"type": "embedded", "path": "index", "fields": ["title", "body"]},
+        "features": {"numeric_fields": ["popularity"]},
+        "learner": {"name": "preference_perceptron", "params": {}},
+        "store": {"path": "events.sqlite", "models": "models"},
+        "trainer": {"feedback_window": 0.0, "interval": 0.1},
+    }
+    for name, values in sections.items():
+        data.setdefault(name, {}).update(values)
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def write_docs(folder: Path, documents) -> Path:
+    path = folder / "docs.jsonl"
+    with open(path, "w", encoding="utf-8") as handle:
+        for doc in documents:
+            handle.write(json.dumps(doc) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def built_index(tmp_path_factory, corpus):
+    """The generated corpus indexed once; tests copy the folder."""
+    folder = tmp_path_factory.mktemp("built")
+    config = load_config(write_config(folder))
+    backend = backend_class(get_plugin_manager(), "embedded")(config)
+    backend.index_documents(((str(i), d) for i, d in enumerate(corpus.documents)), recreate=True)
+    return folder / "index"
+
+
+@pytest.fixture
+def workdir(tmp_path, built_index):
+    """A folder with a config file and a copy of the indexed corpus."""
+    shutil.copytree(built_index, tmp_path / "index")
+    write_config(tmp_path)
+    return tmp_path
+
+
+class LiveServer:
+    """The real Flask app behind a real HTTP server on a free loopback port."""
+
+    def __init__(self, config_path: Path):
+        self.config = load_config(config_path)
+        self.service = RerankerService(self.config).open()
+        self.server = waitress.create_server(create_app(service=self.service), host="127.0.0.1",
+                                             port=0, threads=4)
+        self.url = f"http://127.0.0.1:{self.server.effective_port}"
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+
+    def post(self, path: str, body=None, **kwargs) -> requests.Response:
+        if body is not None:
+            kwargs["json"] = body
+        return requests.post(self.url + path, timeout=30, **kwargs)
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.url + path, timeout=30)
+
+    def stop(self) -> None:
+        self.server.close()
+        self.service.close()
+
+
+@pytest.fixture
+def live(workdir):
+    server = LiveServer(workdir / "config.yaml")
+    yield server
+    server.stop()
+
+
+def reranker_command() -> list[str]:
+    """The installed ``reranker`` console script (or ``python -m reranker``)."""
+    script = Path(sys.executable).parent / "reranker"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "reranker"]
+
+
+def run_cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    result = subprocess.run(reranker_command() + list(args), capture_output=True, text=True,
+                            timeout=timeout, env=cli_env())
+    if check and result.returncode != 0:
+        raise AssertionError(f"reranker {' '.join(args)} failed ({result.returncode}):\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result
+
+
+def cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RERANKER_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class ServeProcess:
+    """``reranker serve`` in a subprocess on a free port."""
+
+    def __init__(self, config_path: Path, *extra: str):
+        self.log_path = config_path.parent / "serve.log"
+        self.log = open(self.log_path, "a", encoding="utf-8")  # a pipe could fill and block
+        self.proc = subprocess.Popen(reranker_command() + ["serve", "-c", str(config_path),
+                                                           "--port", "0", *extra],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     env=cli_env())
+        line = self.proc.stdout.readline()
+        match = re.search(r"http://[\d.]+:(\d+)", line)
+        if not match:
+            self.proc.kill()
+            self.proc.wait()
+            self._close_pipes()
+            raise AssertionError(f"serve did not start: {line!r}\n{self.log_path.read_text()}")
+        self.url = f"http://127.0.0.1:{match.group(1)}"
+
+    def post(self, path: str, body: dict) -> requests.Response:
+        return requests.post(self.url + path, json=body, timeout=30)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self._close_pipes()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self.log.close()

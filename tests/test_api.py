@@ -1,0 +1,151 @@
+"""The HTTP contract, over real HTTP against the real app and a real embedded index."""
+
+import shutil
+
+import pytest
+
+from conftest import run_cli
+
+
+def search(live, query="espresso grinder", **extra):
+    response = live.post("/search", {"query": query, **extra})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def assert_error(response, status, *fragments):
+    assert response.status_code == status, response.text
+    assert response.headers["Content-Type"].startswith("application/json")
+    error = response.json()["error"]
+    assert error["status"] == status
+    for fragment in fragments:
+        assert fragment in error["message"], error["message"]
+
+
+def test_search_answers_the_contract(live):
+    page = search(live, size=5, user_id="u1")
+    assert set(page) >= {"impression_id", "learner", "model_version", "hits"}
+    assert page["learner"] == "preference_perceptron" and page["model_version"] == 0
+    assert [h["rank"] for h in page["hits"]] == [1, 2, 3, 4, 5]
+    for hit in page["hits"]:
+        assert hit["source"]["id"] == hit["id"]
+        assert isinstance(hit["score"], float)
+    assert len(search(live)["hits"]) == 10  # server.default_size
+
+
+def test_a_query_without_matches_gives_an_empty_page(live):
+    page = search(live, query="zzzz qqqq !!!")
+    assert page["hits"] == [] and page["impression_id"]
+
+
+def test_click_answers_202_and_counts_duplicates_once(live):
+    page = search(live)
+    doc = page["hits"][3]["id"]
+    body = {"impression_id": page["impression_id"], "doc_id": doc}
+    first = live.post("/click", body)
+    assert first.status_code == 202 and first.json()["duplicate"] is False
+    assert first.json()["position"] == 4
+    again = live.post("/click", body)
+    assert again.status_code == 202 and again.json()["duplicate"] is True
+    assert live.service.events.get_impression(page["impression_id"]).clicked == [doc]
+
+
+@pytest.mark.parametrize("kwargs, fragments", [
+    ({"data": "not json", "headers": {"Content-Type": "application/json"}}, ["must be JSON"]),
+    ({"data": "{}"}, ["must be JSON"]),  # no JSON content type
+    ({"json": ["espresso"]}, ["must be a JSON object"]),
+    ({"json": {}}, ["'query' must be a non-empty string"]),
+    ({"json": {"query": "   "}}, ["'query' must be a non-empty string"]),
+    ({"json": {"query": 3}}, ["'query' must be a non-empty string"]),
+    ({"json": {"query": "tea", "size": 0}}, ["'size' must be an integer from 1 to 100"]),
+    ({"json": {"query": "tea", "size": 101}}, ["'size'", "101"]),
+    ({"json": {"query": "tea", "size": "10"}}, ["'size'"]),
+    ({"json": {"query": "tea", "size": True}}, ["'size'"]),
+    ({"json": {"query": "tea", "user_id": 7}}, ["'user_id' must be a string"]),
+    ({"json": {"query": "tea", "sise": 3}}, ["unknown field 'sise'"]),
+])
+def test_malformed_searches_are_400(live, kwargs, fragments):
+    assert_error(live.post("/search", **kwargs), 400, *fragments)
+
+
+@pytest.mark.parametrize("body, fragments", [
+    ({}, ["'impression_id' must be a non-empty string"]),
+    ({"impression_id": "x"}, ["'doc_id' must be a non-empty string"]),
+    ({"impression_id": 5, "doc_id": "d"}, ["'impression_id'"]),
+    ({"impression_id": "x", "doc_id": "d", "rank": 1}, ["unknown field 'rank'"]),
+])
+def test_malformed_clicks_are_400(live, body, fragments):
+    assert_error(live.post("/click", body), 400, *fragments)
+
+
+def test_click_on_unknown_impression_is_404(live):
+    assert_error(live.post("/click", {"impression_id": "feedface", "doc_id": "d0001"}), 404,
+                 "unknown impression_id 'feedface'")
+
+
+def test_click_on_a_document_not_shown_is_422(live):
+    page = search(live, size=3)
+    shown = {h["id"] for h in page["hits"]}
+    other = next(h["id"] for h in search(live)["hits"] if h["id"] not in shown)
+    assert_error(live.post("/click", {"impression_id": page["impression_id"], "doc_id": other}),
+                 422, f"doc_id '{other}' was not shown")
+
+
+def test_click_after_the_impression_was_trained_is_409(live):
+    page = search(live)
+    live.service.trainer.run_once(close_all=True)
+    assert_error(live.post("/click", {"impression_id": page["impression_id"],
+                                      "doc_id": page["hits"][1]["id"]}),
+                 409, "no longer accepts clicks")
+
+
+def test_unavailable_backend_is_503_and_health_reports_it(live):
+    shutil.rmtree(live.config.backend.path)
+    assert_error(live.post("/search", {"query": "espresso"}), 503, "unavailable")
+    health = live.get("/healthz")
+    assert health.status_code == 200
+    assert health.json()["status"] == "degraded"
+    assert health.json()["backend"]["status"] == "unavailable"
+
+
+def test_healthz(live):
+    health = live.get("/healthz")
+    assert health.status_code == 200
+    body = health.json()
+    assert body["status"] == "ok" and body["model_version"] == 0
+    assert body["backend"]["documents"] > 0
+
+
+def test_unknown_routes_and_methods_answer_json(live):
+    assert_error(live.get("/nope"), 404)
+    assert_error(live.get("/search"), 405)
+
+
+def test_new_versions_from_another_process_are_served_without_restart(live, workdir):
+    page = search(live)
+    live.post("/click", {"impression_id": page["impression_id"],
+                         "doc_id": page["hits"][5]["id"]})
+    run_cli("train", "-c", str(workdir / "config.yaml"))
+    assert search(live)["model_version"] == 1
+
+
+def test_a_corrupt_new_version_is_refused_and_the_last_good_one_serves(live, workdir):
+    page = search(live)
+    live.post("/click", {"impression_id": page["impression_id"],
+                         "doc_id": page["hits"][5]["id"]})
+    live.service.trainer.run_once()
+    assert search(live)["model_version"] == 1
+    bad = live.service.models.path(2)
+    bad.write_text('{"format": "reranker-model", "trunc')
+    assert search(live)["model_version"] == 1
+    health = live.get("/healthz").json()
+    assert health["status"] == "degraded"
+    assert "model-000002.json" in health["model_errors"][0]
+    # the trainer builds on the last good version and never overwrites the bad file
+    page = search(live)
+    live.post("/click", {"impression_id": page["impression_id"],
+                         "doc_id": page["hits"][4]["id"]})
+    report = live.service.trainer.run_once()
+    assert report.version == 3
+    assert search(live)["model_version"] == 3
+    assert live.get("/healthz").json()["status"] == "ok"

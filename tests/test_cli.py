@@ -1,0 +1,111 @@
+"""The command line: help everywhere, and clear errors for bad input."""
+
+import pytest
+
+from conftest import ServeProcess, run_cli, write_config, write_docs
+from reranker.cli import cli
+
+
+@pytest.mark.parametrize("command", [[], *([name] for name in cli.commands)])
+def test_every_command_has_help(command):
+    out = run_cli(*command, "--help").stdout
+    assert "Usage:" in out
+    if command:
+        assert len(out.splitlines()) > 4
+
+
+def test_every_command_is_covered_by_the_help_test():
+    assert set(cli.commands) == {"index", "serve", "train", "learners", "demo"}
+
+
+def test_learners_lists_the_default_learner():
+    out = run_cli("learners").stdout
+    assert "preference_perceptron" in out and "Coactive Learning" in out
+
+
+def failing(*args):
+    result = run_cli(*args, check=False)
+    assert result.returncode != 0
+    return result.stderr
+
+
+def test_corrupt_config_is_named(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("backend: {fields: [title\n")
+    err = failing("serve", "-c", str(path))
+    assert "broken.yaml is not valid YAML" in err
+    assert "Traceback" not in err
+
+
+def test_unknown_key_and_wrong_type_are_named(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("trainer: {intervall: 3}\n")
+    assert "unknown key trainer.intervall" in failing("train", "-c", str(path))
+    path.write_text("server: {port: http}\n")
+    assert "server.port must be an integer, got 'http'" in failing("serve", "-c", str(path))
+
+
+def test_unknown_learner_lists_the_available_ones(tmp_path):
+    path = write_config(tmp_path, learner={"name": "gradient_magic"})
+    err = failing("train", "-c", str(path))
+    assert "unknown learner 'gradient_magic'" in err and "preference_perceptron" in err
+
+
+def test_bad_learner_parameter_is_named(tmp_path):
+    path = write_config(tmp_path, learner={"params": {"learning_rate": 0.1}})
+    err = failing("train", "-c", str(path))
+    assert "learner.params" in err and "'learning_rate'" in err
+
+
+def test_missing_backend_directory_is_named(tmp_path):
+    path = write_config(tmp_path, backend={"path": "no-such-index"})
+    err = failing("serve", "-c", str(path), "--port", "0")
+    assert "backend.path" in err and "no-such-index does not exist" in err
+    assert "reranker index" in err
+
+
+def test_missing_config_file_is_named(tmp_path):
+    assert "nothere.yaml does not exist" in failing("serve", "-c", str(tmp_path / "nothere.yaml"))
+
+
+def test_index_reports_bad_lines_by_number(tmp_path):
+    path = write_config(tmp_path)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": "a", "title": "tea"}\n\n{"id": "b", "title": \n')
+    err = failing("index", "-c", str(path), str(docs))
+    assert "docs.jsonl, line 3: not valid JSON" in err
+    docs.write_text('{"id": "a", "title": "tea"}\n{"title": "no id"}\n')
+    assert "docs.jsonl, line 2: field 'id' must be" in failing("index", "-c", str(path), str(docs))
+    assert "nodocs.jsonl does not exist" in failing("index", "-c", str(path),
+                                                    str(tmp_path / "nodocs.jsonl"))
+
+
+def test_index_refuses_a_config_that_changed_the_fields(tmp_path, corpus):
+    path = write_config(tmp_path)
+    docs = write_docs(tmp_path, corpus.documents[:20])
+    run_cli("index", "-c", str(path), str(docs))
+    path = write_config(tmp_path, backend={"fields": ["title"]})
+    assert "--recreate" in failing("index", "-c", str(path), str(docs))
+    assert "indexed 20 documents" in run_cli("index", "-c", str(path), str(docs),
+                                             "--recreate").stdout
+
+
+def test_serve_refuses_to_start_when_no_saved_model_loads(tmp_path, corpus):
+    path = write_config(tmp_path)
+    run_cli("index", "-c", str(path), str(write_docs(tmp_path, corpus.documents[:20])))
+    models = tmp_path / "models" / "preference_perceptron"
+    models.mkdir(parents=True)
+    (models / "model-000001.json").write_text("{ not json")
+    err = failing("serve", "-c", str(path), "--port", "0")
+    assert "model-000001.json is refused" in err
+
+
+def test_serve_prints_where_it_listens_and_stops_on_sigterm(tmp_path, corpus):
+    path = write_config(tmp_path)
+    run_cli("index", "-c", str(path), str(write_docs(tmp_path, corpus.documents[:20])))
+    server = ServeProcess(path)
+    try:
+        assert server.post("/search", {"query": "tea"}).status_code == 200
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0

@@ -1,0 +1,84 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reranker.config import SCHEMA, config_from_dict, defaults, load_config
+from reranker.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_default_yaml_is_the_schema_defaults():
+    data = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
+    assert data == defaults()
+
+
+def test_readme_documents_every_key():
+    readme = (ROOT / "README.md").read_text()
+    for section, keys in SCHEMA.items():
+        for key in keys:
+            assert f"`{section}.{key}`" in readme, f"README lacks {section}.{key}"
+
+
+def test_relative_paths_resolve_against_the_config_folder(tmp_path):
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "c.yaml"
+    path.write_text("backend: {path: idx}\nstore: {path: ../events.sqlite, models: /abs/models}\n")
+    config = load_config(path)
+    assert config.backend.path == str(tmp_path / "sub" / "idx")
+    assert config.store.path == str(tmp_path / "events.sqlite")
+    assert config.store.models == "/abs/models"
+
+
+def test_config_is_immutable(tmp_path):
+    config = config_from_dict({}, tmp_path)
+    with pytest.raises(AttributeError):
+        config.server.port = 1
+    assert config.backend.fields == ("title", "body")
+
+
+def test_environment_and_explicit_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("server: {port: 9000}\n")
+    config = load_config(path, environ={"RERANKER_SERVER_PORT": "9100",
+                                        "RERANKER_TRAINER_FEEDBACK_WINDOW": "2.5",
+                                        "RERANKER_TEST_ES_URL": "ignored"})
+    assert config.server.port == 9100
+    assert config.trainer.feedback_window == 2.5
+    assert load_config(path, {"server.port": 1234}, environ={}).server.port == 1234
+
+
+@pytest.mark.parametrize("text, message", [
+    ("backend: {feilds: [title]}\n", "unknown key backend.feilds"),
+    ("bakend: {}\n", "unknown section 'bakend'"),
+    ("backend: {candidates: many}\n", "backend.candidates must be an integer, got 'many'"),
+    ("backend: {candidates: 0}\n", "backend.candidates must be at least 1"),
+    ("backend: {fields: title}\n", "backend.fields must be a list of non-empty strings"),
+    ("backend: {fields: []}\n", "backend.fields must name at least one text field"),
+    ("trainer: {enabled: 'yes'}\n", "trainer.enabled must be true or false"),
+    ("features: {normalization: l2}\n", "features.normalization must be one of"),
+    ("learner: {params: [1, 2]}\n", "learner.params must be a mapping"),
+    ("server: {default_size: 50, max_size: 10}\n", "server.default_size (50) is larger"),
+    ("- just\n- a list\n", "must hold a mapping of sections"),
+    ("backend: [1]\n", "section 'backend' must be a mapping"),
+    ("backend: {fields: [title, body\n", "is not valid YAML"),
+])
+def test_invalid_configs_name_the_file_and_key(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert message in info.value.message
+    assert "bad.yaml" in info.value.message
+
+
+def test_missing_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="nope.yaml does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_bad_environment_value_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="environment variable RERANKER_SERVER_PORT: "
+                                          "server.port must be an integer"):
+        load_config(None, environ={"RERANKER_SERVER_PORT": "eighty"})

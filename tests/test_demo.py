@@ -1,0 +1,20 @@
+from io import StringIO
+
+from rich.console import Console
+
+from reranker.demo import run_demo
+
+
+def test_demo_shows_the_ranking_improving(tmp_path):
+    out = StringIO()
+    checkpoints = run_demo(tmp_path / "demo", searches=600, seed=7,
+                           console=Console(file=out, width=120))
+    text = out.getvalue()
+    assert "simulated" in text
+    assert (tmp_path / "demo" / "learning_curve.png").stat().st_size > 10_000
+    assert checkpoints[-1].clicks > 100 and checkpoints[-1].model_version > 1
+    first, last = checkpoints[0].online_ndcg, checkpoints[-1].online_ndcg
+    assert last > first + 0.15, (first, last)
+    baseline = float(text.split("Backend order (BM25) NDCG@10 over all queries: ")[1].split()[0])
+    final = float(text.split("NDCG@10 over all queries: ")[2].split()[0])
+    assert final > baseline + 0.15, (baseline, final)

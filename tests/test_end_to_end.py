@@ -1,0 +1,126 @@
+"""End to end through the real CLI and the real HTTP service in subprocesses."""
+
+import random
+import sqlite3
+import subprocess
+import threading
+import time
+
+import numpy as np
+import requests
+
+from conftest import ServeProcess, cli_env, reranker_command, run_cli, write_config, write_docs
+from reranker.config import load_config
+from reranker.events import EventStore
+from reranker.model import ModelFactory
+from reranker.model_store import ModelStore
+from reranker.plugins import get_plugin_manager
+
+
+def ranks(page):
+    return {hit["id"]: hit["rank"] for hit in page["hits"]}
+
+
+def test_clicked_result_moves_up(tmp_path, corpus):
+    config = write_config(tmp_path, trainer={"feedback_window": 3600.0})
+    docs = write_docs(tmp_path, corpus.documents)
+    out = run_cli("index", "-c", str(config), str(docs)).stdout
+    assert f"indexed {len(corpus.documents)} documents" in out
+
+    server = ServeProcess(config)
+    try:
+        for query, topic in corpus.queries:  # a query with a relevant result on rank 5 or lower
+            page = server.post("/search", {"query": query}).json()
+            relevant_low = [hit for hit in page["hits"]
+                            if hit["rank"] >= 5 and corpus.label(topic, hit["id"]) > 0]
+            if relevant_low:
+                break
+        target = relevant_low[-1]["id"]
+        before = ranks(page)[target]
+        for _ in range(8):
+            page = server.post("/search", {"query": query}).json()
+            answer = server.post("/click", {"impression_id": page["impression_id"],
+                                            "doc_id": target})
+            assert answer.status_code == 202
+        out = run_cli("train", "-c", str(config), "--close-all").stdout
+        assert "saved model version 1" in out and "8 clicks" in out
+        after_page = server.post("/search", {"query": query}).json()
+        assert after_page["model_version"] == 1
+        after = ranks(after_page).get(target, 99)
+        assert after < before, (before, after)
+    finally:
+        server.stop()
+
+
+def expected_weights(config, events):
+    """The Preference Perceptron's weights recomputed from the event log, independently of
+    the trainer: w = sum over impressions of phi(ybar) - phi(y) (Coactive Learning, Alg. 1),
+    with per-query min-max features and log2 discounts at depth 10."""
+    g = 1.0 / np.log2(np.arange(2, 12))
+    w = np.zeros(5)  # backend score, reciprocal rank, title, body, popularity
+    for imp in events.closed_since(0, 10**9):
+        X = imp.features
+        span = X.max(axis=0) - X.min(axis=0)
+        Xn = np.where(span > 0, (X - X.min(axis=0)) / np.where(span > 0, span, 1), 0.0)
+        y = list(imp.ranking)
+        clicked = [i for i in y if imp.doc_ids[i] in set(imp.clicked)]
+        ybar = clicked + [i for i in y if i not in clicked]
+        k = min(10, len(y))
+        w += g[:k] @ (Xn[ybar[:k]] - Xn[y[:k]])
+    return w
+
+
+def test_restarts_neither_lose_nor_repeat_clicks(tmp_path, corpus):
+    config_path = write_config(tmp_path, trainer={"feedback_window": 0.2, "interval": 0.05,
+                                                  "batch_size": 2})
+    run_cli("index", "-c", str(config_path), str(write_docs(tmp_path, corpus.documents)))
+    rng = random.Random(3)
+    accepted = set()
+    trainers = []
+    for round_ in range(4):
+        server = ServeProcess(config_path)
+        killer = threading.Timer(rng.uniform(0.8, 1.5), server.kill)
+        killer.start()
+        if round_ % 2 == 0:  # a concurrent `reranker train`, killed at a random moment
+            proc = subprocess.Popen(reranker_command() + ["train", "-c", str(config_path)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env=cli_env())
+            trainers.append(proc)
+            threading.Timer(rng.uniform(0.3, 1.2), proc.kill).start()
+        deadline = time.time() + 3
+        while time.time() < deadline:
+            try:
+                query, _ = rng.choice(corpus.queries)
+                page = server.post("/search", {"query": query}).json()
+                for hit in rng.sample(page["hits"], k=min(3, len(page["hits"]))):
+                    body = {"impression_id": page["impression_id"], "doc_id": hit["id"]}
+                    for _ in range(rng.choice([1, 1, 2])):  # some clicks are repeated
+                        answer = server.post("/click", body)
+                        if answer.status_code == 202:
+                            accepted.add((page["impression_id"], hit["id"]))
+            except requests.RequestException:
+                break  # the server was killed mid-request: that click's fate is unknown
+        killer.join()
+        if server.proc.poll() is None:
+            server.kill()
+    for proc in trainers:
+        proc.wait(timeout=60)
+    run_cli("train", "-c", str(config_path), "--close-all")
+
+    config = load_config(config_path)
+    with sqlite3.connect(config.store.path) as conn:
+        stored = set(conn.execute("SELECT impression_id, doc_id FROM clicks"))
+        n_impressions = conn.execute("SELECT COUNT(*) FROM impressions").fetchone()[0]
+    assert len(accepted) > 20
+    assert accepted <= stored, "a click answered with 202 was lost"
+    factory = ModelFactory.from_config(config, get_plugin_manager())
+    store = ModelStore(config.store.models, "preference_perceptron")
+    model, errors = store.load_latest(factory)
+    assert not errors
+    assert len(store.versions()) > 1
+    # exactly once: every stored click and impression is in the model, none twice
+    assert model.progress.clicks == len(stored)
+    assert model.progress.impressions == n_impressions
+    np.testing.assert_allclose(model.learner.w_,
+                               expected_weights(config, EventStore(config.store.path)),
+                               rtol=1e-9, atol=1e-9)

@@ -1,0 +1,72 @@
+import numpy as np
+import pytest
+
+from reranker.featuremap import FeatureMap
+from reranker.feedback import Feedback, feedback_from_clicks, improved_ranking, skip_above_pairs
+
+
+def test_phi_is_discounted_sum_of_top_k():
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0], [5.0, 5.0]])
+    fmap = FeatureMap(depth=2, discount="log2")
+    # phi = 1/log2(2) * x_2 + 1/log2(3) * x_0; x_1 and x_3 fall past the cut-off.
+    expected = np.array([2.0, 2.0]) + np.array([1.0, 0.0]) / np.log2(3)
+    np.testing.assert_allclose(fmap.phi(X, np.array([2, 0, 1, 3])), expected)
+
+
+@pytest.mark.parametrize("discount, g", [("log2", [1, 1 / np.log2(3), 0.5]),
+                                         ("reciprocal", [1, 1 / 2, 1 / 3]),
+                                         ("none", [1, 1, 1])])
+def test_discounts(discount, g):
+    np.testing.assert_allclose(FeatureMap(3, discount).discounts(10), g)
+    assert len(FeatureMap(3, discount).discounts(2)) == 2
+
+
+def test_phi_difference_matches_phi():
+    rng = np.random.default_rng(0)
+    X = rng.random((7, 3))
+    fmap = FeatureMap(depth=4)
+    a, b = rng.permutation(7), rng.permutation(7)
+    np.testing.assert_allclose(fmap.phi_difference(X, a, b), fmap.phi(X, a) - fmap.phi(X, b))
+
+
+def test_argmax_of_utility_is_sort_by_score():
+    rng = np.random.default_rng(1)
+    X, w = rng.random((6, 3)), rng.normal(size=3)
+    fmap = FeatureMap(depth=6)
+    best = np.argsort(-(X @ w))
+    for _ in range(200):
+        assert fmap.utility(w, X, rng.permutation(6)) <= fmap.utility(w, X, best) + 1e-12
+
+
+def test_bad_feature_map_parameters():
+    with pytest.raises(ValueError, match="depth"):
+        FeatureMap(depth=0)
+    with pytest.raises(ValueError, match="discount"):
+        FeatureMap(depth=3, discount="cubic")
+
+
+def test_improved_ranking_prepends_clicks_in_shown_order():
+    # Coactive Learning, section 3.2: clicked results (in shown order) go on top.
+    y = np.array([4, 2, 0, 3, 1])
+    np.testing.assert_array_equal(improved_ranking(y, np.array([1, 0])), [0, 1, 4, 2, 3])
+
+
+def test_feedback_orders_clicks_by_position_and_detects_no_information():
+    y = np.array([4, 2, 0, 3, 1])
+    fb = feedback_from_clicks(y, 3, np.array([0, 2]))
+    np.testing.assert_array_equal(fb.clicked, [2, 0])
+    np.testing.assert_array_equal(fb.improved, [2, 0, 4, 3, 1])
+    assert fb.informative
+    assert not feedback_from_clicks(y, 3, np.array([4, 2])).informative  # top two clicked
+    assert not feedback_from_clicks(y, 3, np.array([], dtype=int)).informative
+
+
+def test_feedback_with_an_explicit_improved_ranking():
+    fb = Feedback(ranking=np.array([0, 1, 2]), n_shown=3, improved=np.array([2, 0, 1]))
+    assert fb.informative and fb.clicked.size == 0
+
+
+def test_skip_above_pairs():
+    y = np.array([4, 2, 0, 3, 1])
+    fb = feedback_from_clicks(y, 5, np.array([0, 1]))
+    assert sorted(skip_above_pairs(fb)) == [(0, 2), (0, 4), (1, 2), (1, 3), (1, 4)]

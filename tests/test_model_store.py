@@ -1,0 +1,97 @@
+import json
+
+import numpy as np
+import pytest
+
+from reranker.errors import ModelLoadError
+from reranker.featuremap import FeatureMap
+from reranker.model import ModelFactory
+from reranker.model_store import ModelStore, VersionExistsError
+from reranker_plugins.preference_perceptron import PreferencePerceptron
+
+
+def factory(names=("a", "b", "c"), normalization="per_query_minmax", depth=10):
+    return ModelFactory(PreferencePerceptron, {}, FeatureMap(depth), list(names), normalization)
+
+
+def trained_model(version=1):
+    model = factory().new()
+    model.learner.w_ = np.array([0.1, -2.5, 1e-17])
+    model.version = version
+    model.progress.cursor = 7
+    return model
+
+
+def test_save_and_load_round_trip(tmp_path):
+    store = ModelStore(tmp_path, "preference_perceptron")
+    store.save(trained_model(1))
+    loaded = store.load(1, factory())
+    np.testing.assert_array_equal(loaded.learner.w_, [0.1, -2.5, 1e-17])
+    assert loaded.progress.cursor == 7 and loaded.version == 1
+    X = np.random.default_rng(0).random((8, 3))
+    np.testing.assert_array_equal(loaded.rank(X, 8).ranking, trained_model().rank(X, 8).ranking)
+
+
+def test_a_version_is_never_overwritten(tmp_path):
+    store = ModelStore(tmp_path, "preference_perceptron")
+    store.save(trained_model(1))
+    with pytest.raises(VersionExistsError):
+        store.save(trained_model(1))
+    assert [p.name for p in store.dir.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_old_versions_are_pruned(tmp_path):
+    store = ModelStore(tmp_path, "preference_perceptron", keep=3)
+    for v in range(1, 7):
+        store.save(trained_model(v))
+    assert store.versions() == [4, 5, 6]
+
+
+def corrupt(path, how):
+    if how == "truncated":
+        path.write_text(path.read_text()[:100])
+    elif how == "edited":
+        data = json.loads(path.read_text())
+        data["state"]["w_"][0] = 99.0
+        path.write_text(json.dumps(data))
+    elif how == "garbage":
+        path.write_bytes(b"\x00\xff not json")
+
+
+@pytest.mark.parametrize("how, message", [("truncated", "not readable JSON"),
+                                          ("edited", "checksum mismatch"),
+                                          ("garbage", "not readable JSON")])
+def test_corrupt_versions_are_refused_and_the_last_good_one_loads(tmp_path, how, message):
+    store = ModelStore(tmp_path, "preference_perceptron")
+    store.save(trained_model(1))
+    store.save(trained_model(2))
+    corrupt(store.path(2), how)
+    with pytest.raises(ModelLoadError, match=message) as info:
+        store.load(2, factory())
+    assert "model-000002.json" in info.value.message
+    model, errors = store.load_latest(factory())
+    assert model.version == 1
+    assert len(errors) == 1 and message in errors[0]
+
+
+@pytest.mark.parametrize("other, message", [
+    (factory(names=("a", "b", "d")), "trained on features ['a', 'b', 'c']"),
+    (factory(normalization="zscore"), "normalisation 'per_query_minmax'"),
+    (factory(depth=5), "feature map"),
+])
+def test_models_that_do_not_fit_the_config_are_refused(tmp_path, other, message):
+    store = ModelStore(tmp_path, "preference_perceptron")
+    store.save(trained_model(1))
+    with pytest.raises(ModelLoadError) as info:
+        store.load(1, other)
+    assert message in info.value.message
+
+
+def test_state_with_wrong_shape_is_refused(tmp_path):
+    model = trained_model(1)
+    data = model.to_dict()
+    data["state"]["w_"] = [1.0, 2.0]
+    from reranker.model import checksum
+    data["checksum"] = checksum(data)
+    with pytest.raises(ModelLoadError, match="shape"):
+        factory().from_dict(data, "m.json")

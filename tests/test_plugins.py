@@ -1,0 +1,93 @@
+import inspect
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reranker import hookimpl, hookspecs
+from reranker.errors import ConfigError
+from reranker.learner import Learner, Param, RankResult
+from reranker.plugins import backend_classes, get_plugin_manager, learner_class, learner_classes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Reverse(Learner):
+    name = "reverse_test"
+    description = "Ranks the backend's order backwards (a test plugin)."
+    params = (Param("strength", float, 1.0, "unused", minimum=0.0),)
+
+    def _initialize(self, n_features):
+        self.calls_ = 0
+
+    def _rank(self, X, n_shown, rng):
+        scores = np.arange(X.shape[0], dtype=float)
+        return RankResult(ranking=np.argsort(-scores), scores=scores)
+
+    def _update(self, X, feedback):
+        return False
+
+
+def plugin(*classes):
+    module = types.SimpleNamespace()
+
+    @hookimpl
+    def reranker_register_learners():
+        return list(classes)
+
+    module.reranker_register_learners = reranker_register_learners
+    return module
+
+
+def test_builtins_register_through_the_hooks():
+    pm = get_plugin_manager(load_entrypoints=False)
+    assert "preference_perceptron" in learner_classes(pm)
+    assert "embedded" in backend_classes(pm)
+
+
+def test_a_third_party_learner_is_selectable_by_name():
+    pm = get_plugin_manager(load_entrypoints=False)
+    pm.register(plugin(Reverse))
+    assert learner_class(pm, "reverse_test") is Reverse
+
+
+def test_duplicate_names_fail_at_start_up():
+    pm = get_plugin_manager(load_entrypoints=False)
+    clone = type("Clone", (Reverse,), {"name": "preference_perceptron"})
+    pm.register(plugin(clone))
+    with pytest.raises(ConfigError, match="two plugins register a learner named "
+                                          "'preference_perceptron'"):
+        learner_classes(pm)
+
+
+def test_bad_parameters_are_named():
+    with pytest.raises(ValueError, match="has no parameter 'strenght'"):
+        Reverse(strenght=2)
+    with pytest.raises(ValueError, match="'strength' must be at least 0"):
+        Reverse(strength=-1.0).validate_params()
+    with pytest.raises(ValueError, match="'strength' must be a number"):
+        Reverse(strength="high").validate_params()
+
+
+def test_every_hook_is_documented_with_its_signature():
+    readme = (ROOT / "README.md").read_text()
+    for name, func in inspect.getmembers(hookspecs, inspect.isfunction):
+        if name.startswith("reranker_"):
+            assert f"{name}{inspect.signature(func)}" in readme, name
+
+
+def test_the_readme_plugin_example_works():
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("## Writing a learner plugin")[1].split("```python")[1].split("```")[0]
+    namespace = {}
+    exec(compile(code, "README example", "exec"), namespace)
+    pm = get_plugin_manager(load_entrypoints=False)
+    pm.register(types.SimpleNamespace(
+        reranker_register_learners=namespace["reranker_register_learners"]))
+    cls = learner_class(pm, "scaled_perceptron")
+    learner = cls(step=0.5)
+    X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    from reranker.feedback import feedback_from_clicks
+    assert learner.update(X, feedback_from_clicks(learner.rank(X).ranking, 2, np.array([1])))
+    np.testing.assert_array_equal(learner.rank(X).ranking, [1, 0])
