@@ -49,8 +49,7 @@ def cli() -> None:
 def index(config_path: str | None, documents: str, recreate: bool) -> None:
     """Load DOCUMENTS (JSON Lines, one object per line with an id and text fields) into the
     configured search backend. Documents with an id already in the index replace it."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
+    from .console import progress_bar
     from .documents import read_jsonl
     from .plugins import backend_class, get_plugin_manager
 
@@ -58,11 +57,8 @@ def index(config_path: str | None, documents: str, recreate: bool) -> None:
     backend = backend_class(get_plugin_manager(), config.backend.type)(config)
     docs = ((f"{documents}, line {n}", doc)
             for n, doc in read_jsonl(documents, config.backend.id_field))
-    with Progress(TextColumn("indexing"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("documents"), transient=True) as progress:
-        task = progress.add_task("index", total=None)
-        report = backend.index_documents(docs, recreate=recreate,
-                                         progress=lambda k: progress.advance(task, k))
+    with progress_bar("indexing documents") as advance:
+        report = backend.index_documents(docs, recreate=recreate, progress=advance)
     for where, why in report.failed[:20]:
         click.echo(f"failed: {where}: {why}", err=True)
     if len(report.failed) > 20:

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .click_models import cascade_model
 from .config import load_config
+from .console import progress_bar
 from .democorpus import generate_corpus
 from .metrics import ndcg
 
@@ -162,9 +162,7 @@ def _simulate_users(client: HttpClient, corpus, searches: int, seed: int,
     window: list[float] = []
     clicks = 0
     version = 0
-    with Progress(TextColumn("simulated users searching"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
-        task = progress.add_task("search", total=searches)
+    with progress_bar("simulated users searching", searches, console) as advance:
         for t in range(1, searches + 1):
             query, topic = corpus.queries[rng.integers(len(corpus.queries))]
             status, page = client.post("/search", {"query": query, "size": PAGE_SIZE})
@@ -183,7 +181,7 @@ def _simulate_users(client: HttpClient, corpus, searches: int, seed: int,
             if t % every == 0 or t == searches:
                 checkpoints.append(Checkpoint(t, clicks, version, float(np.mean(window))))
                 window = []
-            progress.advance(task)
+            advance()
     return checkpoints
 
 

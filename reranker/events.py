@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS impressions (
     n_shown INTEGER NOT NULL,
     log_prob REAL,
     propensities BLOB,             -- float64 per candidate, when logged
+    teams TEXT,                    -- JSON list: which learner contributed each shown hit
     closed_seq INTEGER UNIQUE
 );
 CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) WHERE closed_seq IS NULL;
@@ -78,6 +79,7 @@ class Impression:
     n_shown: int
     log_prob: float | None = None
     propensities: np.ndarray | None = None
+    teams: list[str] | None = None  # per shown position, when an experiment mixes learners
     closed_seq: int | None = None
     clicked: list[str] | None = None  # doc ids, filled when read for training
 
@@ -171,14 +173,15 @@ class EventStore:
         with self._write(conn, durable=False):
             conn.execute(
                 "INSERT INTO impressions (id, created, query, user_id, learner, model_version, "
-                "doc_ids, feature_names, features, ranking, n_shown, log_prob, propensities) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "doc_ids, feature_names, features, ranking, n_shown, log_prob, propensities, "
+                "teams) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
                  json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
                  np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown,
                  imp.log_prob,
                  None if imp.propensities is None
-                 else np.asarray(imp.propensities, dtype=np.float64).tobytes()))
+                 else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
+                 None if imp.teams is None else json.dumps(imp.teams)))
 
     def record_click(self, impression_id: str, doc_id: str, now: float | None = None) -> ClickResult:
         """Store a click durably. Unknown impression: :class:`NotFoundError`; a document
@@ -276,7 +279,7 @@ class EventStore:
 
 
 _COLUMNS = ("id, created, query, user_id, learner, model_version, doc_ids, feature_names, "
-            "features, ranking, n_shown, log_prob, propensities, closed_seq")
+            "features, ranking, n_shown, log_prob, propensities, teams, closed_seq")
 
 
 def _impression(row: tuple) -> Impression:
@@ -288,4 +291,4 @@ def _impression(row: tuple) -> Impression:
         features=features, ranking=np.frombuffer(row[9], dtype=np.int32).astype(np.intp),
         n_shown=row[10], log_prob=row[11],
         propensities=None if row[12] is None else np.frombuffer(row[12], dtype=np.float64),
-        closed_seq=row[13])
+        teams=None if row[13] is None else json.loads(row[13]), closed_seq=row[14])

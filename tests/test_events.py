@@ -17,8 +17,12 @@ def impression(imp_id: str, created: float, n: int = 5, shown: int = 3) -> Impre
 
 def test_impression_round_trip(tmp_path):
     store = EventStore(tmp_path / "e.sqlite")
-    store.log_impression(impression("i1", 1.0))
+    imp = impression("i1", 1.0)
+    imp.log_prob, imp.propensities, imp.teams = -1.5, np.linspace(0, 1, 5), ["a", "b", "a"]
+    store.log_impression(imp)
     got = store.get_impression("i1")
+    assert got.log_prob == -1.5 and got.teams == ["a", "b", "a"]
+    np.testing.assert_array_equal(got.propensities, np.linspace(0, 1, 5))
     np.testing.assert_array_equal(got.features, np.arange(10.0).reshape(5, 2))
     np.testing.assert_array_equal(got.ranking, [4, 3, 2, 1, 0])
     assert got.shown_ids() == ["d4", "d3", "d2"]
