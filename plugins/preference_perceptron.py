@@ -30,10 +30,7 @@ class PreferencePerceptron(Learner):
         if not feedback.informative:
             return False
         # Coactive Learning, Algorithm 1: w_{t+1} = w_t + phi(x_t, ybar_t) - phi(x_t, y_t).
-        delta = self.feature_map.phi_difference(X, feedback.improved, feedback.ranking)
-        if not np.any(delta):
-            return False
-        self.w_ = self.w_ + delta
+        self.w_ += self.feature_map.phi_difference(X, feedback.improved, feedback.ranking)
         self.n_updates_ += 1
         return True
 

@@ -38,20 +38,30 @@ class CascadeClickModel:
     stop_probs: tuple[float, ...]
     stop_every_position: bool = False
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_click", np.asarray(self.click_probs))
+        object.__setattr__(self, "_stop", np.asarray(self.stop_probs))
+
     def clicks(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Clicked mask for a shown list with graded ``labels`` (top first)."""
         labels = np.asarray(labels, dtype=np.intp)
         if labels.size and (labels.min() < 0 or labels.max() >= len(self.click_probs)):
             raise ValueError(f"click model {self.name!r} handles labels 0.."
                              f"{len(self.click_probs) - 1}, got {labels.min()}..{labels.max()}")
-        click_p = np.asarray(self.click_probs)[labels]
-        stop_p = np.asarray(self.stop_probs)[labels]
-        clicked = rng.random(labels.size) < click_p
-        stops = rng.random(labels.size) < stop_p
+        uniforms = rng.random((2, labels.size))
+        return self.clicks_from_uniforms(labels, uniforms[0], uniforms[1])
+
+    def clicks_from_uniforms(self, labels: np.ndarray, u_click: np.ndarray,
+                             u_stop: np.ndarray) -> np.ndarray:
+        """:meth:`clicks` with the random numbers given (one pair per position), so that a
+        simulator can draw them in blocks."""
+        clicked = u_click < self._click[labels]
+        stops = u_stop < self._stop[labels]
         if not self.stop_every_position:
             stops &= clicked
-        if stops.any():
-            clicked[np.argmax(stops) + 1:] = False
+        first = stops.argmax()
+        if stops[first]:
+            clicked[first + 1:] = False
         return clicked
 
 
@@ -78,5 +88,9 @@ class PositionBasedClickModel:
 
     def clicks(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         labels = np.asarray(labels, dtype=np.intp)
+        return self.clicks_from_uniforms(labels, rng.random(labels.size), None)
+
+    def clicks_from_uniforms(self, labels: np.ndarray, u_click: np.ndarray,
+                             u_stop: np.ndarray | None) -> np.ndarray:
         examine = (1.0 / np.arange(1, labels.size + 1)) ** self.eta
-        return rng.random(labels.size) < examine * np.asarray(self.attractiveness)[labels]
+        return u_click < examine * np.asarray(self.attractiveness)[labels]

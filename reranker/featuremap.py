@@ -42,7 +42,8 @@ class FeatureMap:
     def __post_init__(self) -> None:
         if not isinstance(self.depth, (int, np.integer)) or self.depth < 1:
             raise ValueError(f"feature map depth must be a positive integer, got {self.depth!r}")
-        _discounts(int(self.depth), self.discount)  # validates the discount name
+        # validates the discount name; kept for the hot path of phi_difference
+        object.__setattr__(self, "_g", _discounts(int(self.depth), self.discount))
 
     def discounts(self, n: int) -> np.ndarray:
         """Discounts of the first ``min(n, depth)`` positions, shape ``(min(n, depth),)``."""
@@ -59,9 +60,13 @@ class FeatureMap:
 
     def phi_difference(self, X: np.ndarray, better: np.ndarray, worse: np.ndarray) -> np.ndarray:
         """``phi(X, better) - phi(X, worse)``: the coactive update direction ``D_t``."""
-        g = self.discounts(min(len(better), len(worse)))
-        k = len(g)
-        return g @ (X[better[:k]] - X[worse[:k]])
+        k = min(self.depth, len(better), len(worse))
+        # One weighted sum over candidates: +g_i for the i-th of `better`, -g_i for `worse`.
+        weights = np.zeros(X.shape[0])
+        g = self._g[:k]
+        weights[better[:k]] += g
+        weights[worse[:k]] -= g
+        return weights @ X
 
     def utility(self, w: np.ndarray, X: np.ndarray, ranking: np.ndarray) -> float:
         """``U = w . phi(q, y)``."""

@@ -6,7 +6,7 @@ through the functions here, so every learner is trained by the same code either 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,7 +27,12 @@ def improved_ranking(ranking: np.ndarray, clicked: np.ndarray) -> np.ndarray:
     return np.concatenate([ranking[mask], ranking[~mask]])
 
 
-@dataclass(frozen=True, eq=False)
+_NO_CLICKS = np.empty(0, dtype=np.intp)
+_NO_CLICKS.setflags(write=False)
+_ALL_TRUE = np.ones(1024, dtype=bool)  # copied, never written: a fast np.ones for masks
+
+
+@dataclass(eq=False, slots=True)
 class Feedback:
     """What one impression taught us.
 
@@ -35,30 +40,28 @@ class Feedback:
     candidates); the user saw its first ``n_shown``. ``clicked`` holds the clicked candidate
     indices in the order they were shown. ``improved`` is the coactive ``ybar``: built from
     the clicks for live traffic, or given directly by a simulated alpha-informative user.
-    ``log_prob`` and ``propensities`` are what a stochastic policy logged when it ranked.
+    ``informative`` is False when ``ybar == y`` (no click, or only the top results clicked):
+    there is nothing to learn. ``log_prob`` and ``propensities`` are what a stochastic policy
+    logged when it ranked. Arrays are integer arrays of candidate indices; treat them as
+    read-only.
     """
 
     ranking: np.ndarray
     n_shown: int
-    clicked: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.intp))
+    clicked: np.ndarray | None = None
     improved: np.ndarray | None = None
     log_prob: float | None = None
     propensities: np.ndarray | None = None
+    informative: bool | None = None
+    positions: np.ndarray | None = None  # 0-based positions of ``clicked`` in ``ranking``
 
     def __post_init__(self) -> None:
-        ranking = np.asarray(self.ranking, dtype=np.intp)
-        clicked = np.asarray(self.clicked, dtype=np.intp)
-        object.__setattr__(self, "ranking", ranking)
-        object.__setattr__(self, "clicked", clicked)
+        if self.clicked is None:
+            self.clicked = _NO_CLICKS
         if self.improved is None:
-            object.__setattr__(self, "improved", improved_ranking(ranking, clicked))
-        else:
-            object.__setattr__(self, "improved", np.asarray(self.improved, dtype=np.intp))
-
-    @property
-    def informative(self) -> bool:
-        """False when ``ybar == y``: no click, or only the top results clicked."""
-        return not np.array_equal(self.improved, self.ranking)
+            self.improved = improved_ranking(self.ranking, self.clicked)
+        if self.informative is None:
+            self.informative = not np.array_equal(self.improved, self.ranking)
 
 
 def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray, *,
@@ -67,12 +70,34 @@ def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray,
     """Feedback of an impression from its clicked candidate indices (any order, no repeats)."""
     ranking = np.asarray(ranking, dtype=np.intp)
     clicked = np.asarray(clicked, dtype=np.intp)
+    positions = np.empty(0, dtype=np.intp)
     if len(clicked):
         position = np.empty(len(ranking), dtype=np.intp)
         position[ranking] = np.arange(len(ranking))
-        clicked = clicked[np.argsort(position[clicked], kind="stable")]
+        positions = np.sort(position[clicked])
+        clicked = ranking[positions]
     return Feedback(ranking=ranking, n_shown=int(n_shown), clicked=clicked,
-                    log_prob=log_prob, propensities=propensities)
+                    improved=improved_ranking(ranking, clicked), log_prob=log_prob,
+                    propensities=propensities, positions=positions)
+
+
+def feedback_from_positions(ranking: np.ndarray, n_shown: int, positions: np.ndarray, *,
+                            log_prob: float | None = None) -> Feedback:
+    """Feedback from the clicked *positions* of the shown list (0-based, ascending): the
+    form simulated users produce. Same result as :func:`feedback_from_clicks`."""
+    n_clicks = len(positions)
+    if n_clicks == 0:
+        return Feedback(ranking, n_shown, _NO_CLICKS, ranking, log_prob, None, False,
+                        positions)
+    clicked = ranking[positions]
+    # Clicks on exactly the top n_clicks positions leave the ranking as it was.
+    if positions[-1] == n_clicks - 1:
+        return Feedback(ranking, n_shown, clicked, ranking, log_prob, None, False, positions)
+    n = len(ranking)
+    mask = _ALL_TRUE[:n].copy() if n <= len(_ALL_TRUE) else np.ones(n, dtype=bool)
+    mask[positions] = False
+    return Feedback(ranking, n_shown, clicked, np.concatenate([clicked, ranking[mask]]),
+                    log_prob, None, True, positions)
 
 
 def skip_above_pairs(feedback: Feedback) -> list[tuple[int, int]]:

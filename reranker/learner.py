@@ -75,7 +75,7 @@ class Param:
         return f"{self.name}: {self.type.__name__} = {self.default!r}{extra}. {self.doc}"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class RankResult:
     """A ranking of all candidates and what produced it.
 
@@ -138,11 +138,15 @@ class Learner(ABC):
     def initialized(self) -> bool:
         return hasattr(self, "n_features_in_")
 
-    def initialize(self, n_features: int) -> None:
-        """Create the initial model for ``n_features`` features (``w_1`` of the papers)."""
+    def initialize(self, n_features: int, feature_names: list[str] | None = None) -> None:
+        """Create the initial model for ``n_features`` features (``w_1`` of the papers).
+        ``feature_names`` (when known) are kept in ``feature_names_in_``."""
         if not self._validated:
             self.validate_params()
+        if feature_names is not None and len(feature_names) != n_features:
+            raise ValueError(f"{len(feature_names)} feature names for {n_features} features")
         self.n_features_in_ = int(n_features)
+        self.feature_names_in_ = list(feature_names) if feature_names is not None else None
         self._initialize(self.n_features_in_)
 
     def get_state(self) -> dict[str, Any]:
@@ -163,7 +167,7 @@ class Learner(ABC):
         if "n_features_in_" not in state:
             raise ValueError(f"state of learner {self.name!r} lacks 'n_features_in_'")
         template = type(self)(feature_map=self.feature_map, **self.get_params())
-        template.initialize(int(state["n_features_in_"]))
+        template.initialize(int(state["n_features_in_"]), state.get("feature_names_in_"))
         expected = template.get_state()
         missing = sorted(set(expected) - set(state))
         extra = sorted(set(state) - set(expected))
@@ -181,6 +185,8 @@ class Learner(ABC):
                 if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
                     raise ValueError(f"state {key!r} of learner {self.name!r} is not finite")
                 restored[key] = arr
+            elif isinstance(ref, list):
+                restored[key] = list(value)
             else:
                 restored[key] = type(ref)(value) if ref is not None else value
         for key, value in restored.items():
@@ -255,4 +261,4 @@ class Learner(ABC):
 def argmax_ranking(scores: np.ndarray) -> np.ndarray:
     """``argmax_y w . phi(q, y)``: candidates sorted by score, best first (ALGORITHMS.md
     section 0). Ties keep the backend's order, so an all-zero model ranks like the backend."""
-    return np.argsort(-scores, kind="stable")
+    return (-scores).argsort(kind="stable")

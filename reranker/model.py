@@ -131,7 +131,7 @@ class ModelFactory:
     def new(self) -> RankingModel:
         """Version 0: the learner's initial model (``w_1`` of the papers)."""
         learner = self.new_learner()
-        learner.initialize(len(self.feature_names))
+        learner.initialize(len(self.feature_names), list(self.feature_names))
         return RankingModel(learner=learner, normalizer=make_normalizer(self.normalization),
                             feature_names=self.feature_names)
 

@@ -13,6 +13,8 @@ from .errors import ConfigError
 DEFAULT_PLUGINS = (
     "reranker.backends.embedded",
     "reranker_plugins.preference_perceptron",
+    "reranker_plugins.random_ranking",
+    "reranker_plugins.backend_order",
 )
 
 ENTRY_POINT_GROUP = "reranker"

@@ -1,0 +1,504 @@
+"""Offline simulation: replay labelled learning-to-rank data through any registered learner
+with simulated users, and measure how it learns (ALGORITHMS.md section 7).
+
+The learners are built by the same :class:`reranker.model.ModelFactory` as the service's,
+rank with the same joint feature map, and learn from :class:`reranker.feedback.Feedback`
+built by the same clicks-to-feedback code. Features follow the conventions of the online
+learning-to-rank literature: features constant over the training data are dropped and every
+feature is min-max normalised within each query (:class:`reranker.features.PerQueryMinMax`).
+The dataset is validated once, up front; the hot loop then calls each learner's own ranking
+and update rules (``_rank``, ``_update``) without re-checking every request.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import multiprocessing
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .featuremap import FeatureMap
+from .features import PerQueryMinMax
+from .letor import RankingData, load_letor, load_many
+from .metrics import dcg
+from .model import ModelFactory
+from .plugins import get_plugin_manager, learner_class
+from .users import USER_DEPTH, make_user, user_utility
+
+PAGE = 10  # ranking length shown and scored (all documents when a query has fewer)
+
+#: Metric columns of results.csv, in order, with their meaning (also the plots' titles).
+METRICS: dict[str, str] = {
+    "utility_regret": "utility regret w*.(phi(y*) - phi(y_t)), depth 5, average over 1..t",
+    "dcg_star_regret": "DCG@5(y*) - DCG@5(y_t) from labels, average over 1..t",
+    "online_ndcg@10": "NDCG@10 of the shown lists since the previous checkpoint",
+    "offline_ndcg@10": "NDCG@10 of the model at t on the test queries",
+    "kl_cost": "average KL cost -log P(first = clicked) of the learner's scores (Delage)",
+    "relative_click_distance": "average rank of a click / list length",
+    "clicked_first_rate": "share of clicked impressions whose first result was clicked",
+    "single_click_ndcg": "average log(2) / log(1 + rank of a click)",
+}
+#: Metrics plotted against a logarithmic time axis, as in the papers.
+LOG_TIME = {"utility_regret", "dcg_star_regret", "kl_cost", "relative_click_distance",
+            "clicked_first_rate", "single_click_ndcg", "online_ndcg@10", "offline_ndcg@10"}
+
+
+@dataclass
+class QuerySet:
+    """Queries stacked row-wise: query ``i`` is rows ``offsets[i]:offsets[i+1]``."""
+
+    X: np.ndarray  # (rows, m), normalised per query
+    labels: np.ndarray  # (rows,) graded relevance
+    utility: np.ndarray  # (rows,) w* . x
+    offsets: np.ndarray  # (queries + 1,)
+    ideal_utility: np.ndarray  # (queries,) U(y*) at depth 5
+    ideal_dcg5: np.ndarray  # (queries,) DCG@5 of the label-ideal ranking, DCG* regret's gain
+    ideal_dcg10: np.ndarray  # (queries,) DCG@10 of the label-ideal ranking, gain 2^r - 1
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+@dataclass
+class SimulationData:
+    train: QuerySet
+    test: QuerySet
+    feature_names: list[str]
+    w_star: np.ndarray
+    grades: int
+    sources: dict[str, list[str]]
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """A learner to simulate: registered name, parameters, and the label in reports."""
+
+    name: str
+    params: dict = field(default_factory=dict)
+    label: str = ""
+
+    @property
+    def key(self) -> str:
+        if self.label:
+            return self.label
+        if not self.params:
+            return self.name
+        return f"{self.name}(" + ", ".join(f"{k}={v}" for k, v in sorted(self.params.items())) + ")"
+
+
+@dataclass(frozen=True)
+class Settings:
+    impressions: int = 10_000
+    runs: int = 5
+    seed: int = 0
+    click_model: str = "informational"
+    depth: int = 10
+    discount: str = "log2"
+    gain: str = "linear"  # of DCG* regret; NDCG always uses 2^r - 1
+    checkpoints: int = 40
+
+
+def prepare(train_paths: list[str], test_path: str, gain: str = "linear") -> SimulationData:
+    """Load, drop features constant over the training data, normalise per query, fit w*."""
+    train_raw = load_many(train_paths)
+    test_raw = load_letor(test_path)
+    ids = sorted(set(train_raw.feature_ids) | set(test_raw.feature_ids))
+    train_raw, test_raw = train_raw.with_features(ids), test_raw.with_features(ids)
+    varying = [f for j, f in enumerate(ids) if np.ptp(train_raw.X[:, j]) > 0]
+    train_raw, test_raw = train_raw.with_features(varying), test_raw.with_features(varying)
+    norm = PerQueryMinMax()
+    for raw in (train_raw, test_raw):
+        for i in range(raw.n_queries):
+            lo, hi = raw.offsets[i], raw.offsets[i + 1]
+            raw.X[lo:hi] = norm.transform(raw.X[lo:hi])
+    # w*: least-squares fit of the labels on the features over the whole dataset (Coactive
+    # Learning, section 6.1.1), with an intercept that does not affect any ranking.
+    X_all = np.vstack([train_raw.X, test_raw.X])
+    y_all = np.concatenate([train_raw.labels, test_raw.labels]).astype(np.float64)
+    coef, *_ = np.linalg.lstsq(np.hstack([X_all, np.ones((len(X_all), 1))]), y_all, rcond=None)
+    w_star = coef[:-1]
+    max_label = int(y_all.max())
+    grades = 3 if max_label <= 2 else 5
+
+    def query_set(raw: RankingData) -> QuerySet:
+        utility = raw.X @ w_star
+        labels = raw.labels.astype(np.intp)
+        ideal_u, ideal5, ideal10 = [], [], []
+        for i in range(raw.n_queries):
+            lo, hi = raw.offsets[i], raw.offsets[i + 1]
+            ideal = np.sort(labels[lo:hi])[::-1]
+            ideal_u.append(user_utility(utility[lo:hi], np.argsort(-utility[lo:hi])))
+            ideal5.append(dcg(ideal, USER_DEPTH, gain))
+            ideal10.append(dcg(ideal, PAGE, "exp"))
+        return QuerySet(X=raw.X, labels=labels, utility=utility, offsets=raw.offsets,
+                        ideal_utility=np.array(ideal_u), ideal_dcg5=np.array(ideal5),
+                        ideal_dcg10=np.array(ideal10))
+
+    return SimulationData(train=query_set(train_raw), test=query_set(test_raw),
+                          feature_names=[f"f{f}" for f in varying], w_star=w_star, grades=grades,
+                          sources={"train": train_raw.sources, "test": test_raw.sources})
+
+
+def best_single_feature(data: SimulationData) -> str:
+    """The feature whose order gives the best mean NDCG@10 on the training queries: the
+    stand-in for a search engine's own ranking (such as BM25) on offline data."""
+    train = data.train
+    scores = np.zeros(len(data.feature_names))
+    for i in range(len(train)):
+        if train.ideal_dcg10[i] == 0:
+            continue
+        lo, hi = train.offsets[i], train.offsets[i + 1]
+        order = np.argsort(-train.X[lo:hi], axis=0, kind="stable")[:PAGE]  # (top, features)
+        discounts = 1.0 / np.log2(np.arange(2, order.shape[0] + 2))[:, None]
+        gains = (np.exp2(train.labels[lo:hi][order]) - 1) * discounts
+        scores += gains.sum(axis=0) / train.ideal_dcg10[i]
+    return data.feature_names[int(np.argmax(scores))]
+
+
+def checkpoint_times(impressions: int, count: int) -> np.ndarray:
+    """Log-spaced checkpoints from 1 to ``impressions`` (always including both)."""
+    points = np.geomspace(1, impressions, num=max(2, min(count, impressions)))
+    return np.unique(np.concatenate([np.round(points).astype(int), [impressions]]))
+
+
+# -- one run -------------------------------------------------------------------------------
+
+
+class _Metrics:
+    """Per-impression measurements, buffered and reduced with vectorised numpy.
+
+    The hot loop stores only what it must: the query, where its candidates start in the
+    epoch's arrays, the shown candidate indices, and, for impressions with clicks, the
+    learner's scores and the clicked positions. Labels, utilities and every metric are
+    computed at :meth:`flush`, which runs at every epoch end, checkpoint and full buffer.
+    """
+
+    BLOCK = 2048
+
+    def __init__(self, gain: str, width: int):
+        self.exp_gain = gain == "exp"
+        B = self.BLOCK
+        self.query = np.zeros(B, dtype=np.intp)
+        self.base = np.zeros(B, dtype=np.intp)  # first row of the query in the epoch arrays
+        self.shown = np.zeros((B, PAGE), dtype=np.intp)  # shown candidates, local indices
+        self.k = np.zeros(B, dtype=np.intp)  # shown length
+        self.n = np.ones(B)  # candidates
+        self.scores = np.full((B, width), -np.inf)  # the learner's scores, padded with -inf
+        self.clicked = np.zeros((B, PAGE), dtype=bool)  # click (or chosen) positions
+        self.has_click = np.zeros(B, dtype=bool)
+        self.size = 0
+        # running sums
+        self.utility_regret = self.dcg_regret = 0.0
+        self.window_ndcg = 0.0
+        self.window_count = 0
+        self.clicked_impressions = 0
+        self.kl = self.distance = self.single_ndcg = 0.0
+        self.first = 0
+        self.clicks = 0
+
+    def flush(self, train: QuerySet, labels_epoch: np.ndarray, utility_epoch: np.ndarray) -> None:
+        """Reduce the buffered impressions into the running sums and reset the buffer."""
+        size = self.size
+        if size == 0:
+            return
+        q = self.query[:size]
+        shown = self.shown[:size]
+        valid = np.arange(PAGE) < self.k[:size, None]  # (size, PAGE): inside the shown list
+        rows = self.base[:size, None] + shown
+        labels = np.where(valid, labels_epoch[np.where(valid, rows, 0)], 0)
+        utility = np.where(valid, utility_epoch[np.where(valid, rows, 0)], 0.0)
+        g5 = _DISCOUNTS[:USER_DEPTH]
+        self.utility_regret += float((train.ideal_utility[q]
+                                      - utility[:, :USER_DEPTH] @ g5).sum())
+        top5 = labels[:, :USER_DEPTH]
+        gains5 = np.exp2(top5) - 1.0 if self.exp_gain else top5
+        self.dcg_regret += float((train.ideal_dcg5[q] - gains5 @ g5).sum())
+        ideal10 = train.ideal_dcg10[q]
+        dcg10 = (np.exp2(labels) - 1.0) @ _DISCOUNTS
+        self.window_ndcg += float(np.divide(dcg10, ideal10, out=np.zeros(size),
+                                            where=ideal10 > 0).sum())
+        self.window_count += size
+        with_click = np.flatnonzero(self.has_click[:size])
+        if with_click.size:
+            scores = self.scores[with_click]
+            top = scores.max(axis=1)
+            lse = top + np.log(np.exp(scores - top[:, None]).sum(axis=1))
+            mask = self.clicked[with_click]
+            counts = mask.sum(axis=1)
+            shown_scores = np.take_along_axis(scores, shown[with_click], axis=1)
+            chosen = np.where(mask, shown_scores, 0.0).sum(axis=1) / counts
+            ranks = np.arange(1, PAGE + 1)
+            self.kl += float((lse - chosen).sum())
+            self.distance += float(((mask * ranks).sum(axis=1) / counts
+                                    / self.n[with_click]).sum())
+            self.first += int(mask[:, 0].sum())
+            self.single_ndcg += float(((mask * (np.log(2) / np.log1p(ranks))).sum(axis=1)
+                                       / counts).sum())
+            self.clicked_impressions += with_click.size
+            self.clicks += int(counts.sum())
+            self.scores[with_click] = -np.inf
+            self.clicked[with_click] = False
+            self.has_click[with_click] = False
+        self.size = 0
+
+    def row(self, t: int) -> dict:
+        clicked = self.clicked_impressions
+        row = {
+            "utility_regret": self.utility_regret / t,
+            "dcg_star_regret": self.dcg_regret / t,
+            "online_ndcg@10": (self.window_ndcg / self.window_count if self.window_count
+                               else math.nan),
+            "kl_cost": self.kl / clicked if clicked else math.nan,
+            "relative_click_distance": self.distance / clicked if clicked else math.nan,
+            "clicked_first_rate": self.first / clicked if clicked else math.nan,
+            "single_click_ndcg": self.single_ndcg / clicked if clicked else math.nan,
+            "clicks": self.clicks,
+        }
+        self.window_ndcg, self.window_count = 0.0, 0
+        return row
+
+
+_DISCOUNTS = FeatureMap(PAGE, "log2").discounts(PAGE)
+
+
+def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: int,
+            progress: Callable[[int], None] | None = None) -> tuple[list[dict], dict]:
+    """Simulate ``settings.impressions`` impressions of one learner for run ``run``.
+
+    Returns the result rows (one per checkpoint) and timing information. The query stream,
+    the candidate orders and the users' randomness depend only on the seed and the run, so
+    every learner of a run sees the same queries in the same order.
+    """
+    streams = np.random.SeedSequence([settings.seed, run]).spawn(3)
+    stream_rng, user_rng = np.random.default_rng(streams[0]), np.random.default_rng(streams[1])
+    learner_rng = np.random.default_rng(streams[2])
+    factory = ModelFactory(learner_class(get_plugin_manager(), spec.name), spec.params,
+                           FeatureMap(settings.depth, settings.discount), data.feature_names,
+                           "none")
+    learner = factory.new().learner
+    rank, update = learner._rank, learner._update
+    respond = make_user(settings.click_model, data.grades).respond
+    train = data.train
+    offsets = train.offsets.tolist()
+    ideal_utility = train.ideal_utility.tolist()
+    n_train = len(train)
+    row_query = np.repeat(np.arange(n_train), train.sizes())
+    checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints).tolist())
+    metrics = _Metrics(settings.gain, int(train.sizes().max()))
+    m_query, m_base, m_shown, m_k = metrics.query, metrics.base, metrics.shown, metrics.k
+    m_n, m_scores, m_clicked, m_has_click = (metrics.n, metrics.scores, metrics.clicked,
+                                             metrics.has_click)
+    block = metrics.BLOCK
+    rows: list[dict] = []
+    learner_seconds = 0.0
+    clock = time.perf_counter
+    started = clock()
+    last_reported = 0
+    t = 0
+    while t < settings.impressions:
+        # One epoch: every training query once, in random order, each with its candidates
+        # in a random order (so the ties of an all-zero model break randomly).
+        within = np.argsort(row_query + stream_rng.random(len(row_query)))
+        X_epoch, labels_epoch = train.X[within], train.labels[within]
+        utility_epoch = train.utility[within]
+        for qi in stream_rng.permutation(n_train).tolist():
+            t += 1
+            lo, hi = offsets[qi], offsets[qi + 1]
+            X, labels, utility = X_epoch[lo:hi], labels_epoch[lo:hi], utility_epoch[lo:hi]
+            n = hi - lo
+            k = PAGE if n > PAGE else n
+            t0 = clock()
+            result = rank(X, k, learner_rng)
+            t1 = clock()
+            y = result.ranking
+            feedback = respond(y, k, labels, utility, ideal_utility[qi], user_rng)
+            t2 = clock()
+            update(X, feedback)
+            learner_seconds += (t1 - t0) + (clock() - t2)
+
+            i = metrics.size
+            m_query[i] = qi
+            m_base[i] = lo
+            m_k[i] = k
+            m_shown[i, :k] = y[:k]
+            positions = feedback.positions
+            if positions is not None and len(positions):
+                if positions[-1] >= k:  # a coactive user moved up documents below the page
+                    positions = positions[positions < k]
+                if len(positions):
+                    m_n[i] = n
+                    m_scores[i, :n] = result.scores
+                    m_clicked[i, positions] = True
+                    m_has_click[i] = True
+            metrics.size = i + 1
+            if metrics.size == block or t in checkpoints:
+                metrics.flush(train, labels_epoch, utility_epoch)
+            if t in checkpoints:
+                rows.append({"learner": spec.key, "run": run, "t": t, **metrics.row(t),
+                             "offline_ndcg@10": offline_ndcg(data, learner),
+                             "seconds": round(clock() - started, 4)})
+            if progress is not None and t - last_reported >= 2000:
+                progress(t - last_reported)
+                last_reported = t
+            if t == settings.impressions:
+                break
+        metrics.flush(train, labels_epoch, utility_epoch)
+    if progress is not None:
+        progress(settings.impressions - last_reported)
+    total = clock() - started
+    timing = {"seconds": total, "learner_seconds": learner_seconds,
+              "impressions_per_second": settings.impressions / total if total > 0 else math.inf}
+    return rows, timing
+
+
+def offline_ndcg(data: SimulationData, learner) -> float:
+    """Mean NDCG@10 of the current model's argmax ranking over the test queries that have at
+    least one relevant document."""
+    test = data.test
+    values = []
+    rng = np.random.default_rng(0)
+    for i in range(len(test)):
+        if test.ideal_dcg10[i] == 0:
+            continue
+        lo, hi = test.offsets[i], test.offsets[i + 1]
+        labels = test.labels[lo:hi]
+        scores = learner._rank(test.X[lo:hi], min(PAGE, hi - lo), rng).scores
+        top = labels[np.argsort(-scores, kind="stable")[:PAGE]]
+        values.append(float((np.exp2(top) - 1.0) @ _DISCOUNTS[: len(top)]) / test.ideal_dcg10[i])
+    return float(np.mean(values)) if values else math.nan
+
+
+# -- many runs, in parallel ----------------------------------------------------------------
+
+_DATA: SimulationData | None = None
+_COUNTER = None
+
+
+def _init_worker(data: SimulationData, counter) -> None:
+    global _DATA, _COUNTER
+    _DATA, _COUNTER = data, counter
+
+
+def _advance(k: int) -> None:
+    with _COUNTER.get_lock():
+        _COUNTER.value += k
+
+
+def _task(spec: LearnerSpec, settings: Settings, run: int) -> tuple[list[dict], dict]:
+    return run_one(_DATA, spec, settings, run, _advance)
+
+
+@dataclass
+class SimulationResult:
+    rows: list[dict]
+    timings: dict[str, list[dict]]
+    learners: list[str]
+
+
+def simulate(data: SimulationData, specs: list[LearnerSpec], settings: Settings,
+             workers: int | None = None,
+             progress: Callable[[int], None] | None = None) -> SimulationResult:
+    """Every (learner, run) pair, in parallel processes; results ordered by learner, run, t."""
+    for spec in specs:  # fail before forking: unknown learner or bad parameter
+        ModelFactory(learner_class(get_plugin_manager(), spec.name), spec.params,
+                     FeatureMap(settings.depth, settings.discount), data.feature_names,
+                     "none").new()
+    make_user(settings.click_model, data.grades)
+    tasks = [(spec, run) for spec in specs for run in range(settings.runs)]
+    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+    results: dict[tuple[str, int], tuple[list[dict], dict]] = {}
+    if workers == 1:
+        for spec, run in tasks:
+            results[(spec.key, run)] = run_one(data, spec, settings, run, progress)
+    else:
+        context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        counter = context.Value("q", 0)
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                                 initargs=(data, counter)) as pool:
+            futures = {pool.submit(_task, spec, settings, run): (spec.key, run)
+                       for spec, run in tasks}
+            seen = 0
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for future in done:
+                    results[futures[future]] = future.result()
+                if progress is not None:
+                    value = counter.value
+                    if value > seen:
+                        progress(value - seen)
+                        seen = value
+    rows = [row for spec in specs for run in range(settings.runs)
+            for row in results[(spec.key, run)][0]]
+    timings = {spec.key: [results[(spec.key, run)][1] for run in range(settings.runs)]
+               for spec in specs}
+    return SimulationResult(rows=rows, timings=timings, learners=[s.key for s in specs])
+
+
+# -- reports --------------------------------------------------------------------------------
+
+COLUMNS = ["learner", "run", "t", *METRICS, "clicks", "seconds"]  # results.csv, in order
+
+
+def summarize(result: SimulationResult) -> dict[str, dict[str, Any]]:
+    """Per learner: mean and standard error over runs of every metric at the last
+    checkpoint, and impressions per second."""
+    summary: dict[str, dict[str, Any]] = {}
+    for learner in result.learners:
+        rows = [r for r in result.rows if r["learner"] == learner]
+        last_t = max(r["t"] for r in rows)
+        last = [r for r in rows if r["t"] == last_t]
+        entry: dict[str, Any] = {"impressions": last_t, "runs": len(last)}
+        for metric in [*METRICS, "clicks"]:
+            entry[metric] = _mean_stderr([r[metric] for r in last])
+        timings = result.timings[learner]
+        entry["impressions_per_second"] = _mean_stderr([t["impressions_per_second"]
+                                                        for t in timings])
+        entry["learner_time_share"] = _mean_stderr([t["learner_seconds"] / t["seconds"]
+                                                    for t in timings if t["seconds"] > 0])
+        summary[learner] = entry
+    return summary
+
+
+def _mean_stderr(values: list[float]) -> dict[str, float | None]:
+    arr = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if arr.size == 0:
+        return {"mean": None, "stderr": None}
+    stderr = float(arr.std(ddof=1) / math.sqrt(arr.size)) if arr.size > 1 else 0.0
+    return {"mean": float(arr.mean()), "stderr": stderr}
+
+
+def write_reports(result: SimulationResult, out: Path, meta: dict[str, Any]) -> dict:
+    """results.csv, summary.json and one PNG per metric in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in result.rows:
+            writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)
+                             for k, v in row.items()})
+    summary = summarize(result)
+    document = {"settings": meta, "learners": summary}
+    (out / "summary.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    from .plotting import learning_curves
+
+    for metric, title in METRICS.items():
+        learning_curves(result.rows, result.learners, metric, title,
+                        out / f"{metric.replace('@', '_at_')}.png",
+                        log_time=metric in LOG_TIME)
+    return document
+
+
+def settings_dict(settings: Settings) -> dict[str, Any]:
+    return asdict(settings)
