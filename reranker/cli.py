@@ -93,8 +93,15 @@ def serve(config_path: str | None, host: str | None, port: int | None, no_traine
     stop = None
     if config.trainer.enabled and not no_trainer:
         _, stop = start_trainer(service, config.trainer.interval)
-    server = waitress.create_server(app, host=config.server.host, port=config.server.port,
-                                    threads=config.server.threads)
+    try:
+        server = waitress.create_server(app, host=config.server.host, port=config.server.port,
+                                        threads=config.server.threads)
+    except (OSError, ValueError) as exc:
+        if stop is not None:
+            stop.set()
+        service.close()
+        raise click.ClickException(f"server.host/server.port: cannot listen on "
+                                   f"{config.server.host}:{config.server.port}: {exc}") from exc
     model = service.model
     click.echo(f"reranker serving learner {model.learner_name} (model version {model.version}) "
                f"on http://{config.server.host}:{server.effective_port}", nl=True)

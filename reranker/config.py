@@ -98,6 +98,22 @@ SCHEMA: dict[str, dict[str, Key]] = {
 }
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key given twice in one mapping (YAML would silently keep
+    the last one)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 class Section(Mapping):
     """An immutable section of the configuration with attribute access."""
 
@@ -185,7 +201,7 @@ def load_config(path: str | os.PathLike | None = None,
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {label} cannot be read: {exc}") from exc
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {label} is not valid YAML: {exc}") from exc
         if data is None:
@@ -283,6 +299,13 @@ def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
                           f"larger than server.max_size ({config.server.max_size})")
     if not config.backend.fields:
         raise ConfigError(f"{label}: backend.fields must name at least one text field")
+    both = sorted(set(config.backend.fields) & set(config.features.numeric_fields))
+    if both:
+        raise ConfigError(f"{label}: {both[0]!r} is in both backend.fields and "
+                          f"features.numeric_fields; a field is either text or a number")
+    if config.backend.id_field in config.backend.fields + config.features.numeric_fields:
+        raise ConfigError(f"{label}: backend.id_field {config.backend.id_field!r} cannot also "
+                          f"be a text or numeric feature field")
     return config
 
 

@@ -13,10 +13,13 @@ repeats an impression. A click is durable (``synchronous=FULL``) before ``/click
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,14 +114,20 @@ class EventStore:
         try:
             conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "INSERT OR IGNORE INTO meta VALUES "
                                f"('schema_version', '{SCHEMA_VERSION}'); INSERT OR IGNORE INTO "
-                               "meta VALUES ('closed_seq', '0'); COMMIT;")
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        except sqlite3.DatabaseError as exc:
+                               "meta VALUES ('closed_seq', '0'); INSERT OR IGNORE INTO meta "
+                               f"VALUES ('store_id', '{uuid.uuid4().hex}'); COMMIT;")
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.Error as exc:
+            self.close()  # never leave a half-run transaction holding the write lock
             raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
                              f"{exc}") from exc
-        if int(row[0]) != SCHEMA_VERSION:
-            raise StoreError(f"store.path: {self.path} has event schema version {row[0]}, "
-                             f"this version of reranker reads {SCHEMA_VERSION}")
+        if int(meta["schema_version"]) != SCHEMA_VERSION:
+            self.close()
+            raise StoreError(f"store.path: {self.path} has event schema version "
+                             f"{meta['schema_version']}, this version of reranker reads "
+                             f"{SCHEMA_VERSION}")
+        #: Identifies this event log; a model's cursor is only valid for the log it came from.
+        self.store_id: str = meta["store_id"]
 
     # -- connections ------------------------------------------------------------------------
 
@@ -130,7 +139,7 @@ class EventStore:
                                        isolation_level=None, check_same_thread=False)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA foreign_keys=ON")
-            except sqlite3.DatabaseError as exc:
+            except sqlite3.Error as exc:
                 raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
                                    f"{exc}") from exc
             self._local.conn = conn
@@ -138,23 +147,26 @@ class EventStore:
                 self._connections.append(conn)
         return conn
 
-    class _write:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK`` on error)."""
+    @contextlib.contextmanager
+    def _write(self, conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error); SQLite failures become
+        a :class:`StoreError` naming the file."""
+        with self._sqlite_errors():
+            conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
-        def __init__(self, conn: sqlite3.Connection, durable: bool = True):
-            self.conn = conn
-            self.durable = durable
-
-        def __enter__(self) -> sqlite3.Connection:
-            self.conn.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'NORMAL'}")
-            self.conn.execute("BEGIN IMMEDIATE")
-            return self.conn
-
-        def __exit__(self, exc_type, exc, tb) -> None:
-            if exc_type is None:
-                self.conn.execute("COMMIT")
-            else:
-                self.conn.execute("ROLLBACK")
+    @contextlib.contextmanager
+    def _sqlite_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"event store {self.path} failed: {exc}") from exc
 
     def close(self) -> None:
         with self._connections_lock:
@@ -235,8 +247,9 @@ class EventStore:
     # -- reading ----------------------------------------------------------------------------
 
     def get_impression(self, impression_id: str) -> Impression:
-        row = self._conn().execute(f"SELECT {_COLUMNS} FROM impressions WHERE id = ?",
-                                   (impression_id,)).fetchone()
+        with self._sqlite_errors():
+            row = self._conn().execute(f"SELECT {_COLUMNS} FROM impressions WHERE id = ?",
+                                       (impression_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"unknown impression_id {impression_id!r}")
         imp = _impression(row)
@@ -245,9 +258,10 @@ class EventStore:
 
     def closed_since(self, cursor: int, limit: int) -> list[Impression]:
         """Closed impressions with ``closed_seq > cursor`` in order, with their clicks."""
-        rows = self._conn().execute(
-            f"SELECT {_COLUMNS} FROM impressions WHERE closed_seq > ? ORDER BY closed_seq "
-            f"LIMIT ?", (cursor, limit)).fetchall()
+        with self._sqlite_errors():
+            rows = self._conn().execute(
+                f"SELECT {_COLUMNS} FROM impressions WHERE closed_seq > ? ORDER BY closed_seq "
+                f"LIMIT ?", (cursor, limit)).fetchall()
         imps = [_impression(row) for row in rows]
         clicks = self._clicks([imp.id for imp in imps])
         for imp in imps:
@@ -257,25 +271,42 @@ class EventStore:
     def _clicks(self, impression_ids: list[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {i: [] for i in impression_ids}
         conn = self._conn()
-        for start in range(0, len(impression_ids), 500):
-            chunk = impression_ids[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            for imp_id, doc_id in conn.execute(
-                    f"SELECT impression_id, doc_id FROM clicks WHERE impression_id IN ({marks}) "
-                    f"ORDER BY seq", chunk):
-                out[imp_id].append(doc_id)
+        with self._sqlite_errors():
+            for start in range(0, len(impression_ids), 500):
+                chunk = impression_ids[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for imp_id, doc_id in conn.execute(
+                        f"SELECT impression_id, doc_id FROM clicks WHERE impression_id IN "
+                        f"({marks}) ORDER BY seq", chunk):
+                    out[imp_id].append(doc_id)
         return out
 
+    def last_closed_seq(self) -> int:
+        """The highest ``closed_seq`` handed out so far."""
+        with self._sqlite_errors():
+            return int(self._conn().execute("SELECT value FROM meta WHERE key = 'closed_seq'")
+                       .fetchone()[0])
+
+    def pending(self, cursor: int) -> dict[str, int]:
+        """Impressions still open, and closed ones not yet applied by a model at ``cursor``
+        (both counts use indexes, so this is cheap enough for a health check)."""
+        with self._sqlite_errors():
+            conn = self._conn()
+            open_ = conn.execute("SELECT COUNT(*) FROM impressions WHERE closed_seq IS NULL"
+                                 ).fetchone()[0]
+            closed = conn.execute("SELECT COUNT(*) FROM impressions WHERE closed_seq > ?",
+                                  (cursor,)).fetchone()[0]
+        return {"open_impressions": open_, "closed_unapplied": closed}
+
     def stats(self) -> dict[str, Any]:
-        conn = self._conn()
-        impressions, open_, clicks = conn.execute(
-            "SELECT (SELECT COUNT(*) FROM impressions), "
-            "(SELECT COUNT(*) FROM impressions WHERE closed_seq IS NULL), "
-            "(SELECT COUNT(*) FROM clicks)").fetchone()
-        closed_seq = int(conn.execute("SELECT value FROM meta WHERE key = 'closed_seq'")
-                         .fetchone()[0])
+        with self._sqlite_errors():
+            conn = self._conn()
+            impressions, open_, clicks = conn.execute(
+                "SELECT (SELECT COUNT(*) FROM impressions), "
+                "(SELECT COUNT(*) FROM impressions WHERE closed_seq IS NULL), "
+                "(SELECT COUNT(*) FROM clicks)").fetchone()
         return {"impressions": impressions, "open_impressions": open_, "clicks": clicks,
-                "closed_seq": closed_seq}
+                "closed_seq": self.last_closed_seq()}
 
 
 _COLUMNS = ("id, created, query, user_id, learner, model_version, doc_ids, feature_names, "

@@ -29,6 +29,9 @@ class FeatureSpec:
     numeric_fields: tuple[str, ...] = ()
     missing_value: float = 0.0
 
+    #: Largest magnitude of a raw feature value; larger ones are clipped.
+    LIMIT = 1e12
+
     @classmethod
     def from_config(cls, config: Config) -> FeatureSpec:
         return cls(fields=tuple(config.backend.fields),
@@ -47,6 +50,7 @@ class FeatureSpec:
 
         Columns: the backend's overall score, ``1 / backend rank``, each field's score, and
         each numeric field (missing or non-finite values replaced by ``missing_value``).
+        Values are clipped to +-``LIMIT`` so that no normalisation can overflow.
         """
         n = len(candidates.ids)
         X = np.empty((n, len(self.names)))
@@ -57,6 +61,7 @@ class FeatureSpec:
         if self.numeric_fields:
             values = candidates.numeric
             X[:, 2 + nf:] = np.where(np.isfinite(values), values, self.missing_value)
+        np.clip(X, -self.LIMIT, self.LIMIT, out=X)
         return X
 
 

@@ -27,16 +27,19 @@ FORMAT_VERSION = 1
 
 @dataclass
 class TrainingProgress:
-    """How much of the impression log a model has learned from."""
+    """How much of which impression log a model has learned from."""
 
     cursor: int = 0  # highest ``closed_seq`` applied
     impressions: int = 0  # impressions applied
     clicks: int = 0  # clicks in those impressions
     updates: int = 0  # impressions that changed the model
+    skipped: int = 0  # impressions passed over (other feature set, or a failed update)
+    store_id: str | None = None  # the event store the cursor refers to
 
-    def to_dict(self) -> dict[str, int]:
-        return {"cursor": self.cursor, "impressions": self.impressions, "clicks": self.clicks,
-                "updates": self.updates}
+    COUNTERS = ("cursor", "impressions", "clicks", "updates", "skipped")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{k: getattr(self, k) for k in self.COUNTERS}, "store_id": self.store_id}
 
 
 @dataclass
@@ -59,9 +62,24 @@ class RankingModel:
         return self.learner.rank(self.normalizer.transform(X_raw), n_shown, rng)
 
     def learn(self, X_raw: np.ndarray, feedback: Feedback) -> bool:
-        """Update normalisation statistics and the learner from one impression."""
+        """Update normalisation statistics and the learner from one impression. Raises
+        ``ValueError`` (and may leave the model half updated: see :meth:`snapshot`) when the
+        update produces non-finite state."""
         self.normalizer.partial_fit(X_raw)
-        return self.learner.update(self.normalizer.transform(X_raw), feedback)
+        changed = self.learner.update(self.normalizer.transform(X_raw), feedback)
+        for key, value in self.learner.get_state().items():
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f" \
+                    and not np.all(np.isfinite(value)):
+                raise ValueError(f"the update made learner state {key!r} non-finite")
+        return changed
+
+    def snapshot(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Copies of the learned and normalisation state, for :meth:`restore`."""
+        return self.learner.get_state(), self.normalizer.get_state()
+
+    def restore(self, snapshot: tuple[dict[str, Any], dict[str, Any]]) -> None:
+        self.learner.set_state(snapshot[0])
+        self.normalizer.set_state(snapshot[1], len(self.feature_names))
 
     # -- serialisation ----------------------------------------------------------------------
 
@@ -146,8 +164,16 @@ class ModelFactory:
         if data.get("format_version") != FORMAT_VERSION:
             raise fail(f"format version {data.get('format_version')!r} is not "
                        f"{FORMAT_VERSION}")
-        if data.get("checksum") != checksum(data):
-            raise fail("checksum mismatch (the file is corrupt or was edited)")
+        try:
+            if data.get("checksum") != checksum(data):
+                raise fail("checksum mismatch (the file is corrupt or was edited)")
+            return self._rebuild(data, fail)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # any malformed structure is a refused model, never a crash
+            raise fail(f"malformed content ({type(exc).__name__}: {exc})") from None
+
+    def _rebuild(self, data: dict, fail) -> RankingModel:
         try:
             learner_name = data["learner"]["name"]
             names = tuple(data["features"]["names"])
@@ -161,6 +187,10 @@ class ModelFactory:
         if learner_name != self.learner_cls.name:
             raise fail(f"it was trained by learner {learner_name!r}, the config asks for "
                        f"{self.learner_cls.name!r}")
+        if not isinstance(norm, dict) or not isinstance(state, dict) \
+                or not isinstance(training, dict):
+            raise fail("sections 'features.normalization', 'state' and 'training' must be "
+                       "objects")
         if names != self.feature_names:
             raise fail(f"it was trained on features {list(names)} but the config gives "
                        f"{list(self.feature_names)}")
@@ -175,8 +205,9 @@ class ModelFactory:
         try:
             learner.set_state(state)
             normalizer.set_state(norm.get("state") or {}, len(names))
-            progress = TrainingProgress(**{k: int(training[k]) for k in
-                                           ("cursor", "impressions", "clicks", "updates")})
+            progress = TrainingProgress(**{k: int(training.get(k, 0))
+                                           for k in TrainingProgress.COUNTERS},
+                                        store_id=training.get("store_id"))
             version = int(version)
         except (ValueError, TypeError, KeyError) as exc:
             raise fail(str(exc)) from None

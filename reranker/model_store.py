@@ -16,7 +16,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from .errors import ModelLoadError, RerankerError
+from .errors import ModelLoadError, RerankerError, StoreError
 from .model import ModelFactory, RankingModel
 
 log = logging.getLogger(__name__)
@@ -46,22 +46,32 @@ class ModelStore:
             names = os.listdir(self.dir)
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise StoreError(f"store.models: cannot read the model folder {self.dir}: "
+                             f"{exc}") from exc
         return sorted(int(m.group(1)) for m in map(_NAME.match, names) if m)
 
     def stamp(self) -> int:
-        """Changes whenever a version is added or removed (the folder's mtime)."""
+        """Changes whenever a version is added or removed (the folder's mtime); 0 when the
+        folder does not exist, -1 when it cannot be read."""
         try:
             return os.stat(self.dir).st_mtime_ns
         except FileNotFoundError:
             return 0
+        except OSError:
+            return -1
 
     def save(self, model: RankingModel) -> Path:
         """Write ``model`` as version ``model.version``; raise :class:`VersionExistsError`
         if that version exists."""
-        self.dir.mkdir(parents=True, exist_ok=True)
         final = self.path(model.version)
         text = json.dumps(model.to_dict(), indent=1, allow_nan=False) + "\n"
-        fd, tmp = tempfile.mkstemp(prefix=".model-", suffix=".tmp", dir=self.dir)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".model-", suffix=".tmp", dir=self.dir)
+        except OSError as exc:
+            raise StoreError(f"store.models: cannot write to the model folder {self.dir}: "
+                             f"{exc}") from exc
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)

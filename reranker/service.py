@@ -20,7 +20,7 @@ import numpy as np
 import pluggy
 
 from .config import Config
-from .errors import BadRequestError, ModelLoadError
+from .errors import BadRequestError, ModelLoadError, RerankerError
 from .events import ClickResult, EventStore, Impression
 from .features import FeatureSpec
 from .model import ModelFactory, RankingModel
@@ -45,6 +45,7 @@ class RerankerService:
         self.models: ModelStore | None = None
         self._model: RankingModel | None = None
         self._model_stamp = -1
+        self._model_checked = 0.0
         self._model_errors: list[str] = []
         self._reload_lock = threading.Lock()
         self._seeds = np.random.SeedSequence(config.learner.seed)
@@ -66,7 +67,9 @@ class RerankerService:
                 raise ModelLoadError("no saved model of learner "
                                      f"{self.config.learner.name!r} loads: " + "; ".join(errors))
             model = self.factory.new()
+        self.trainer.check_store(model)
         self._model, self._model_stamp, self._model_errors = model, stamp, errors
+        self._model_checked = time.monotonic()
         return self
 
     def close(self) -> None:
@@ -74,20 +77,33 @@ class RerankerService:
             self.events.close()
         self.backend.close()
 
+    #: Seconds between full checks of the model folder, in case two saves fell into one tick
+    #: of a coarse file-system clock and left its modification time unchanged.
+    FULL_CHECK_INTERVAL = 1.0
+
     @property
     def model(self) -> RankingModel:
-        """The newest good model; checks the model folder for new versions (one stat)."""
+        """The newest good model. Checks the model folder for new versions (one stat per
+        request); a version that fails to load is reported and the current one kept."""
         stamp = self.models.stamp()
-        if stamp != self._model_stamp:
+        now = time.monotonic()
+        if stamp != self._model_stamp or now - self._model_checked > self.FULL_CHECK_INTERVAL:
             with self._reload_lock:
-                if stamp != self._model_stamp:
-                    current = self._model.version if self._model else -1
-                    model, errors = self.models.load_latest(self.factory, newer_than=current)
-                    if model is not None:
-                        self._model = model
-                    if model is not None or errors:
-                        self._model_errors = errors
-                    self._model_stamp = stamp
+                self._model_checked = now
+                current = self._model.version
+                try:
+                    newest = max(self.models.versions(), default=-1)
+                    if stamp != self._model_stamp or newest > current:
+                        model, errors = self.models.load_latest(self.factory,
+                                                                newer_than=current)
+                        if model is not None:
+                            self._model = model
+                        if model is not None or errors:
+                            self._model_errors = errors
+                except RerankerError as exc:  # an unreadable folder: keep serving
+                    log.error("%s", exc.message)
+                    self._model_errors = [exc.message]
+                self._model_stamp = stamp
         return self._model
 
     # -- requests ---------------------------------------------------------------------------
@@ -124,13 +140,16 @@ class RerankerService:
     def _check_search(self, query: Any, size: Any, user_id: Any) -> tuple[str, int, str | None]:
         if not isinstance(query, str) or not query.strip():
             raise BadRequestError("'query' must be a non-empty string")
+        _check_text("query", query)
         if size is None:
             size = self.config.server.default_size
         max_size = self.config.server.max_size
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= max_size:
             raise BadRequestError(f"'size' must be an integer from 1 to {max_size}, got {size!r}")
-        if user_id is not None and not isinstance(user_id, str):
-            raise BadRequestError(f"'user_id' must be a string, got {user_id!r}")
+        if user_id is not None:
+            if not isinstance(user_id, str):
+                raise BadRequestError(f"'user_id' must be a string, got {user_id!r}")
+            _check_text("user_id", user_id)
         return query, size, user_id
 
     def _rng(self) -> np.random.Generator:
@@ -146,16 +165,42 @@ class RerankerService:
             doc_id = str(doc_id)
         if not isinstance(doc_id, str) or not doc_id:
             raise BadRequestError("'doc_id' must be a non-empty string")
+        _check_text("impression_id", impression_id)
+        _check_text("doc_id", doc_id)
         return self.events.record_click(impression_id, doc_id)
 
     def health(self) -> dict[str, Any]:
+        """State of the backend, the model, the trainer and the event store; ``status`` is
+        ``degraded`` when any of them has a problem."""
         model = self.model
         backend = self.backend.health()
-        trainer = self.trainer.status() if self.trainer else None
-        ok = backend.get("status", "ok") == "ok" and not self._model_errors
-        return {"status": "ok" if ok else "degraded", "learner": model.learner_name,
-                "model_version": model.version, "model_errors": list(self._model_errors),
-                "backend": backend, "trainer": trainer}
+        trainer = self.trainer.status()
+        problems = []
+        if backend.get("status", "ok") != "ok":
+            problems.append("backend")
+        if self._model_errors:
+            problems.append("model")
+        if trainer["last_error"]:
+            problems.append("trainer")
+        try:
+            events = {"status": "ok", **self.events.pending(model.progress.cursor)}
+        except RerankerError as exc:
+            events = {"status": "unavailable", "error": exc.message}
+            problems.append("events")
+        return {"status": "degraded" if problems else "ok", "problems": problems,
+                "learner": model.learner_name, "model_version": model.version,
+                "model": {"version": model.version, **model.progress.to_dict()},
+                "model_errors": list(self._model_errors), "backend": backend,
+                "trainer": trainer, "events": events}
+
+
+def _check_text(field: str, value: str) -> None:
+    """JSON allows lone surrogates that no UTF-8 store or engine can hold: a client error."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequestError(f"'{field}' is not valid Unicode text (it holds a lone "
+                              f"surrogate)") from None
 
 
 def _finite(value: float) -> float | None:

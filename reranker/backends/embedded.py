@@ -43,10 +43,13 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def _number(value: Any) -> float:
+def _number(field: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return math.nan
-    return float(value)
+        return math.nan  # missing or not a number: the feature takes features.missing_value
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"field {field!r} holds a number too large for a float") from None
 
 
 class EmbeddedBackend(Backend):
@@ -61,6 +64,13 @@ class EmbeddedBackend(Backend):
         self.fields = tuple(config.backend.fields)
         self.numeric_fields = tuple(config.features.numeric_fields)
         self.id_field = config.backend.id_field
+        for key, names in (("backend.fields", self.fields),
+                           ("features.numeric_fields", self.numeric_fields)):
+            for name in names:
+                if name in (ID, SOURCE) or not tantivy.SchemaBuilder.is_valid_field_name(name):
+                    raise BackendError(f"{key}: {name!r} cannot be a field of the embedded "
+                                       f"index ({ID} and {SOURCE} are reserved; names must not "
+                                       f"start with '-')")
         self._analyzer = _analyzer()
         self._index: tantivy.Index | None = None
         self._schema: tantivy.Schema | None = None
@@ -116,6 +126,8 @@ class EmbeddedBackend(Backend):
     # -- Backend ----------------------------------------------------------------------------
 
     def open(self) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise BackendError(f"backend.path: {self.path} is a file, not an index folder")
         if not self.path.is_dir():
             raise BackendError(f"backend.path: index directory {self.path} does not exist; "
                                f"run `reranker index` first")
@@ -201,6 +213,8 @@ class EmbeddedBackend(Backend):
     def index_documents(self, documents: Iterable[tuple[str, dict[str, Any]]], *,
                         recreate: bool = False,
                         progress: Callable[[int], None] | None = None) -> IndexReport:
+        if self.path.exists() and not self.path.is_dir():
+            raise BackendError(f"backend.path: {self.path} is a file, not an index folder")
         if recreate and self.path.exists():
             if not (self.path / META_FILE).exists() and any(self.path.iterdir()):
                 raise BackendError(f"backend.path: {self.path} is not empty and holds no reranker "
@@ -249,7 +263,7 @@ class EmbeddedBackend(Backend):
         for f in self.fields:
             tdoc.add_text(f, _text(doc.get(f)))
         for f in self.numeric_fields:
-            tdoc.add_float(f, _number(doc.get(f)))
+            tdoc.add_float(f, _number(f, doc.get(f)))
         tdoc.add_bytes(SOURCE, json.dumps(doc, ensure_ascii=False).encode("utf-8"))
         return tdoc
 
