@@ -12,6 +12,7 @@ import click
 from . import __version__
 from .config import load_config
 from .errors import RerankerError
+from .users import USER_HELP
 
 CONFIG_HELP = ("YAML config file (see config/default.yaml). Relative paths in it resolve "
                "against its folder. Without it, the defaults apply in the current folder.")
@@ -185,6 +186,79 @@ def demo(workdir: str, searches: int, seed: int, learner: str) -> None:
     from .demo import run_demo
 
     run_demo(Path(workdir), searches=searches, seed=seed, learner=learner)
+
+
+class _GreedyCommand(click.Command):
+    """Lets ``--train S1 S2 S3`` mean ``--train S1 --train S2 --train S3`` for the options in
+    ``greedy``: every following value up to the next option belongs to it."""
+
+    greedy = ("--train", "--learner")
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rewritten, current = [], None
+        for arg in args:
+            if arg.startswith("-"):
+                current = arg if arg in self.greedy else None
+                rewritten.append(arg)
+            elif current is not None and rewritten[-1] != current:
+                rewritten.extend([current, arg])
+            else:
+                rewritten.append(arg)
+        return super().parse_args(ctx, rewritten)
+
+
+@cli.command(cls=_GreedyCommand)
+@click.option("--train", "train", multiple=True, metavar="FILE [FILE ...]",
+              help="LETOR/SVMlight files whose queries form the interaction stream "
+                   "(gzip or plain; files without qid need a .query file beside them).")
+@click.option("--test", "test", metavar="FILE",
+              help="LETOR file of held-out queries for offline NDCG@10.")
+@click.option("--learner", "learners", multiple=True, metavar="NAME [NAME ...]",
+              help="Learners to simulate (`reranker learners` lists them); random and "
+                   "backend_order are always added as floors.")
+@click.option("--param", "params", multiple=True, metavar="LEARNER.KEY=VALUE",
+              help="A learner parameter, e.g. batch_preference_perceptron.batch_size=10.")
+@click.option("--click-model", metavar="MODEL",
+              help="Simulated user [default: informational]: " + USER_HELP + ".")
+@click.option("--impressions", type=click.IntRange(min=1), help="Impressions per run "
+              "[default: 10000].")
+@click.option("--runs", type=click.IntRange(min=1), help="Runs per learner, each with its own "
+              "shuffled query stream [default: 5].")
+@click.option("--seed", type=int, help="Seed; the same seed gives the same numbers "
+              "[default: 0].")
+@click.option("--out", type=click.Path(file_okay=False), help="Output folder for results.csv, "
+              "summary.json and the plots [default: simulation].")
+@click.option("--depth", type=click.IntRange(min=1), help="Depth of the learners' joint "
+              "feature map [default: 10].")
+@click.option("--discount", type=click.Choice(["log2", "reciprocal", "none"]),
+              help="Discount of the learners' joint feature map [default: log2].")
+@click.option("--gain", type=click.Choice(["linear", "exp"]), help="Gain of DCG* regret: "
+              "linear (the coactive papers) or exp (2^r - 1) [default: linear].")
+@click.option("--backend-feature", metavar="NAME|best", help="Feature whose order stands in "
+              "for the backend's (e.g. 25 or f25, BM25 of the whole document in LETOR 4.0); "
+              "'best' picks the best single feature on the training data [default: best].")
+@click.option("--checkpoints", type=click.IntRange(min=2), help="Log-spaced checkpoints per "
+              "run [default: 40].")
+@click.option("--workers", type=click.IntRange(min=1), help="Parallel processes [default: one "
+              "per core].")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="YAML simulation plan with any of the options above as keys (train, test, "
+                   "learners, params, click_model, ...); options given here win.")
+def simulate(**options) -> None:
+    """Replay labelled learning-to-rank data through learners with simulated users.
+
+    Writes OUT/results.csv (one row per learner, run and checkpoint), OUT/summary.json (mean
+    and standard error over runs at the last checkpoint, impressions per second) and one
+    learning-curve plot per metric. Example (MQ2008, fold 1):
+
+    \b
+      reranker simulate --train S1.txt.gz S2.txt.gz S3.txt.gz --test S5.txt.gz \\
+        --learner preference_perceptron --click-model informational \\
+        --impressions 10000 --runs 5 --out mq2008-informational
+    """
+    from .simulate_command import run_simulate
+
+    run_simulate(options)
 
 
 def main() -> None:

@@ -280,9 +280,9 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     the candidate orders and the users' randomness depend only on the seed and the run, so
     every learner of a run sees the same queries in the same order.
     """
-    streams = np.random.SeedSequence([settings.seed, run]).spawn(3)
+    streams = np.random.SeedSequence([settings.seed, run]).spawn(4)
     stream_rng, user_rng = np.random.default_rng(streams[0]), np.random.default_rng(streams[1])
-    learner_rng = np.random.default_rng(streams[2])
+    learner_rng, test_rng = np.random.default_rng(streams[2]), np.random.default_rng(streams[3])
     factory = ModelFactory(learner_class(get_plugin_manager(), spec.name), spec.params,
                            FeatureMap(settings.depth, settings.discount), data.feature_names,
                            "none")
@@ -346,7 +346,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 metrics.flush(train, labels_epoch, utility_epoch)
             if t in checkpoints:
                 rows.append({"learner": spec.key, "run": run, "t": t, **metrics.row(t),
-                             "offline_ndcg@10": offline_ndcg(data, learner),
+                             "offline_ndcg@10": offline_ndcg(data, learner, test_rng),
                              "seconds": round(clock() - started, 4)})
             if progress is not None and t - last_reported >= 2000:
                 progress(t - last_reported)
@@ -362,12 +362,11 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     return rows, timing
 
 
-def offline_ndcg(data: SimulationData, learner) -> float:
-    """Mean NDCG@10 of the current model's argmax ranking over the test queries that have at
-    least one relevant document."""
+def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator) -> float:
+    """Mean NDCG@10 of the current model's argmax ranking (by its scores; ties in the
+    file's order) over the test queries that have at least one relevant document."""
     test = data.test
     values = []
-    rng = np.random.default_rng(0)
     for i in range(len(test)):
         if test.ideal_dcg10[i] == 0:
             continue
@@ -502,3 +501,110 @@ def write_reports(result: SimulationResult, out: Path, meta: dict[str, Any]) -> 
 
 def settings_dict(settings: Settings) -> dict[str, Any]:
     return asdict(settings)
+
+
+# -- the simulation plan: a YAML file and command-line options -------------------------------
+
+PLAN_KEYS = {
+    "train": "list of LETOR files: the interaction stream",
+    "test": "LETOR file of held-out queries for offline NDCG",
+    "learners": "list of learner names, or of {name, params, label} mappings",
+    "params": "mapping learner name -> parameters (for learners given by name)",
+    "click_model": "simulated user (see --click-model)",
+    "impressions": "impressions per run",
+    "runs": "runs (shuffled query streams) per learner",
+    "seed": "seed of run 0; run r uses (seed, r)",
+    "out": "output folder",
+    "depth": "depth of the learners' joint feature map",
+    "discount": "discount of the learners' joint feature map",
+    "gain": "gain of DCG* regret: linear (the coactive papers) or exp",
+    "backend_feature": "feature that stands in for the backend's order ('best': the best "
+                       "single feature on the training data)",
+    "checkpoints": "number of log-spaced checkpoints",
+    "workers": "parallel processes (default: one per core)",
+}
+
+
+def load_plan(path: str | os.PathLike) -> dict[str, Any]:
+    """A simulation plan from YAML (keys: :data:`PLAN_KEYS`); relative file names resolve
+    against the plan's folder."""
+    import yaml
+
+    from .errors import ConfigError
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"simulation config {path} does not exist") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"simulation config {path} cannot be read: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"simulation config {path} must hold a mapping")
+    unknown = sorted(set(data) - set(PLAN_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(PLAN_KEYS)})")
+    base = path.parent
+
+    def resolve(name: Any) -> str:
+        if not isinstance(name, str):
+            raise ConfigError(f"{path}: file names must be strings, got {name!r}")
+        candidate = Path(os.path.expanduser(name))
+        return str(candidate if candidate.is_absolute() else base / candidate)
+
+    if "train" in data:
+        train = data["train"] if isinstance(data["train"], list) else [data["train"]]
+        data["train"] = [resolve(t) for t in train]
+    for key in ("test", "out"):
+        if key in data:
+            data[key] = resolve(data[key])
+    return data
+
+
+def learner_specs(entries: list[Any], params: dict[str, dict], backend_feature: str | None
+                  ) -> list[LearnerSpec]:
+    """The learners to simulate, with the floors ``random`` and ``backend_order`` added when
+    missing (every report compares against them)."""
+    from .errors import ConfigError
+
+    specs = []
+    for entry in entries:
+        if isinstance(entry, str):
+            specs.append(LearnerSpec(entry, dict(params.get(entry, {}))))
+        elif isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            extra = sorted(set(entry) - {"name", "params", "label"})
+            if extra:
+                raise ConfigError(f"learner entry {entry!r}: unknown key {extra[0]!r}")
+            specs.append(LearnerSpec(entry["name"], dict(entry.get("params") or {}),
+                                     str(entry.get("label") or "")))
+        else:
+            raise ConfigError(f"learner entry {entry!r} must be a name or a mapping with 'name'")
+    names = {s.name for s in specs}
+    if "random" not in names:
+        specs.append(LearnerSpec("random"))
+    if "backend_order" not in names:
+        specs.append(LearnerSpec("backend_order",
+                                 {"feature": backend_feature} if backend_feature else {}))
+    keys = [s.key for s in specs]
+    duplicate = next((k for k in keys if keys.count(k) > 1), None)
+    if duplicate:
+        raise ConfigError(f"learner {duplicate!r} is listed twice; give one a 'label'")
+    return specs
+
+
+def parse_param(text: str) -> tuple[str, str, Any]:
+    """``LEARNER.KEY=VALUE`` (VALUE read as a YAML scalar) from the command line."""
+    import yaml
+
+    from .errors import ConfigError
+
+    target, sep, raw = text.partition("=")
+    learner, dot, key = target.partition(".")
+    if not sep or not dot or not learner or not key:
+        raise ConfigError(f"--param {text!r}: expected LEARNER.KEY=VALUE, e.g. "
+                          f"batch_preference_perceptron.batch_size=10")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--param {text!r}: bad value: {exc}") from None
+    return learner, key, value

@@ -179,9 +179,10 @@ class NoisyUser(SimulatedUser):
 
 
 USER_HELP = ("perfect, navigational, informational (cascade click models; add '-every' for "
-             "the reference implementation's stop-at-every-position variant, e.g. "
-             "'informational-every'); pbm:ETA (position-based, attractiveness of the perfect "
-             "model); strict_alpha:ALPHA; expected_alpha:ALPHA; noisy:DEPTH")
+             "the reference implementation's stop coin at every examined position, e.g. "
+             "informational-every); pbm:ETA (position-based, attractiveness as the perfect "
+             "model's clicks); strict_alpha:ALPHA and expected_alpha:ALPHA (coactive users "
+             "who know w*); noisy:DEPTH (the five best-labelled of the top DEPTH put on top)")
 
 
 def make_user(spec: str, grades: int) -> SimulatedUser:

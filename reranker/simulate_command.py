@@ -1,0 +1,112 @@
+"""``reranker simulate``: options and plan file merged, data prepared, runs, reports."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .console import progress_bar
+from .errors import ConfigError
+from .simulation import (METRICS, Settings, best_single_feature, learner_specs, load_plan,
+                         parse_param, prepare, settings_dict, simulate, write_reports)
+
+DEFAULTS: dict[str, Any] = {
+    "click_model": "informational", "impressions": 10_000, "runs": 5, "seed": 0,
+    "out": "simulation", "depth": 10, "discount": "log2", "gain": "linear",
+    "backend_feature": "best", "checkpoints": 40, "workers": None,
+}
+SHOWN = ("offline_ndcg@10", "online_ndcg@10", "utility_regret", "dcg_star_regret")
+
+
+def merge_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Defaults, then the plan file (``--config``), then the options given."""
+    plan = load_plan(options["config_path"]) if options.get("config_path") else {}
+    merged = {**DEFAULTS, **{k: v for k, v in plan.items() if k not in ("learners", "params")}}
+    for key in DEFAULTS:
+        if options.get(key) is not None:
+            merged[key] = options[key]
+    merged["train"] = list(options["train"]) or plan.get("train") or []
+    merged["test"] = options.get("test") or plan.get("test")
+    merged["learners"] = list(options["learners"]) or plan.get("learners") or []
+    params: dict[str, dict] = {k: dict(v or {}) for k, v in (plan.get("params") or {}).items()}
+    for text in options.get("params") or ():
+        learner, key, value = parse_param(text)
+        params.setdefault(learner, {})[key] = value
+    merged["params"] = params
+    if not merged["train"]:
+        raise ConfigError("simulate needs --train FILE [FILE ...] (or 'train' in --config)")
+    if not merged["test"]:
+        raise ConfigError("simulate needs --test FILE (or 'test' in --config)")
+    if not merged["learners"]:
+        raise ConfigError("simulate needs at least one --learner NAME (or 'learners' in "
+                          "--config)")
+    return merged
+
+
+def run_simulate(options: dict[str, Any], console: Console | None = None) -> dict:
+    console = console or Console(width=None if Console().is_terminal else 120)
+    plan = merge_options(options)
+    started = time.perf_counter()
+    with console.status("loading and normalising the data"):
+        data = prepare(plan["train"], plan["test"], plan["gain"])
+    feature = plan["backend_feature"]
+    if feature == "best":
+        feature = best_single_feature(data)
+    else:
+        feature = str(feature)
+        feature = feature if feature.startswith("f") else f"f{feature}"
+        if feature not in data.feature_names:
+            raise ConfigError(f"--backend-feature {plan['backend_feature']!r}: no such feature "
+                              f"after dropping constant ones (features: "
+                              f"{', '.join(data.feature_names)})")
+    specs = learner_specs(plan["learners"], plan["params"], feature)
+    try:
+        settings = Settings(impressions=plan["impressions"], runs=plan["runs"], seed=plan["seed"],
+                            click_model=plan["click_model"], depth=plan["depth"],
+                            discount=plan["discount"], gain=plan["gain"],
+                            checkpoints=plan["checkpoints"])
+    except TypeError as exc:  # pragma: no cover -- keys are fixed above
+        raise ConfigError(str(exc)) from exc
+    console.print(f"{len(data.train)} training queries, {len(data.test)} test queries, "
+                  f"{len(data.feature_names)} features (constant ones dropped), "
+                  f"{data.grades}-grade labels; backend order = {feature}. Users: "
+                  f"{settings.click_model} (simulated).")
+    total = settings.impressions * settings.runs * len(specs)
+    try:
+        with progress_bar("simulating impressions", total, console) as advance:
+            result = simulate(data, specs, settings, plan["workers"], advance)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    out = Path(plan["out"])
+    meta = {**settings_dict(settings), "train": plan["train"], "test": plan["test"],
+            "backend_feature": feature, "features": data.feature_names,
+            "learners": [s.key for s in specs], "wall_seconds": time.perf_counter() - started}
+    document = write_reports(result, out, meta)
+    _print_summary(console, document["learners"], settings.impressions)
+    console.print(f"Wrote {out / 'results.csv'}, {out / 'summary.json'} and "
+                  f"{len(METRICS)} plots in {out}.")
+    return document
+
+
+def _print_summary(console: Console, summary: dict, impressions: int) -> None:
+    table = Table(title=f"After {impressions} impressions (mean ± standard error over runs)")
+    table.add_column("learner", no_wrap=True)
+    for metric in SHOWN:
+        table.add_column(metric, justify="right")
+    table.add_column("impressions/s", justify="right")
+    for learner, entry in summary.items():
+        cells = []
+        for metric in (*SHOWN, "impressions_per_second"):
+            value = entry[metric]
+            if value["mean"] is None:
+                cells.append("-")
+            elif metric == "impressions_per_second":
+                cells.append(f"{value['mean']:,.0f}")
+            else:
+                cells.append(f"{value['mean']:.3f} ± {value['stderr']:.3f}")
+        table.add_row(learner, *cells)
+    console.print(table)

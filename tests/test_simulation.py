@@ -1,0 +1,206 @@
+"""The offline simulator: learning shapes on real data, reproducibility, reports, CLI."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_DATA, run_cli
+from reranker.simulation import (LearnerSpec, Settings, best_single_feature, prepare, run_one,
+                                 simulate, write_reports)
+
+MQ2008 = SHARED_DATA / "letor4-mq2008"
+needs_mq2008 = pytest.mark.skipif(not MQ2008.is_dir(),
+                                  reason="shared MQ2008 data not present beside the project")
+
+
+def synthetic_letor(folder, name, queries, seed):
+    """A small LETOR file of our own: labels follow features 1 and 2, feature 3 is noise."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for q in range(queries):
+        for _ in range(rng.integers(8, 15)):
+            x = rng.random(4)
+            score = 2 * x[0] + x[1]
+            label = 2 if score > 2.1 else 1 if score > 1.5 else 0
+            feats = " ".join(f"{i + 1}:{v:.4f}" for i, v in enumerate(x))
+            lines.append(f"{label} qid:{seed * 1000 + q} {feats}")
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def mq2008():
+    if not MQ2008.is_dir():
+        pytest.skip("shared MQ2008 data not present beside the project")
+    return prepare([MQ2008 / f"S{i}.txt.gz" for i in (1, 2, 3)], MQ2008 / "S5.txt.gz")
+
+
+def regret_curve(data, click_model, runs=4, impressions=800):
+    curves = []
+    for run in range(runs):
+        rows, _ = run_one(data, LearnerSpec("preference_perceptron"),
+                          Settings(impressions=impressions, click_model=click_model, depth=5,
+                                   checkpoints=10), run)
+        curves.append([row["utility_regret"] for row in rows])
+    return np.mean(curves, axis=0)
+
+
+@needs_mq2008
+def test_coactive_learning_shapes_on_mq2008(mq2008):
+    """Coactive Learning, figures 2 and 3: with strict alpha-informative feedback the
+    Preference Perceptron's utility regret falls toward zero, faster for alpha = 1 than for
+    alpha = 0.1; with noisy feedback it plateaus above zero."""
+    strict_1 = regret_curve(mq2008, "strict_alpha:1.0")
+    strict_01 = regret_curve(mq2008, "strict_alpha:0.1")
+    noisy = regret_curve(mq2008, "noisy:10")
+    assert strict_1[-1] < 0.15 * strict_1[0]
+    assert strict_1[-1] < 0.05
+    assert strict_1[1:].mean() < strict_01[1:].mean()  # faster, at every stage on average
+    assert noisy[-1] > 0.1 and noisy[-1] > 3 * strict_1[-1]
+    assert abs(noisy[-1] - noisy[-3]) < 0.35 * noisy[-1]  # a plateau, not still falling
+
+
+@needs_mq2008
+def test_perceptron_beats_random_offline_with_perfect_clicks(mq2008):
+    specs = [LearnerSpec("preference_perceptron"), LearnerSpec("random")]
+    result = simulate(mq2008, specs, Settings(impressions=3000, runs=2,
+                                              click_model="perfect", checkpoints=5), workers=1)
+    final = {r["learner"]: [] for r in result.rows}
+    for row in result.rows:
+        if row["t"] == 3000:
+            final[row["learner"]].append(row["offline_ndcg@10"])
+    assert np.mean(final["preference_perceptron"]) > np.mean(final["random"]) + 0.08
+
+
+@needs_mq2008
+def test_best_single_feature_is_a_strong_floor(mq2008):
+    feature = best_single_feature(mq2008)
+    rows, _ = run_one(mq2008, LearnerSpec("backend_order", {"feature": feature}),
+                      Settings(impressions=200, checkpoints=2), 0)
+    random_rows, _ = run_one(mq2008, LearnerSpec("random"), Settings(impressions=200,
+                                                                     checkpoints=2), 0)
+    assert rows[-1]["offline_ndcg@10"] > random_rows[-1]["offline_ndcg@10"] + 0.1
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    train = [synthetic_letor(tmp_path, f"train{i}.txt", 30, i + 1) for i in range(2)]
+    test = synthetic_letor(tmp_path, "test.txt", 20, 9)
+    return train, test
+
+
+def test_same_seed_same_numbers_and_parallel_equals_serial(tiny):
+    train, test = tiny
+    data = prepare(train, test)
+    specs = [LearnerSpec("preference_perceptron"), LearnerSpec("random")]
+    settings = Settings(impressions=300, runs=2, seed=5, click_model="navigational",
+                        checkpoints=6)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa
+    serial = strip(simulate(data, specs, settings, workers=1).rows)
+    parallel = strip(simulate(data, specs, settings, workers=2).rows)
+    again = strip(simulate(data, specs, settings, workers=1).rows)
+    assert serial == parallel == again
+    other = strip(simulate(data, specs, Settings(**{**settings.__dict__, "seed": 6}),
+                           workers=1).rows)
+    assert other != serial
+
+
+def test_learning_on_synthetic_data(tiny):
+    train, test = tiny
+    data = prepare(train, test)
+    rows, _ = run_one(data, LearnerSpec("preference_perceptron"),
+                      Settings(impressions=1500, click_model="perfect", checkpoints=8), 0)
+    random_rows, _ = run_one(data, LearnerSpec("random"),
+                             Settings(impressions=1500, click_model="perfect", checkpoints=8), 0)
+    assert rows[-1]["offline_ndcg@10"] > random_rows[-1]["offline_ndcg@10"] + 0.15
+    assert rows[-1]["utility_regret"] < rows[1]["utility_regret"]
+
+
+def test_reports(tiny, tmp_path):
+    train, test = tiny
+    data = prepare(train, test)
+    specs = [LearnerSpec("preference_perceptron"), LearnerSpec("random")]
+    result = simulate(data, specs, Settings(impressions=200, runs=2, checkpoints=5), workers=1)
+    document = write_reports(result, tmp_path / "out", {"note": "test"})
+    with open(tmp_path / "out" / "results.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2 * 2 * 5
+    assert set(rows[0]) >= {"learner", "run", "t", "utility_regret", "dcg_star_regret",
+                            "online_ndcg@10", "offline_ndcg@10", "kl_cost"}
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary == json.loads(json.dumps(document))
+    entry = summary["learners"]["preference_perceptron"]
+    assert entry["runs"] == 2 and entry["impressions"] == 200
+    for key in ("offline_ndcg@10", "online_ndcg@10", "utility_regret", "dcg_star_regret",
+                "impressions_per_second"):
+        assert entry[key]["mean"] is not None and entry[key]["stderr"] >= 0
+    assert (tmp_path / "out" / "offline_ndcg_at_10.png").stat().st_size > 5000
+
+
+def test_simulate_command(tiny, tmp_path):
+    train, test = tiny
+    out = tmp_path / "sim"
+    result = run_cli("simulate", "--train", *map(str, train), "--test", str(test),
+                     "--learner", "preference_perceptron", "--click-model", "perfect",
+                     "--impressions", "300", "--runs", "2", "--seed", "3", "--out", str(out),
+                     "--backend-feature", "1", "--workers", "1")
+    assert "preference_perceptron" in result.stdout and "backend_order" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["learners"]) == {"preference_perceptron", "random",
+                                        "backend_order(feature=f1)"}
+    assert summary["settings"]["click_model"] == "perfect"
+    assert len(list(out.glob("*.png"))) == 8
+
+
+def test_simulate_plan_file(tiny, tmp_path):
+    train, test = tiny
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"train: [{train[0].name}, {train[1].name}]\ntest: {test.name}\n"
+                    f"learners:\n  - preference_perceptron\n  - name: preference_perceptron\n"
+                    f"    label: pp-depth-test\nimpressions: 100\nruns: 1\nout: plan-out\n"
+                    f"click_model: noisy:5\n")
+    (tmp_path / train[0].name).write_text(train[0].read_text())
+    run_cli("simulate", "--config", str(plan), "--workers", "1")
+    summary = json.loads((tmp_path / "plan-out" / "summary.json").read_text())
+    assert "pp-depth-test" in summary["learners"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--learner", "preference_perceptron", "--no-base"], "needs --train"),
+    (["--train", "X", "--test", "X", "--no-base"], "needs at least one --learner"),
+    (["--learner", "nope"], "unknown learner 'nope'"),
+    (["--learner", "preference_perceptron", "--click-model", "clicky"], "click model 'clicky'"),
+    (["--learner", "preference_perceptron", "--param", "preference_perceptron.eta=1"],
+     "has no parameter 'eta'"),
+    (["--learner", "preference_perceptron", "--backend-feature", "99"], "no such feature"),
+])
+def test_simulate_errors(tiny, tmp_path, args, message):
+    train, test = tiny
+    base = ["--train", str(train[0]), "--test", str(test)]
+    if "--no-base" in args:
+        args, base = [a for a in args if a != "--no-base"], []
+    result = run_cli("simulate", *base, *args, "--impressions", "10", "--runs", "1",
+                     "--workers", "1", "--out", str(tmp_path / "out"), check=False)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_data_file_names_file_and_line(tiny, tmp_path):
+    train, test = tiny
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1 qid:1 1:0.5\n1 qid:1 1:oops\n")
+    result = run_cli("simulate", "--train", str(bad), "--test", str(test), "--learner",
+                     "preference_perceptron", "--workers", "1", "--out", str(tmp_path / "o"),
+                     check=False)
+    assert "bad.txt, line 2" in result.stderr
+
+
+def test_simulate_help_documents_every_option():
+    out = run_cli("simulate", "--help").stdout
+    for option in ("--train", "--test", "--learner", "--param", "--click-model",
+                   "--impressions", "--runs", "--seed", "--out", "--depth", "--gain",
+                   "--backend-feature", "--checkpoints", "--workers", "--config"):
+        assert option in out
