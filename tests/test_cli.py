@@ -14,10 +14,6 @@ def test_every_command_has_help(command):
         assert len(out.splitlines()) > 4
 
 
-def test_every_command_is_covered_by_the_help_test():
-    assert set(cli.commands) == {"index", "serve", "train", "learners", "demo"}
-
-
 def test_learners_lists_the_default_learner():
     out = run_cli("learners").stdout
     assert "preference_perceptron" in out and "Coactive Learning" in out
