@@ -8,16 +8,17 @@ from pathlib import Path
 import numpy as np
 
 
-def learning_curves(rows: list[dict], learners: list[str], metric: str, title: str, path: Path,
-                    *, log_time: bool = True, xlabel: str = "impressions t") -> None:
-    """One metric against ``t``: every learner on the same axes, the mean over runs as a
-    line and one standard error either side shaded."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    return plt
+
+
+def _draw(ax, rows: list[dict], learners: list[str], metric: str, log_time: bool) -> bool:
+    """Mean over runs as a line, one standard error either side shaded; False if empty."""
     drawn = False
     for learner in learners:
         by_t: dict[int, list[float]] = {}
@@ -37,15 +38,40 @@ def learning_curves(rows: list[dict], learners: list[str], metric: str, title: s
         drawn = True
     if log_time:
         ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(metric)
-    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    if drawn:
+    return drawn
+
+
+def learning_curves(rows: list[dict], learners: list[str], metric: str, title: str, path: Path,
+                    *, log_time: bool = True, xlabel: str = "impressions t") -> None:
+    """One metric against ``t``, every learner on the same axes."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    if _draw(ax, rows, learners, metric, log_time):
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no data for this metric", ha="center", va="center",
                 transform=ax.transAxes)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(metric)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def learning_curve_panels(panels: dict[str, list[dict]], learners: list[str], metric: str,
+                          path: Path, *, log_time: bool = True) -> None:
+    """Side-by-side panels (for example one per click model) of one metric, shared y axis."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), dpi=110,
+                             sharey=True, squeeze=False)
+    for ax, (title, rows) in zip(axes[0], panels.items()):
+        _draw(ax, rows, learners, metric, log_time)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("impressions t")
+    axes[0][0].set_ylabel(metric)
+    axes[0][-1].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
