@@ -64,27 +64,13 @@ class Feedback:
             self.informative = not np.array_equal(self.improved, self.ranking)
 
 
-def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray, *,
-                         log_prob: float | None = None,
-                         propensities: np.ndarray | None = None) -> Feedback:
-    """Feedback of an impression from its clicked candidate indices (any order, no repeats)."""
-    ranking = np.asarray(ranking, dtype=np.intp)
-    clicked = np.asarray(clicked, dtype=np.intp)
-    positions = np.empty(0, dtype=np.intp)
-    if len(clicked):
-        position = np.empty(len(ranking), dtype=np.intp)
-        position[ranking] = np.arange(len(ranking))
-        positions = np.sort(position[clicked])
-        clicked = ranking[positions]
-    return Feedback(ranking=ranking, n_shown=int(n_shown), clicked=clicked,
-                    improved=improved_ranking(ranking, clicked), log_prob=log_prob,
-                    propensities=propensities, positions=positions)
-
-
 def feedback_from_positions(ranking: np.ndarray, n_shown: int, positions: np.ndarray, *,
                             log_prob: float | None = None) -> Feedback:
-    """Feedback from the clicked *positions* of the shown list (0-based, ascending): the
-    form simulated users produce. Same result as :func:`feedback_from_clicks`."""
+    """Feedback from the clicked *positions* in the ranking (0-based, ascending), the form
+    simulated users produce; live clicks come here through :func:`feedback_from_clicks`.
+
+    ``ybar`` is :func:`improved_ranking` of the clicks, built here without looking up
+    positions again."""
     n_clicks = len(positions)
     if n_clicks == 0:
         return Feedback(ranking, n_shown, _NO_CLICKS, ranking, log_prob, None, False,
@@ -98,6 +84,23 @@ def feedback_from_positions(ranking: np.ndarray, n_shown: int, positions: np.nda
     mask[positions] = False
     return Feedback(ranking, n_shown, clicked, np.concatenate([clicked, ranking[mask]]),
                     log_prob, None, True, positions)
+
+
+def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray, *,
+                         log_prob: float | None = None,
+                         propensities: np.ndarray | None = None) -> Feedback:
+    """Feedback of an impression from its clicked candidate indices (any order, no repeats),
+    as live traffic logs them: located in the ranking, then :func:`feedback_from_positions`."""
+    ranking = np.asarray(ranking, dtype=np.intp)
+    clicked = np.asarray(clicked, dtype=np.intp)
+    positions = np.empty(0, dtype=np.intp)
+    if len(clicked):
+        position = np.empty(len(ranking), dtype=np.intp)
+        position[ranking] = np.arange(len(ranking))
+        positions = np.sort(position[clicked])
+    feedback = feedback_from_positions(ranking, int(n_shown), positions, log_prob=log_prob)
+    feedback.propensities = propensities
+    return feedback
 
 
 def skip_above_pairs(feedback: Feedback) -> list[tuple[int, int]]:

@@ -70,3 +70,15 @@ def test_skip_above_pairs():
     y = np.array([4, 2, 0, 3, 1])
     fb = feedback_from_clicks(y, 5, np.array([0, 1]))
     assert sorted(skip_above_pairs(fb)) == [(0, 2), (0, 4), (1, 2), (1, 3), (1, 4)]
+
+
+def test_improved_ranking_agrees_with_the_fast_path():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        y = rng.permutation(n)
+        clicked = rng.choice(n, size=int(rng.integers(0, min(n, 6) + 1)), replace=False)
+        fb = feedback_from_clicks(y, 10, clicked)
+        np.testing.assert_array_equal(fb.improved, improved_ranking(y, clicked))
+        assert fb.informative == (not np.array_equal(fb.improved, y))
+        np.testing.assert_array_equal(y[fb.positions], fb.clicked)
