@@ -18,6 +18,7 @@ demo: setup
 	$(BIN)/reranker demo
 
 test: setup
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 bench: setup

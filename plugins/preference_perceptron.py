@@ -6,10 +6,10 @@ import numpy as np
 
 from reranker import hookimpl
 from reranker.feedback import Feedback
-from reranker.learner import Learner, RankResult, argmax_ranking
+from reranker.learner import LinearLearner
 
 
-class PreferencePerceptron(Learner):
+class PreferencePerceptron(LinearLearner):
     """Presents ``argmax_y w . phi(q, y)`` and moves ``w`` toward the improved ranking."""
 
     name = "preference_perceptron"
@@ -21,10 +21,6 @@ class PreferencePerceptron(Learner):
         # Coactive Learning, Algorithm 1: w_1 = 0.
         self.w_ = np.zeros(n_features)
         self.n_updates_ = 0
-
-    def _rank(self, X: np.ndarray, n_shown: int, rng: np.random.Generator) -> RankResult:
-        scores = X @ self.w_
-        return RankResult(ranking=argmax_ranking(scores), scores=scores)
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         if not feedback.informative:

@@ -7,6 +7,7 @@ import numpy as np
 from reranker import hookimpl
 from reranker.feedback import Feedback
 from reranker.learner import Learner, RankResult
+from reranker.policies import uniform_log_prob
 
 
 class RandomRanking(Learner):
@@ -15,6 +16,7 @@ class RandomRanking(Learner):
     name = "random"
     description = "Random ranking (a floor): a uniformly random permutation, never learns."
     stochastic = True
+    policy = "uniform"
 
     def _initialize(self, n_features: int) -> None:
         pass
@@ -22,11 +24,13 @@ class RandomRanking(Learner):
     def _rank(self, X: np.ndarray, n_shown: int, rng: np.random.Generator) -> RankResult:
         n = X.shape[0]
         keys = rng.random(n)
-        ranking = np.argsort(keys)
+        ranking = keys.argsort()
         # Every ordered top-k of a uniform permutation has probability (n - k)! / n!.
-        log_prob = -float(np.sum(np.log(np.arange(n - n_shown + 1, n + 1)))) if n else 0.0
-        return RankResult(ranking=ranking, scores=-keys, log_prob=log_prob,
+        return RankResult(ranking=ranking, scores=-keys, log_prob=uniform_log_prob(n, n_shown),
                           propensities=np.full(n, n_shown / n) if n else np.empty(0))
+
+    def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:
+        return uniform_log_prob(X.shape[0], len(top))
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         return False

@@ -86,7 +86,8 @@ def serve(config_path: str | None, host: str | None, port: int | None, no_traine
     from .app import create_app, start_trainer
     from .service import RerankerService
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {k: v for k, v in (("server.host", host), ("server.port", port)) if v is not None}
     config = load_config(config_path, overrides)
     service = RerankerService(config).open()
@@ -241,6 +242,12 @@ class _GreedyCommand(click.Command):
               "run [default: 40].")
 @click.option("--workers", type=click.IntRange(min=1), help="Parallel processes [default: one "
               "per core].")
+@click.option("--library", type=click.Choice(["fixed", "growing"]), help="fixed: every query "
+              "from the start; growing: queries and their documents appear over time in file "
+              "order, as in Delage's growing library [default: fixed].")
+@click.option("--reveal", type=click.FloatRange(min=0, max=1, min_open=True), help="Growing "
+              "library: share of the impressions after which all queries are available "
+              "[default: 0.5].")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="YAML simulation plan with any of the options above as keys (train, test, "
                    "learners, params, click_model, ...); options given here win.")

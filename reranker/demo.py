@@ -199,7 +199,7 @@ def _weights(service) -> dict[str, float] | None:
     w = state.get("w_")
     if w is None or len(w) != len(service.model.feature_names):
         return None
-    return dict(zip(service.model.feature_names, (float(v) for v in w)))
+    return dict(zip(service.model.feature_names, (float(v) for v in w), strict=True))
 
 
 def _report(console: Console, checkpoints: list[Checkpoint], baseline: float, final: float,

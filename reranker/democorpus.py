@@ -20,26 +20,44 @@ import numpy as np
 
 # topic head word first, then seven more words of the topic
 TOPICS: dict[str, list[str]] = {
-    "espresso": ["espresso", "grinder", "portafilter", "crema", "barista", "tamper", "roast", "arabica"],
+    "espresso": [
+        "espresso", "grinder", "portafilter", "crema", "barista", "tamper", "roast", "arabica",
+    ],
     "hiking": ["hiking", "trail", "backpack", "summit", "boots", "ridge", "compass", "campsite"],
-    "astronomy": ["telescope", "nebula", "galaxy", "eyepiece", "orbit", "comet", "observatory", "planet"],
+    "astronomy": [
+        "telescope", "nebula", "galaxy", "eyepiece", "orbit", "comet", "observatory", "planet",
+    ],
     "baking": ["sourdough", "flour", "yeast", "oven", "loaf", "crust", "dough", "knead"],
-    "cycling": ["bicycle", "derailleur", "saddle", "pedal", "cadence", "helmet", "chainring", "peloton"],
-    "gardening": ["compost", "seedling", "mulch", "pruning", "perennial", "soil", "greenhouse", "trowel"],
-    "photography": ["camera", "aperture", "shutter", "lens", "tripod", "exposure", "portrait", "zoom"],
+    "cycling": [
+        "bicycle", "derailleur", "saddle", "pedal", "cadence", "helmet", "chainring", "peloton",
+    ],
+    "gardening": [
+        "compost", "seedling", "mulch", "pruning", "perennial", "soil", "greenhouse", "trowel",
+    ],
+    "photography": [
+        "camera", "aperture", "shutter", "lens", "tripod", "exposure", "portrait", "zoom",
+    ],
     "sailing": ["sailboat", "mast", "rudder", "harbor", "anchor", "keel", "regatta", "spinnaker"],
-    "chess": ["chess", "gambit", "checkmate", "bishop", "rook", "endgame", "opening", "grandmaster"],
-    "woodworking": ["chisel", "lumber", "dovetail", "sawdust", "workbench", "joinery", "varnish", "mallet"],
+    "chess": [
+        "chess", "gambit", "checkmate", "bishop", "rook", "endgame", "opening", "grandmaster",
+    ],
+    "woodworking": [
+        "chisel", "lumber", "dovetail", "sawdust", "workbench", "joinery", "varnish", "mallet",
+    ],
     "beekeeping": ["beehive", "honey", "pollen", "queen", "apiary", "swarm", "nectar", "beeswax"],
     "knitting": ["yarn", "needles", "stitch", "sweater", "wool", "cardigan", "purl", "skein"],
     "aquarium": ["aquarium", "tank", "guppy", "coral", "reef", "algae", "gravel", "heater"],
     "guitar": ["guitar", "fretboard", "chord", "strings", "amplifier", "pickup", "capo", "riff"],
     "skiing": ["ski", "slope", "powder", "bindings", "chairlift", "moguls", "piste", "goggles"],
     "pottery": ["pottery", "kiln", "glaze", "clay", "ceramic", "stoneware", "porcelain", "vase"],
-    "running": ["marathon", "sneakers", "pace", "stride", "sprint", "jogging", "treadmill", "hydration"],
+    "running": [
+        "marathon", "sneakers", "pace", "stride", "sprint", "jogging", "treadmill", "hydration",
+    ],
     "tea": ["tea", "oolong", "matcha", "teapot", "steeping", "leaves", "kettle", "infusion"],
     "camping": ["tent", "sleeping", "lantern", "stove", "firewood", "hammock", "tarp", "cooler"],
-    "robotics": ["robot", "servo", "sensor", "actuator", "microcontroller", "gripper", "lidar", "firmware"],
+    "robotics": [
+        "robot", "servo", "sensor", "actuator", "microcontroller", "gripper", "lidar", "firmware",
+    ],
 }
 
 TITLE_WORDS = ["guide", "review", "beginner", "tips", "complete", "buying", "advanced", "everyday",

@@ -12,7 +12,8 @@ from typing import Any
 from .errors import DataError
 
 
-def read_jsonl(path: str | os.PathLike, id_field: str = "id") -> Iterator[tuple[int, dict[str, Any]]]:
+def read_jsonl(path: str | os.PathLike,
+               id_field: str = "id") -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, document)`` from a JSONL file (``.gz`` is decompressed).
 
     Blank lines are skipped. A line that is not a JSON object, or lacks a string or integer

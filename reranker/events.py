@@ -148,7 +148,8 @@ class EventStore:
         return conn
 
     @contextlib.contextmanager
-    def _write(self, conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Connection]:
+    def _write(self, conn: sqlite3.Connection,
+               durable: bool = True) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error); SQLite failures become
         a :class:`StoreError` naming the file."""
         with self._sqlite_errors():
@@ -195,7 +196,8 @@ class EventStore:
                  else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
                  None if imp.teams is None else json.dumps(imp.teams)))
 
-    def record_click(self, impression_id: str, doc_id: str, now: float | None = None) -> ClickResult:
+    def record_click(self, impression_id: str, doc_id: str,
+                     now: float | None = None) -> ClickResult:
         """Store a click durably. Unknown impression: :class:`NotFoundError`; a document
         not shown in it: :class:`UnprocessableError`; a closed impression:
         :class:`ConflictError`. A repeated click is accepted and counted once."""

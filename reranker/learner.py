@@ -106,6 +106,11 @@ class Learner(ABC):
     params: ClassVar[tuple[Param, ...]] = ()
     #: True when rankings are sampled (then ``RankResult.log_prob`` is set).
     stochastic: ClassVar[bool] = False
+    #: How the presented ranking follows from the scores: ``"argmax"`` (sorted by score),
+    #: ``"plackett_luce"`` (sampled item by item with probabilities ``softmax(scores)``) or
+    #: ``"uniform"`` (a uniformly random permutation). Evaluation uses it to compute the
+    #: probability the policy gave to the clicked item being first (Delage's KL cost).
+    policy: ClassVar[str] = "argmax"
     #: True when the learner extends its model with zeros for features that appear later.
     supports_growth: ClassVar[bool] = False
 
@@ -208,8 +213,7 @@ class Learner(ABC):
             self.initialize(X.shape[1])
         elif X.shape[1] != self.n_features_in_:
             if X.shape[1] > self.n_features_in_ and self.supports_growth:
-                self._grow(X.shape[1])
-                self.n_features_in_ = X.shape[1]
+                self.grow(X.shape[1])
             else:
                 raise ValueError(
                     f"learner {self.name!r} was trained on {self.n_features_in_} features but "
@@ -249,13 +253,52 @@ class Learner(ABC):
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         """Apply one feedback; return True if the learned state changed."""
 
+    def grow(self, n_features: int, feature_names: list[str] | None = None) -> None:
+        """Extend the model to ``n_features`` features, the new ones appended after the old
+        (a new feature in the config, or a growing item library). Learners without
+        :attr:`supports_growth` refuse with a ``ValueError``."""
+        if not self.supports_growth:
+            raise ValueError(f"learner {self.name!r} does not support a growing feature set "
+                             f"(it was trained on {self.n_features_in_} features, now "
+                             f"{n_features}); start a new model for it")
+        old = self.n_features_in_
+        if n_features < old:
+            raise ValueError(f"learner {self.name!r} cannot shrink from {old} to {n_features} "
+                             f"features")
+        self._grow(n_features)
+        self.n_features_in_ = int(n_features)
+        if feature_names is not None:
+            self.feature_names_in_ = list(feature_names)
+        elif self.feature_names_in_ is not None:
+            self.feature_names_in_ = self.feature_names_in_ + [
+                f"feature_{i}" for i in range(old, n_features)]
+
     def _grow(self, n_features: int) -> None:
         """Extend the learned state for new trailing features (learners with growth)."""
         raise NotImplementedError
 
+    def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:
+        """Log-probability that a stochastic learner presents ``top`` (candidate indices) as
+        the first ``len(top)`` results for these features, with its current model."""
+        raise NotImplementedError(f"learner {self.name!r} is not stochastic")
+
     @classmethod
     def describe(cls) -> str:
         return cls.description
+
+
+class LinearLearner(Learner):
+    """A learner that scores candidates with a weight vector, ``scores = X @ weights()``,
+    and presents them sorted by score (``argmax_y w . phi(q, y)``); subclasses keep their
+    weights in ``w_`` or override :meth:`weights`."""
+
+    def weights(self) -> np.ndarray:
+        return self.w_
+
+    def _rank(self, X: np.ndarray, n_shown: int,
+              rng: np.random.Generator | None) -> RankResult:
+        scores = X @ self.weights()
+        return RankResult(ranking=argmax_ranking(scores), scores=scores)
 
 
 def argmax_ranking(scores: np.ndarray) -> np.ndarray:

@@ -191,9 +191,22 @@ class ModelFactory:
                 or not isinstance(training, dict):
             raise fail("sections 'features.normalization', 'state' and 'training' must be "
                        "objects")
+        grows = False
         if names != self.feature_names:
-            raise fail(f"it was trained on features {list(names)} but the config gives "
-                       f"{list(self.feature_names)}")
+            appended = (len(names) < len(self.feature_names)
+                        and self.feature_names[: len(names)] == names)
+            if not appended:
+                raise fail(f"it was trained on features {list(names)} but the config gives "
+                           f"{list(self.feature_names)}")
+            if not self.learner_cls.supports_growth:
+                raise fail(f"the config adds features {list(self.feature_names[len(names):])} "
+                           f"and learner {self.learner_cls.name!r} does not support new "
+                           f"features; start a new model for it")
+            if self.normalization == "zscore":
+                raise fail("the config adds features, and zscore normalisation keeps "
+                           "statistics per feature that the new ones lack; use "
+                           "per_query_minmax or start a new model")
+            grows = True
         if norm.get("method") != self.normalization:
             raise fail(f"it was trained with normalisation {norm.get('method')!r}, the config "
                        f"asks for {self.normalization!r}")
@@ -205,11 +218,13 @@ class ModelFactory:
         try:
             learner.set_state(state)
             normalizer.set_state(norm.get("state") or {}, len(names))
+            if grows:  # new features start with zero weight (Delage, section 4)
+                learner.grow(len(self.feature_names), list(self.feature_names))
             progress = TrainingProgress(**{k: int(training.get(k, 0))
                                            for k in TrainingProgress.COUNTERS},
                                         store_id=training.get("store_id"))
             version = int(version)
         except (ValueError, TypeError, KeyError) as exc:
             raise fail(str(exc)) from None
-        return RankingModel(learner=learner, normalizer=normalizer, feature_names=names,
-                            version=version, progress=progress)
+        return RankingModel(learner=learner, normalizer=normalizer,
+                            feature_names=self.feature_names, version=version, progress=progress)

@@ -24,7 +24,7 @@ def _draw(ax, rows: list[dict], learners: list[str], metric: str, log_time: bool
         by_t: dict[int, list[float]] = {}
         for row in rows:
             value = row.get(metric)
-            if row["learner"] == learner and value is not None and not math.isnan(value):
+            if row["learner"] == learner and value is not None and math.isfinite(value):
                 by_t.setdefault(row["t"], []).append(value)
         if not by_t:
             continue
@@ -64,14 +64,15 @@ def learning_curve_panels(panels: dict[str, list[dict]], learners: list[str], me
                           path: Path, *, log_time: bool = True) -> None:
     """Side-by-side panels (for example one per click model) of one metric, shared y axis."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), dpi=110,
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 2.6, 3.8), dpi=110,
                              sharey=True, squeeze=False)
-    for ax, (title, rows) in zip(axes[0], panels.items()):
+    for ax, (title, rows) in zip(axes[0], panels.items(), strict=True):
         _draw(ax, rows, learners, metric, log_time)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("impressions t")
     axes[0][0].set_ylabel(metric)
-    axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="center right")
+    fig.tight_layout(rect=(0, 0, 1 - 2.6 / (4.2 * len(panels) + 2.6), 1))
     fig.savefig(path)
     plt.close(fig)

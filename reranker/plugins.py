@@ -13,6 +13,13 @@ from .errors import ConfigError
 DEFAULT_PLUGINS = (
     "reranker.backends.embedded",
     "reranker_plugins.preference_perceptron",
+    "reranker_plugins.batch_preference_perceptron",
+    "reranker_plugins.exponentiated_preference_perceptron",
+    "reranker_plugins.convex_preference_perceptron",
+    "reranker_plugins.second_order_preference_perceptron",
+    "reranker_plugins.noregret_klrank",
+    "reranker_plugins.greedy_klrank",
+    "reranker_plugins.online_ranknet",
     "reranker_plugins.random_ranking",
     "reranker_plugins.backend_order",
 )

@@ -133,7 +133,8 @@ class RerankerService:
         self.events.log_impression(impression)
         hits = [{"id": candidates.ids[i], "rank": rank, "score": _finite(scores[i]),
                  "source": source}
-                for rank, (i, source) in enumerate(zip(shown.tolist(), sources), start=1)]
+                for rank, (i, source)
+                in enumerate(zip(shown.tolist(), sources, strict=True), start=1)]
         return {"impression_id": impression.id, "learner": model.learner_name,
                 "model_version": model.version, "total": candidates.total, "hits": hits}
 

@@ -11,13 +11,24 @@ from rich.table import Table
 
 from .console import progress_bar
 from .errors import ConfigError
-from .simulation import (METRICS, Settings, best_single_feature, learner_specs, load_plan,
-                         parse_param, prepare, settings_dict, simulate, write_reports)
+from .simulation import (
+    METRICS,
+    Settings,
+    best_single_feature,
+    learner_specs,
+    load_plan,
+    parse_param,
+    prepare,
+    settings_dict,
+    simulate,
+    write_reports,
+)
 
 DEFAULTS: dict[str, Any] = {
     "click_model": "informational", "impressions": 10_000, "runs": 5, "seed": 0,
     "out": "simulation", "depth": 10, "discount": "log2", "gain": "linear",
-    "backend_feature": "best", "checkpoints": 40, "workers": None,
+    "backend_feature": "best", "checkpoints": 40, "workers": None, "library": "fixed",
+    "reveal": 0.5,
 }
 SHOWN = ("offline_ndcg@10", "online_ndcg@10", "utility_regret", "dcg_star_regret")
 
@@ -68,13 +79,18 @@ def run_simulate(options: dict[str, Any], console: Console | None = None) -> dic
         settings = Settings(impressions=plan["impressions"], runs=plan["runs"], seed=plan["seed"],
                             click_model=plan["click_model"], depth=plan["depth"],
                             discount=plan["discount"], gain=plan["gain"],
-                            checkpoints=plan["checkpoints"])
+                            checkpoints=plan["checkpoints"], library=plan["library"],
+                            reveal=plan["reveal"])
     except TypeError as exc:  # pragma: no cover -- keys are fixed above
         raise ConfigError(str(exc)) from exc
+    if settings.library not in ("fixed", "growing"):
+        raise ConfigError(f"library must be 'fixed' or 'growing', got {settings.library!r}")
+    if not 0 < settings.reveal <= 1:
+        raise ConfigError(f"reveal must be in (0, 1], got {settings.reveal!r}")
     console.print(f"{len(data.train)} training queries, {len(data.test)} test queries, "
                   f"{len(data.feature_names)} features (constant ones dropped), "
-                  f"{data.grades}-grade labels; backend order = {feature}. Users: "
-                  f"{settings.click_model} (simulated).")
+                  f"{data.grades}-grade labels; backend order = {feature}; {settings.library} "
+                  f"library. Users: {settings.click_model} (simulated).")
     total = settings.impressions * settings.runs * len(specs)
     try:
         with progress_bar("simulating impressions", total, console) as advance:
@@ -104,6 +120,8 @@ def _print_summary(console: Console, summary: dict, impressions: int) -> None:
             value = entry[metric]
             if value["mean"] is None:
                 cells.append("-")
+            elif value["mean"] == "inf":
+                cells.append("∞")
             elif metric == "impressions_per_second":
                 cells.append(f"{value['mean']:,.0f}")
             else:

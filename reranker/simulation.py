@@ -41,13 +41,15 @@ METRICS: dict[str, str] = {
     "dcg_star_regret": "DCG@5(y*) - DCG@5(y_t) from labels, average over 1..t",
     "online_ndcg@10": "NDCG@10 of the shown lists since the previous checkpoint",
     "offline_ndcg@10": "NDCG@10 of the model at t on the test queries",
-    "kl_cost": "average KL cost -log P(first = clicked) of the learner's scores (Delage)",
+    "kl_cost": "average KL cost -log P(first = clicked) of the presenting policy (Delage)",
+    "kl_cost_of_scores": "average KL cost of the softmax of the learner's scores",
     "relative_click_distance": "average rank of a click / list length",
     "clicked_first_rate": "share of clicked impressions whose first result was clicked",
     "single_click_ndcg": "average log(2) / log(1 + rank of a click)",
 }
 #: Metrics plotted against a logarithmic time axis, as in the papers.
-LOG_TIME = {"utility_regret", "dcg_star_regret", "kl_cost", "relative_click_distance",
+LOG_TIME = {"utility_regret", "dcg_star_regret", "kl_cost", "kl_cost_of_scores",
+            "relative_click_distance",
             "clicked_first_rate", "single_click_ndcg", "online_ndcg@10", "offline_ndcg@10"}
 
 
@@ -107,6 +109,8 @@ class Settings:
     discount: str = "log2"
     gain: str = "linear"  # of DCG* regret; NDCG always uses 2^r - 1
     checkpoints: int = 40
+    library: str = "fixed"  # or "growing": queries (and their documents) appear over time
+    reveal: float = 0.5  # growing library: share of the impressions until all are available
 
 
 def prepare(train_paths: list[str], test_path: str, gain: str = "linear") -> SimulationData:
@@ -179,23 +183,27 @@ class _Metrics:
     """Per-impression measurements, buffered and reduced with vectorised numpy.
 
     The hot loop stores only what it must: the query, where its candidates start in the
-    epoch's arrays, the shown candidate indices, and, for impressions with clicks, the
-    learner's scores and the clicked positions. Labels, utilities and every metric are
-    computed at :meth:`flush`, which runs at every epoch end, checkpoint and full buffer.
+    chunk's arrays, the shown candidate indices, and, for impressions with clicks, the
+    learner's scores and the clicked candidates with their ranks. Labels, utilities and
+    every metric are computed at :meth:`flush`, which runs at every chunk end, checkpoint
+    and full buffer.
     """
 
     BLOCK = 2048
+    MAX_CLICKS = PAGE
 
-    def __init__(self, gain: str, width: int):
+    def __init__(self, gain: str, width: int, policy: str):
         self.exp_gain = gain == "exp"
+        self.policy = policy
         B = self.BLOCK
         self.query = np.zeros(B, dtype=np.intp)
-        self.base = np.zeros(B, dtype=np.intp)  # first row of the query in the epoch arrays
+        self.base = np.zeros(B, dtype=np.intp)  # first row of the query in the chunk arrays
         self.shown = np.zeros((B, PAGE), dtype=np.intp)  # shown candidates, local indices
         self.k = np.zeros(B, dtype=np.intp)  # shown length
         self.n = np.ones(B)  # candidates
         self.scores = np.full((B, width), -np.inf)  # the learner's scores, padded with -inf
-        self.clicked = np.zeros((B, PAGE), dtype=bool)  # click (or chosen) positions
+        self.click_items = np.zeros((B, self.MAX_CLICKS), dtype=np.intp)  # clicked candidates
+        self.click_ranks = np.zeros((B, self.MAX_CLICKS))  # their 1-based ranks; 0 = none
         self.has_click = np.zeros(B, dtype=bool)
         self.size = 0
         # running sums
@@ -203,11 +211,20 @@ class _Metrics:
         self.window_ndcg = 0.0
         self.window_count = 0
         self.clicked_impressions = 0
-        self.kl = self.distance = self.single_ndcg = 0.0
+        self.kl = self.kl_scores = self.distance = self.single_ndcg = 0.0
         self.first = 0
         self.clicks = 0
 
-    def flush(self, train: QuerySet, labels_epoch: np.ndarray, utility_epoch: np.ndarray) -> None:
+    def add_clicks(self, i: int, n: int, scores: np.ndarray, items: np.ndarray,
+                   positions: np.ndarray) -> None:
+        c = min(len(items), self.MAX_CLICKS)
+        self.n[i] = n
+        self.scores[i, :n] = scores
+        self.click_items[i, :c] = items[:c]
+        self.click_ranks[i, :c] = positions[:c] + 1
+        self.has_click[i] = True
+
+    def flush(self, train: QuerySet, labels_chunk: np.ndarray, utility_chunk: np.ndarray) -> None:
         """Reduce the buffered impressions into the running sums and reset the buffer."""
         size = self.size
         if size == 0:
@@ -215,9 +232,9 @@ class _Metrics:
         q = self.query[:size]
         shown = self.shown[:size]
         valid = np.arange(PAGE) < self.k[:size, None]  # (size, PAGE): inside the shown list
-        rows = self.base[:size, None] + shown
-        labels = np.where(valid, labels_epoch[np.where(valid, rows, 0)], 0)
-        utility = np.where(valid, utility_epoch[np.where(valid, rows, 0)], 0.0)
+        rows = np.where(valid, self.base[:size, None] + shown, 0)
+        labels = np.where(valid, labels_chunk[rows], 0)
+        utility = np.where(valid, utility_chunk[rows], 0.0)
         g5 = _DISCOUNTS[:USER_DEPTH]
         self.utility_regret += float((train.ideal_utility[q]
                                       - utility[:, :USER_DEPTH] @ g5).sum())
@@ -231,26 +248,42 @@ class _Metrics:
         self.window_count += size
         with_click = np.flatnonzero(self.has_click[:size])
         if with_click.size:
-            scores = self.scores[with_click]
-            top = scores.max(axis=1)
-            lse = top + np.log(np.exp(scores - top[:, None]).sum(axis=1))
-            mask = self.clicked[with_click]
-            counts = mask.sum(axis=1)
-            shown_scores = np.take_along_axis(scores, shown[with_click], axis=1)
-            chosen = np.where(mask, shown_scores, 0.0).sum(axis=1) / counts
-            ranks = np.arange(1, PAGE + 1)
-            self.kl += float((lse - chosen).sum())
-            self.distance += float(((mask * ranks).sum(axis=1) / counts
-                                    / self.n[with_click]).sum())
-            self.first += int(mask[:, 0].sum())
-            self.single_ndcg += float(((mask * (np.log(2) / np.log1p(ranks))).sum(axis=1)
-                                       / counts).sum())
-            self.clicked_impressions += with_click.size
-            self.clicks += int(counts.sum())
-            self.scores[with_click] = -np.inf
-            self.clicked[with_click] = False
-            self.has_click[with_click] = False
+            self._flush_clicks(with_click)
         self.size = 0
+
+    def _flush_clicks(self, rows: np.ndarray) -> None:
+        """Delage's Table 2 family over the impressions ``rows`` that have clicks; several
+        clicks in one impression are averaged (each weighted 1 / #clicks)."""
+        scores = self.scores[rows]
+        top = scores.max(axis=1)
+        lse = top + np.log(np.exp(scores - top[:, None]).sum(axis=1))
+        ranks = self.click_ranks[rows]
+        mask = ranks > 0
+        counts = mask.sum(axis=1)
+        chosen = np.take_along_axis(scores, self.click_items[rows], axis=1)
+        # KL cost of the softmax of the learner's scores: -log P(first = I) = lse - s_I
+        cost = np.where(mask, lse[:, None] - chosen, 0.0)
+        self.kl_scores += float((cost.sum(axis=1) / counts).sum())
+        # KL cost of the policy that presented the list (Delage, Table 2, column 1)
+        if self.policy == "plackett_luce":
+            policy_cost = cost.sum(axis=1) / counts
+        elif self.policy == "uniform":
+            policy_cost = np.log(self.n[rows])
+        else:  # a deterministic ranking puts all its mass on its first item
+            policy_cost = np.where((mask & (ranks != 1)).any(axis=1), np.inf, 0.0)
+        self.kl += float(policy_cost.sum())
+        safe = np.where(mask, ranks, 1.0)
+        self.distance += float(((np.where(mask, safe, 0.0) / self.n[rows, None]).sum(axis=1)
+                                / counts).sum())
+        self.first += int((mask & (ranks == 1)).any(axis=1).sum())
+        self.single_ndcg += float((np.where(mask, np.log(2) / np.log1p(safe), 0.0).sum(axis=1)
+                                   / counts).sum())
+        self.clicked_impressions += rows.size
+        self.clicks += int(counts.sum())
+        self.scores[rows] = -np.inf
+        self.click_ranks[rows] = 0.0
+        self.click_items[rows] = 0
+        self.has_click[rows] = False
 
     def row(self, t: int) -> dict:
         clicked = self.clicked_impressions
@@ -260,6 +293,7 @@ class _Metrics:
             "online_ndcg@10": (self.window_ndcg / self.window_count if self.window_count
                                else math.nan),
             "kl_cost": self.kl / clicked if clicked else math.nan,
+            "kl_cost_of_scores": self.kl_scores / clicked if clicked else math.nan,
             "relative_click_distance": self.distance / clicked if clicked else math.nan,
             "clicked_first_rate": self.first / clicked if clicked else math.nan,
             "single_click_ndcg": self.single_ndcg / clicked if clicked else math.nan,
@@ -270,6 +304,22 @@ class _Metrics:
 
 
 _DISCOUNTS = FeatureMap(PAGE, "log2").discounts(PAGE)
+
+
+def query_stream(n_queries: int, start: int, count: int, settings: Settings,
+                 rng: np.random.Generator) -> np.ndarray:
+    """The queries of impressions ``start + 1 .. start + count``.
+
+    ``fixed`` library: every query once per epoch, in a fresh random order. ``growing``
+    library: queries become available in file order, all of them once ``reveal`` of the
+    impressions have passed, and each impression draws uniformly among those available.
+    """
+    if settings.library == "fixed":
+        return rng.permutation(n_queries)[:count]
+    t = np.arange(start, start + count)  # 0-based impressions
+    horizon = max(1.0, settings.reveal * settings.impressions)
+    available = np.minimum(n_queries, 1 + (t * n_queries / horizon).astype(np.intp))
+    return (rng.random(count) * available).astype(np.intp)
 
 
 def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: int,
@@ -295,10 +345,9 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     n_train = len(train)
     row_query = np.repeat(np.arange(n_train), train.sizes())
     checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints).tolist())
-    metrics = _Metrics(settings.gain, int(train.sizes().max()))
+    metrics = _Metrics(settings.gain, int(train.sizes().max()), learner.policy)
     m_query, m_base, m_shown, m_k = metrics.query, metrics.base, metrics.shown, metrics.k
-    m_n, m_scores, m_clicked, m_has_click = (metrics.n, metrics.scores, metrics.clicked,
-                                             metrics.has_click)
+    add_clicks = metrics.add_clicks
     block = metrics.BLOCK
     rows: list[dict] = []
     learner_seconds = 0.0
@@ -307,15 +356,17 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     last_reported = 0
     t = 0
     while t < settings.impressions:
-        # One epoch: every training query once, in random order, each with its candidates
-        # in a random order (so the ties of an all-zero model break randomly).
+        # A chunk of impressions (an epoch for a fixed library): every query's candidates in
+        # a fresh random order, so that the ties of an all-zero model break randomly.
         within = np.argsort(row_query + stream_rng.random(len(row_query)))
-        X_epoch, labels_epoch = train.X[within], train.labels[within]
-        utility_epoch = train.utility[within]
-        for qi in stream_rng.permutation(n_train).tolist():
+        X_chunk, labels_chunk = train.X[within], train.labels[within]
+        utility_chunk = train.utility[within]
+        chunk = query_stream(n_train, t, min(n_train, settings.impressions - t), settings,
+                             stream_rng)
+        for qi in chunk.tolist():
             t += 1
             lo, hi = offsets[qi], offsets[qi + 1]
-            X, labels, utility = X_epoch[lo:hi], labels_epoch[lo:hi], utility_epoch[lo:hi]
+            X, labels, utility = X_chunk[lo:hi], labels_chunk[lo:hi], utility_chunk[lo:hi]
             n = hi - lo
             k = PAGE if n > PAGE else n
             t0 = clock()
@@ -334,16 +385,10 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             m_shown[i, :k] = y[:k]
             positions = feedback.positions
             if positions is not None and len(positions):
-                if positions[-1] >= k:  # a coactive user moved up documents below the page
-                    positions = positions[positions < k]
-                if len(positions):
-                    m_n[i] = n
-                    m_scores[i, :n] = result.scores
-                    m_clicked[i, positions] = True
-                    m_has_click[i] = True
+                add_clicks(i, n, result.scores, feedback.clicked, positions)
             metrics.size = i + 1
             if metrics.size == block or t in checkpoints:
-                metrics.flush(train, labels_epoch, utility_epoch)
+                metrics.flush(train, labels_chunk, utility_chunk)
             if t in checkpoints:
                 rows.append({"learner": spec.key, "run": run, "t": t, **metrics.row(t),
                              "offline_ndcg@10": offline_ndcg(data, learner, test_rng),
@@ -351,9 +396,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             if progress is not None and t - last_reported >= 2000:
                 progress(t - last_reported)
                 last_reported = t
-            if t == settings.impressions:
-                break
-        metrics.flush(train, labels_epoch, utility_epoch)
+        metrics.flush(train, labels_chunk, utility_chunk)
     if progress is not None:
         progress(settings.impressions - last_reported)
     total = clock() - started
@@ -470,10 +513,14 @@ def summarize(result: SimulationResult) -> dict[str, dict[str, Any]]:
     return summary
 
 
-def _mean_stderr(values: list[float]) -> dict[str, float | None]:
+def _mean_stderr(values: list[float]) -> dict[str, Any]:
+    """Mean and standard error; ``"inf"`` when a run is infinite (the KL cost of a
+    deterministic policy that missed once), ``None`` when there is no value."""
     arr = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=float)
     if arr.size == 0:
         return {"mean": None, "stderr": None}
+    if np.isinf(arr).any():
+        return {"mean": "inf", "stderr": None}
     stderr = float(arr.std(ddof=1) / math.sqrt(arr.size)) if arr.size > 1 else 0.0
     return {"mean": float(arr.mean()), "stderr": stderr}
 
@@ -521,6 +568,10 @@ PLAN_KEYS = {
     "backend_feature": "feature that stands in for the backend's order ('best': the best "
                        "single feature on the training data)",
     "checkpoints": "number of log-spaced checkpoints",
+    "library": "fixed (every query from the start) or growing (queries and their documents "
+               "appear over time, in file order)",
+    "reveal": "growing library: share of the impressions after which all queries are "
+              "available",
     "workers": "parallel processes (default: one per core)",
 }
 

@@ -178,11 +178,33 @@ class NoisyUser(SimulatedUser):
         return _moved_to_top(ranking, best, n_shown)
 
 
+@dataclass
+class ChoosingUser(SimulatedUser):
+    """Delage's user: comes for one preferred item, drawn with probability proportional to
+    its gain ``2^label - 1`` whatever the ranking, and clicks it wherever it is ranked
+    (queries without a relevant document get no click). The metrics then tell how high the
+    learner ranked the item users wanted."""
+
+    name: str = "choice"
+
+    def respond(self, ranking, n_shown, labels, utility, ideal_utility, rng) -> Feedback:
+        gains = np.exp2(labels) - 1.0
+        total = float(gains.sum())
+        if total <= 0:
+            return feedback_from_positions(ranking, n_shown, np.empty(0, dtype=np.intp))
+        item = int(np.searchsorted(np.cumsum(gains), rng.random() * total, side="right"))
+        item = min(item, len(labels) - 1)
+        position = np.flatnonzero(ranking == item)
+        return feedback_from_positions(ranking, n_shown, position)
+
+
 USER_HELP = ("perfect, navigational, informational (cascade click models; add '-every' for "
              "the reference implementation's stop coin at every examined position, e.g. "
              "informational-every); pbm:ETA (position-based, attractiveness as the perfect "
              "model's clicks); strict_alpha:ALPHA and expected_alpha:ALPHA (coactive users "
-             "who know w*); noisy:DEPTH (the five best-labelled of the top DEPTH put on top)")
+             "who know w*); noisy:DEPTH (the five best-labelled of the top DEPTH put on top); "
+             "choice (Delage's user: one preferred item drawn by gain, clicked wherever it is "
+             "ranked)")
 
 
 def make_user(spec: str, grades: int) -> SimulatedUser:
@@ -202,6 +224,8 @@ def make_user(spec: str, grades: int) -> SimulatedUser:
             if depth < 1:
                 raise ValueError(f"depth must be positive, got {depth}")
             return NoisyUser(depth=depth)
+        if name == "choice" and not arg:
+            return ChoosingUser()
         if name == "pbm":
             eta = float(arg) if arg else 1.0
             attractiveness = cascade_model("perfect", grades).click_probs

@@ -3,7 +3,6 @@
 import shutil
 
 import pytest
-
 from conftest import run_cli
 
 

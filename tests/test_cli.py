@@ -1,8 +1,8 @@
 """The command line: help everywhere, and clear errors for bad input."""
 
 import pytest
-
 from conftest import ServeProcess, run_cli, write_config, write_docs
+
 from reranker.cli import cli
 
 

@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 import requests
-
 from conftest import ServeProcess, cli_env, reranker_command, run_cli, write_config, write_docs
+
 from reranker.config import load_config
 from reranker.events import EventStore
 from reranker.model import ModelFactory

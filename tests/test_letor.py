@@ -2,8 +2,8 @@ import gzip
 
 import numpy as np
 import pytest
-
 from conftest import SHARED_DATA
+
 from reranker.errors import DataError
 from reranker.letor import load_letor, load_many
 

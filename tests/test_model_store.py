@@ -2,12 +2,12 @@ import json
 
 import numpy as np
 import pytest
+from reranker_plugins.preference_perceptron import PreferencePerceptron
 
 from reranker.errors import ModelLoadError
 from reranker.featuremap import FeatureMap
 from reranker.model import ModelFactory
 from reranker.model_store import ModelStore, VersionExistsError
-from reranker_plugins.preference_perceptron import PreferencePerceptron
 
 
 def factory(names=("a", "b", "c"), normalization="per_query_minmax", depth=10):

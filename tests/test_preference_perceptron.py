@@ -1,11 +1,11 @@
 """The Preference Perceptron: its update rule by hand, and that it learns."""
 
 import numpy as np
+from reranker_plugins.preference_perceptron import PreferencePerceptron
 
 from reranker.featuremap import FeatureMap
 from reranker.feedback import Feedback, feedback_from_clicks
 from reranker.metrics import ndcg
-from reranker_plugins.preference_perceptron import PreferencePerceptron
 
 
 def test_update_rule_by_hand():

@@ -3,13 +3,12 @@
 import json
 import os
 import sqlite3
-import time
 
 import numpy as np
 import pytest
 import requests
+from conftest import run_cli, write_config, write_docs
 
-from conftest import LiveServer, run_cli, write_config, write_docs
 from reranker.config import load_config
 from reranker.errors import ModelLoadError, StoreError
 from reranker.events import EventStore, Impression
@@ -18,7 +17,6 @@ from reranker.feedback import Feedback
 from reranker.learner import Learner, RankResult, argmax_ranking
 from reranker.model import ModelFactory, checksum
 from reranker.model_store import ModelStore
-from reranker.plugins import get_plugin_manager
 from reranker.service import RerankerService
 from reranker.trainer import Trainer
 

@@ -5,10 +5,19 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import SHARED_DATA, run_cli
-from reranker.simulation import (LearnerSpec, Settings, best_single_feature, prepare, run_one,
-                                 simulate, write_reports)
+
+from reranker.simulation import (
+    METRICS,
+    LearnerSpec,
+    Settings,
+    best_single_feature,
+    prepare,
+    run_one,
+    simulate,
+    summarize,
+    write_reports,
+)
 
 MQ2008 = SHARED_DATA / "letor4-mq2008"
 needs_mq2008 = pytest.mark.skipif(not MQ2008.is_dir(),
@@ -152,7 +161,7 @@ def test_simulate_command(tiny, tmp_path):
     assert set(summary["learners"]) == {"preference_perceptron", "random",
                                         "backend_order(feature=f1)"}
     assert summary["settings"]["click_model"] == "perfect"
-    assert len(list(out.glob("*.png"))) == 8
+    assert len(list(out.glob("*.png"))) == len(METRICS)
 
 
 def test_simulate_plan_file(tiny, tmp_path):
@@ -204,3 +213,82 @@ def test_simulate_help_documents_every_option():
                    "--impressions", "--runs", "--seed", "--out", "--depth", "--gain",
                    "--backend-feature", "--checkpoints", "--workers", "--config"):
         assert option in out
+
+
+LEARNING = ["preference_perceptron", "batch_preference_perceptron",
+            "exponentiated_preference_perceptron", "convex_preference_perceptron",
+            "second_order_preference_perceptron", "noregret_klrank", "greedy_klrank",
+            "online_ranknet"]
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("synthetic")
+    train = [synthetic_letor(folder, f"train{i}.txt", 30, i + 1) for i in range(2)]
+    return prepare(train, synthetic_letor(folder, "test.txt", 20, 9))
+
+
+@pytest.mark.parametrize("name", LEARNING)
+def test_every_learner_learns_from_simulated_clicks(synthetic, name):
+    """Navigational cascade users on our own synthetic data: each learner ends far above
+    the random floor offline, with a fraction of its utility regret."""
+    settings = Settings(impressions=1500, click_model="navigational", checkpoints=4)
+    final = {}
+    for learner in (name, "random"):
+        rows = [run_one(synthetic, LearnerSpec(learner), settings, run)[0][-1]
+                for run in range(2)]
+        final[learner] = {m: np.mean([r[m] for r in rows])
+                          for m in ("offline_ndcg@10", "utility_regret")}
+    assert final[name]["offline_ndcg@10"] > final["random"]["offline_ndcg@10"] + 0.2
+    assert final[name]["utility_regret"] < 0.5 * final["random"]["utility_regret"]
+
+
+def test_choice_user_clicks_one_item_by_gain_wherever_it_is(synthetic):
+    from reranker.users import make_user
+
+    user = make_user("choice", 3)
+    rng = np.random.default_rng(0)
+    labels = np.array([0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2])  # gains 3, 1, 3
+    ranking = np.arange(12)[::-1].copy()
+    picks = []
+    for _ in range(7000):
+        fb = user.respond(ranking, 5, labels, np.zeros(12), 0.0, rng)
+        assert len(fb.clicked) == 1 and ranking[fb.positions[0]] == fb.clicked[0]
+        picks.append(int(fb.clicked[0]))
+    counts = np.bincount(picks, minlength=12) / 7000
+    np.testing.assert_allclose(counts[[1, 3, 11]], [3 / 7, 1 / 7, 3 / 7], atol=0.02)
+    nothing = user.respond(ranking, 5, np.zeros(12, dtype=int), np.zeros(12), 0.0, rng)
+    assert len(nothing.clicked) == 0
+
+
+def test_growing_library_reveals_queries_in_order():
+    from reranker.simulation import query_stream
+
+    settings = Settings(impressions=1000, library="growing", reveal=0.5)
+    rng = np.random.default_rng(0)
+    early = query_stream(100, 0, 50, settings, rng)
+    assert early.max() < 12  # after 50 of 500 revealing impressions: about 10 queries
+    late = query_stream(100, 600, 400, settings, rng)
+    assert late.max() > 90 and late.min() < 10  # all available, drawn uniformly
+    fixed = query_stream(100, 0, 100, Settings(), rng)
+    assert sorted(fixed.tolist()) == list(range(100))
+
+
+@needs_mq2008
+def test_table2_shape_on_a_growing_library(mq2008):
+    """Delage, Table 2 in spirit: NoRegret KLRank has the lowest average KL cost (finite,
+    below random; deterministic learners are infinite), Greedy KLRank ranks clicked items
+    higher than NoRegret KLRank, and all beat random on the click metrics."""
+    specs = [LearnerSpec(n) for n in ("noregret_klrank", "greedy_klrank", "online_ranknet",
+                                      "preference_perceptron", "random")]
+    result = simulate(mq2008, specs, Settings(impressions=4000, runs=2, click_model="choice",
+                                              library="growing", checkpoints=4))
+    summary = {k: {m: v[m]["mean"] for m in v if isinstance(v[m], dict)}
+               for k, v in summarize(result).items()}
+    assert summary["noregret_klrank"]["kl_cost"] < summary["random"]["kl_cost"] - 0.1
+    for name in ("greedy_klrank", "online_ranknet", "preference_perceptron"):
+        assert summary[name]["kl_cost"] == "inf"
+        assert summary[name]["relative_click_distance"] < summary["random"][
+            "relative_click_distance"] - 0.05
+    assert summary["greedy_klrank"]["clicked_first_rate"] > \
+        summary["noregret_klrank"]["clicked_first_rate"] + 0.03

@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 
 from reranker.click_models import cascade_model
-from reranker.users import (USER_DEPTH, ExpectedAlphaInformativeUser, NoisyUser,
-                            StrictAlphaInformativeUser, make_user, user_utility)
+from reranker.users import (
+    USER_DEPTH,
+    ExpectedAlphaInformativeUser,
+    NoisyUser,
+    StrictAlphaInformativeUser,
+    make_user,
+    user_utility,
+)
 
 
 def random_query(rng, n=15):

@@ -76,5 +76,5 @@ class Backend(ABC):
         """A JSON-able description of the backend's state for ``/healthz``."""
         return {"type": self.name}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- optional for backends that hold nothing
         """Release resources."""

@@ -84,12 +84,14 @@ class EmbeddedBackend(Backend):
         return {"format": META_FORMAT, "fields": list(self.fields),
                 "numeric_fields": list(self.numeric_fields), "analyzer": ANALYZER}
 
-    def _build_schema(self) -> tantivy.Schema:
+    def _build_schema(self, fields: list[str] | tuple[str, ...] | None = None,
+                      numeric_fields: list[str] | tuple[str, ...] | None = None
+                      ) -> tantivy.Schema:
         builder = tantivy.SchemaBuilder()
         builder.add_text_field(ID, stored=True, tokenizer_name="raw")
-        for f in self.fields:
+        for f in self.fields if fields is None else fields:
             builder.add_text_field(f, stored=False, tokenizer_name=ANALYZER)
-        for f in self.numeric_fields:
+        for f in self.numeric_fields if numeric_fields is None else numeric_fields:
             builder.add_float_field(f, stored=False, indexed=False, fast=True)
         builder.add_bytes_field(SOURCE, stored=True, indexed=False)
         return builder.build()
@@ -108,13 +110,17 @@ class EmbeddedBackend(Backend):
                                f"of format {META_FORMAT}")
         return meta
 
-    def _check_meta(self, meta: dict[str, Any]) -> None:
+    def _check_meta(self, meta: dict[str, Any], exact: bool) -> None:
+        """Searching needs the configured fields to be in the index (a subset will do, so a
+        feature can be added to the config of an index that already holds the field);
+        indexing more documents needs the same fields the index was built with."""
         for key, config_key in (("fields", "backend.fields"),
                                 ("numeric_fields", "features.numeric_fields")):
-            if list(meta.get(key, [])) != list(getattr(self, key)):
+            built, wanted = list(meta.get(key, [])), list(getattr(self, key))
+            if built != wanted if exact else not set(wanted) <= set(built):
                 raise BackendError(
-                    f"{config_key} is {list(getattr(self, key))} but the index at {self.path} "
-                    f"was built with {meta.get(key)}; run `reranker index --recreate`")
+                    f"{config_key} is {wanted} but the index at {self.path} was built with "
+                    f"{built}; run `reranker index --recreate`")
 
     def _open_index(self, path: Path, schema: tantivy.Schema | None = None) -> tantivy.Index:
         schema = schema or self._build_schema()
@@ -131,12 +137,15 @@ class EmbeddedBackend(Backend):
         if not self.path.is_dir():
             raise BackendError(f"backend.path: index directory {self.path} does not exist; "
                                f"run `reranker index` first")
-        self._check_meta(self._read_meta())
+        meta = self._read_meta()
+        self._check_meta(meta, exact=False)
         try:
-            self._index = self._open_index(self.path)
+            self._index = self._open_index(self.path, self._build_schema(
+                meta.get("fields"), meta.get("numeric_fields")))
             self._searcher = self._index.searcher()
         except (OSError, ValueError) as exc:
-            raise BackendError(f"backend.path: cannot open the index at {self.path}: {exc}") from exc
+            raise BackendError(f"backend.path: cannot open the index at {self.path}: "
+                               f"{exc}") from exc
         self._meta_mtime = self._mtime()
 
     def _mtime(self) -> int:
@@ -221,7 +230,7 @@ class EmbeddedBackend(Backend):
                                    f"index; refusing to delete it")
             shutil.rmtree(self.path)
         if self.path.exists() and any(self.path.iterdir()):
-            self._check_meta(self._read_meta())
+            self._check_meta(self._read_meta(), exact=True)
         self.path.mkdir(parents=True, exist_ok=True)
         index = self._open_index(self.path)
         (self.path / META_FILE).write_text(json.dumps(self._wanted_meta(), indent=2) + "\n",

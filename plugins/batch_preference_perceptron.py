@@ -1,0 +1,43 @@
+"""Batch Preference Perceptron (Shivaswamy & Joachims, Coactive Learning, Algorithm 2)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reranker import hookimpl
+from reranker.feedback import Feedback
+from reranker.learner import LinearLearner, Param
+
+
+class BatchPreferencePerceptron(LinearLearner):
+    """Presents with the last applied ``w``; accumulates ``phi(ybar) - phi(y)`` and applies the
+    sum every ``batch_size`` informative feedbacks (mini-batch updates, for systems that
+    cannot update after every impression)."""
+
+    name = "batch_preference_perceptron"
+    description = ("Batch Preference Perceptron (Coactive Learning, Alg. 2): accumulates the "
+                   "perceptron steps and applies them every batch_size feedbacks.")
+    params = (Param("batch_size", int, 10, "informative feedbacks per applied update",
+                    minimum=1),)
+
+    def _initialize(self, n_features: int) -> None:
+        self.w_ = np.zeros(n_features)  # Algorithm 2: w_1 = 0
+        self.pending_ = np.zeros(n_features)  # sum of D since the last applied update
+        self.pending_count_ = 0
+
+    def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
+        if not feedback.informative:
+            return False
+        self.pending_ += self.feature_map.phi_difference(X, feedback.improved, feedback.ranking)
+        self.pending_count_ += 1
+        if self.pending_count_ == self.batch_size:
+            # Algorithm 2: w_{l+1} = w_l + sum over the batch of phi(ybar_j) - phi(y_j)
+            self.w_ = self.w_ + self.pending_
+            self.pending_ = np.zeros_like(self.pending_)
+            self.pending_count_ = 0
+        return True
+
+
+@hookimpl
+def reranker_register_learners():
+    return [BatchPreferencePerceptron]

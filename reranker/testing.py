@@ -1,0 +1,261 @@
+"""The learner conformance suite, shipped so that third-party plugins can run it too.
+
+Every check takes a learner class (and optional parameters) and raises ``AssertionError``
+with a message naming the learner when it fails. Run them all with :func:`check_learner`,
+or one by one from pytest::
+
+    import pytest
+    from reranker.testing import LEARNER_CHECKS
+
+    @pytest.mark.parametrize("check", LEARNER_CHECKS, ids=lambda c: c.__name__)
+    def test_my_learner(check):
+        check(MyLearner)
+
+The chi-square check of stochastic learners needs SciPy (``pip install reranker[test]``).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .featuremap import FeatureMap
+from .feedback import Feedback, feedback_from_clicks
+from .learner import Learner
+
+N_FEATURES = 4
+
+
+def _make(cls: type[Learner], params: dict[str, Any] | None, names: bool = True) -> Learner:
+    learner = cls(feature_map=FeatureMap(depth=5), **(params or {}))
+    learner.validate_params()
+    feature_names = [f"x{i}" for i in range(N_FEATURES)] if names else None
+    learner.initialize(N_FEATURES, feature_names)
+    return learner
+
+
+def _requests(seed: int, count: int = 25) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Random requests of varying size with random clicks (as candidate indices)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(2, 12))
+        X = rng.random((n, N_FEATURES))
+        clicks = rng.choice(n, size=int(rng.integers(1, min(n, 3) + 1)), replace=False)
+        out.append((X, clicks))
+    return out
+
+
+def _train(learner: Learner, seed: int, count: int = 25) -> list[np.ndarray]:
+    """Rank and learn from random clicks; returns the rankings shown."""
+    rng = np.random.default_rng(seed + 1)
+    rankings = []
+    for X, clicks in _requests(seed, count):
+        result = learner.rank(X, 5, rng)
+        rankings.append(result.ranking)
+        learner.update(X, feedback_from_clicks(result.ranking, 5, clicks))
+    return rankings
+
+
+def _states_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if set(a) != set(b):
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if not np.array_equal(np.asarray(x), np.asarray(y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def check_declares_itself(cls: type[Learner], params: dict | None = None) -> None:
+    """A name, a one-line description, parameters with valid defaults; the constructor only
+    stores parameters."""
+    assert cls.name and cls.name.isidentifier(), f"{cls.__name__}: name must be an identifier"
+    assert cls.description and "\n" not in cls.description, f"{cls.name}: one-line description"
+    assert cls.policy in ("argmax", "plackett_luce", "uniform"), f"{cls.name}: unknown policy"
+    assert cls.stochastic == (cls.policy != "argmax"), f"{cls.name}: stochastic vs policy"
+    learner = cls(**(params or {}))
+    defaults = {p.name: p.default for p in cls.params}
+    assert learner.get_params() == {**defaults, **(params or {})}, \
+        f"{cls.name}: get_params() must return the constructor's parameters"
+    assert not learner.initialized, f"{cls.name}: the constructor must not create learned state"
+    learner.validate_params()
+
+
+def check_ranks_are_permutations(cls: type[Learner], params: dict | None = None) -> None:
+    """Every ranking holds every candidate exactly once, with one score per candidate."""
+    learner = _make(cls, params)
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 7, 40):
+        X = rng.random((n, N_FEATURES))
+        for n_shown in (1, min(n, 5), n):
+            result = learner.rank(X, n_shown, rng)
+            assert sorted(result.ranking.tolist()) == list(range(n)), \
+                f"{cls.name}: ranking of {n} candidates is not a permutation"
+            assert np.asarray(result.scores).shape == (n,), f"{cls.name}: scores shape"
+    _train(learner, 1)
+    X = rng.random((9, N_FEATURES))
+    assert sorted(learner.rank(X, 5, rng).ranking.tolist()) == list(range(9)), \
+        f"{cls.name}: ranking after training is not a permutation"
+
+
+def check_seeded_runs_reproduce(cls: type[Learner], params: dict | None = None) -> None:
+    """The same seed gives the same rankings and the same learned state."""
+    a, b = _make(cls, params), _make(cls, params)
+    rankings_a, rankings_b = _train(a, 7), _train(b, 7)
+    assert all(np.array_equal(x, y) for x, y in zip(rankings_a, rankings_b, strict=True)), \
+        f"{cls.name}: rankings differ between two runs with the same seed"
+    assert _states_equal(a.get_state(), b.get_state()), \
+        f"{cls.name}: learned state differs between two runs with the same seed"
+
+
+def check_save_load_round_trip(cls: type[Learner], params: dict | None = None) -> None:
+    """get_state then set_state on a fresh learner gives the identical model and rankings."""
+    trained = _make(cls, params)
+    _train(trained, 3)
+    state = copy.deepcopy(trained.get_state())
+    restored = cls(feature_map=FeatureMap(depth=5), **(params or {}))
+    restored.set_state(state)
+    assert _states_equal(restored.get_state(), trained.get_state()), \
+        f"{cls.name}: state changed through get_state/set_state"
+    rng_a, rng_b = np.random.default_rng(11), np.random.default_rng(11)
+    for X, _ in _requests(5, 10):
+        before, after = trained.rank(X, 5, rng_a), restored.rank(X, 5, rng_b)
+        assert np.array_equal(before.ranking, after.ranking), \
+            f"{cls.name}: a restored model ranks differently"
+
+
+def check_bad_features_are_refused(cls: type[Learner], params: dict | None = None) -> None:
+    """NaN or infinite features, a wrong shape, or a changed feature count (for learners
+    without growth) raise ``ValueError``; learners with growth extend their model."""
+    learner = _make(cls, params)
+    _train(learner, 2, 5)
+    before = copy.deepcopy(learner.get_state())
+    rng = np.random.default_rng(0)
+    feedback = Feedback(ranking=np.arange(5), n_shown=3, clicked=np.array([4]))
+    for bad in (np.nan, np.inf, -np.inf):
+        X = rng.random((5, N_FEATURES))
+        X[2, 1] = bad
+        for method, args in (("rank", (X, 3, rng)), ("update", (X, feedback))):
+            try:
+                getattr(learner, method)(*args)
+            except ValueError:
+                continue
+            raise AssertionError(f"{cls.name}: {method}() accepted features with {bad}")
+    for shape in ((5,), (2, 3, N_FEATURES)):
+        try:
+            learner.rank(rng.random(shape), 3, rng)
+        except ValueError:
+            continue
+        raise AssertionError(f"{cls.name}: features of shape {shape} were accepted")
+    assert _states_equal(before, learner.get_state()), f"{cls.name}: refused input changed it"
+    wider = rng.random((6, N_FEATURES + 2))
+    if cls.supports_growth:
+        result = learner.rank(wider, 3, rng)
+        assert learner.n_features_in_ == N_FEATURES + 2, f"{cls.name}: did not grow"
+        learner.update(wider, feedback_from_clicks(result.ranking, 3, np.array([5])))
+        assert sorted(learner.rank(wider, 3, rng).ranking.tolist()) == list(range(6))
+    else:
+        try:
+            learner.rank(wider, 3, rng)
+        except ValueError as exc:
+            assert "feature" in str(exc), f"{cls.name}: unclear message {exc}"
+        else:
+            raise AssertionError(f"{cls.name}: a changed feature count was accepted")
+    narrower = rng.random((6, N_FEATURES - 1))
+    try:
+        learner.rank(narrower, 3, rng)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError(f"{cls.name}: fewer features than trained on were accepted")
+
+
+def check_inputs_not_mutated(cls: type[Learner], params: dict | None = None) -> None:
+    """rank and update leave the features and the feedback as they were."""
+    learner = _make(cls, params)
+    rng = np.random.default_rng(4)
+    for X, clicks in _requests(9, 10):
+        X_copy = X.copy()
+        result = learner.rank(X, 5, rng)
+        feedback = feedback_from_clicks(result.ranking, 5, clicks)
+        copies = {k: np.copy(getattr(feedback, k)) for k in ("ranking", "clicked", "improved",
+                                                            "positions")}
+        learner.update(X, feedback)
+        assert np.array_equal(X, X_copy), f"{cls.name}: features were modified"
+        for key, value in copies.items():
+            assert np.array_equal(getattr(feedback, key), value), \
+                f"{cls.name}: feedback.{key} was modified"
+
+
+def check_no_information_changes_nothing(cls: type[Learner], params: dict | None = None) -> None:
+    """Feedback without clicks and with ``ybar == y`` leaves the model as it was."""
+    learner = _make(cls, params)
+    _train(learner, 6, 10)
+    rng = np.random.default_rng(8)
+    for X, _ in _requests(12, 10):
+        before = copy.deepcopy(learner.get_state())
+        ranking = learner.rank(X, 5, rng).ranking
+        changed = learner.update(X, Feedback(ranking=ranking, n_shown=5))
+        assert not changed, f"{cls.name}: update() reported a change without information"
+        assert _states_equal(before, learner.get_state()), \
+            f"{cls.name}: feedback without information changed the model"
+
+
+def check_probabilities(cls: type[Learner], params: dict | None = None,
+                        samples: int = 6000) -> None:
+    """Stochastic learners: the probabilities of all ordered top-k lists sum to one, the
+    logged probability is that of the shown list, and shown lists follow the probabilities
+    (chi-square test at p > 0.001)."""
+    if not cls.stochastic:
+        return
+    learner = _make(cls, params)
+    _train(learner, 13, 15)
+    rng = np.random.default_rng(21)
+    X = rng.random((4, N_FEATURES))
+    k = 2
+    space = list(itertools.permutations(range(4), k))
+    probs = np.array([math.exp(learner.log_probability(X, np.array(top))) for top in space])
+    assert abs(probs.sum() - 1.0) < 1e-9, f"{cls.name}: probabilities sum to {probs.sum()}"
+    counts: Counter = Counter()
+    for _ in range(samples):
+        result = learner.rank(X, k, rng)
+        top = tuple(result.ranking[:k].tolist())
+        counts[top] += 1
+        if len(counts) == 1 and sum(counts.values()) == 1:
+            assert result.log_prob is not None, f"{cls.name}: no log_prob logged"
+            assert abs(result.log_prob - learner.log_probability(X, np.array(top))) < 1e-9, \
+                f"{cls.name}: the logged probability is not that of the shown list"
+    from scipy.stats import chisquare
+
+    observed = np.array([counts[top] for top in space])
+    p_value = chisquare(observed, probs * samples).pvalue
+    assert p_value > 1e-3, f"{cls.name}: shown lists do not follow the probabilities " \
+                           f"(chi-square p = {p_value:.2g})"
+
+
+LEARNER_CHECKS: list[Callable[..., None]] = [
+    check_declares_itself,
+    check_ranks_are_permutations,
+    check_seeded_runs_reproduce,
+    check_save_load_round_trip,
+    check_bad_features_are_refused,
+    check_inputs_not_mutated,
+    check_no_information_changes_nothing,
+    check_probabilities,
+]
+
+
+def check_learner(cls: type[Learner], params: dict | None = None) -> None:
+    """Run every check of the suite on ``cls``."""
+    for check in LEARNER_CHECKS:
+        check(cls, params)

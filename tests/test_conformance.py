@@ -1,0 +1,22 @@
+"""The shipped conformance suite, over every learner the plugin manager registers."""
+
+import pytest
+
+from reranker.plugins import get_plugin_manager, learner_classes
+from reranker.testing import LEARNER_CHECKS
+
+LEARNERS = learner_classes(get_plugin_manager())
+
+
+@pytest.mark.parametrize("check", LEARNER_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_learner_conforms(name, check):
+    check(LEARNERS[name])
+
+
+def test_every_paper_learner_is_registered():
+    assert set(LEARNERS) >= {
+        "preference_perceptron", "batch_preference_perceptron",
+        "exponentiated_preference_perceptron", "convex_preference_perceptron",
+        "second_order_preference_perceptron", "noregret_klrank", "greedy_klrank",
+        "online_ranknet", "random", "backend_order"}

@@ -1,0 +1,123 @@
+"""The conformance checks fail on learners that break their contract."""
+
+import numpy as np
+import pytest
+
+from reranker.learner import Learner, RankResult, argmax_ranking
+from reranker.policies import gumbel_top_k, plackett_luce_log_prob, plackett_luce_prefix_log_prob
+from reranker.testing import (
+    check_bad_features_are_refused,
+    check_declares_itself,
+    check_inputs_not_mutated,
+    check_no_information_changes_nothing,
+    check_probabilities,
+    check_ranks_are_permutations,
+    check_save_load_round_trip,
+    check_seeded_runs_reproduce,
+)
+
+
+class Good(Learner):
+    name = "good"
+    description = "a correct learner"
+
+    def _initialize(self, n):
+        self.w_ = np.zeros(n)
+
+    def _rank(self, X, n_shown, rng):
+        s = X @ self.w_
+        return RankResult(ranking=argmax_ranking(s), scores=s)
+
+    def _update(self, X, fb):
+        if not fb.informative:
+            return False
+        self.w_ = self.w_ + self.feature_map.phi_difference(X, fb.improved, fb.ranking)
+        return True
+
+
+class DropsOne(Good):
+    name = "drops_one"
+
+    def _rank(self, X, n_shown, rng):
+        result = super()._rank(X, n_shown, rng)
+        result.ranking = result.ranking[:-1] if len(result.ranking) > 1 else result.ranking
+        return result
+
+
+class Unseeded(Good):
+    name = "unseeded"
+
+    def _rank(self, X, n_shown, rng):
+        s = X @ self.w_ + np.random.default_rng().random(X.shape[0])
+        return RankResult(ranking=argmax_ranking(s), scores=s)
+
+
+class ForgetsState(Good):
+    name = "forgets_state"
+
+    def set_state(self, state):
+        super().set_state(state)
+        self.w_ = np.zeros_like(self.w_)
+
+
+class AcceptsNaN(Good):
+    name = "accepts_nan"
+
+    def check_features(self, X):
+        if not self.initialized:
+            self.initialize(X.shape[1])
+        return np.asarray(X)
+
+
+class MutatesInput(Good):
+    name = "mutates_input"
+
+    def _update(self, X, fb):
+        X *= 1.0001
+        return super()._update(X, fb)
+
+
+class LearnsFromNothing(Good):
+    name = "learns_from_nothing"
+
+    def _update(self, X, fb):
+        self.w_ = self.w_ + 0.01
+        return True
+
+
+class WrongProbabilities(Good):
+    name = "wrong_probabilities"
+    stochastic = True
+    policy = "plackett_luce"
+
+    def _initialize(self, n):
+        self.w_ = np.linspace(-1, 1, n)
+
+    def _rank(self, X, n_shown, rng):
+        s = X @ self.w_
+        ranking = gumbel_top_k(2 * s, rng)  # samples with twice the scores it reports
+        return RankResult(ranking=ranking, scores=s,
+                          log_prob=plackett_luce_log_prob(s, ranking, n_shown))
+
+    def log_probability(self, X, top):
+        return plackett_luce_prefix_log_prob(X @ self.w_, top)
+
+
+class BadDeclaration(Good):
+    name = "bad declaration"
+
+
+@pytest.mark.parametrize("check, broken", [
+    (check_declares_itself, BadDeclaration),
+    (check_ranks_are_permutations, DropsOne),
+    (check_seeded_runs_reproduce, Unseeded),
+    (check_save_load_round_trip, ForgetsState),
+    (check_bad_features_are_refused, AcceptsNaN),
+    (check_inputs_not_mutated, MutatesInput),
+    (check_no_information_changes_nothing, LearnsFromNothing),
+    (check_probabilities, WrongProbabilities),
+])
+def test_check_catches_a_broken_learner(check, broken):
+    check(Good)  # the correct learner passes
+    with pytest.raises(AssertionError):
+        check(broken)

@@ -1,0 +1,75 @@
+"""Learners selected in YAML serve live traffic; new features grow the models that can."""
+
+import numpy as np
+import pytest
+from conftest import write_config
+
+from reranker.config import load_config
+from reranker.errors import ModelLoadError
+from reranker.service import RerankerService
+
+
+def serve(path):
+    return RerankerService(load_config(path)).open()
+
+
+def train_some(service, query="tea kettle", clicks=3):
+    for i in range(clicks):
+        page = service.search(query, 10)
+        service.click(page["impression_id"], page["hits"][-1 - i]["id"])
+    return service.trainer.run_once(close_all=True)
+
+
+def test_switching_learner_name_switches_the_live_learner(workdir):
+    service = serve(workdir / "config.yaml")
+    assert service.search("tea", 5)["learner"] == "preference_perceptron"
+    train_some(service)
+    service.close()
+    path = write_config(workdir, learner={"name": "noregret_klrank", "seed": 3})
+    service = serve(path)
+    try:
+        page = service.search("tea kettle", 5)
+        assert page["learner"] == "noregret_klrank" and page["model_version"] == 0
+        imp = service.events.get_impression(page["impression_id"])
+        assert imp.learner == "noregret_klrank" and imp.log_prob is not None and imp.log_prob < 0
+        report = train_some(service)
+        assert report.version == 1 and report.updates >= 3
+        assert (workdir / "models" / "noregret_klrank" / "model-000001.json").exists()
+        assert service.search("tea", 5)["model_version"] == 1
+    finally:
+        service.close()
+
+
+@pytest.mark.parametrize("name", ["greedy_klrank", "online_ranknet", "noregret_klrank"])
+def test_a_new_feature_in_config_grows_the_model(workdir, name):
+    path = write_config(workdir, features={"numeric_fields": []}, learner={"name": name})
+    service = serve(path)
+    train_some(service)
+    theta = service.model.learner.theta_.copy()
+    page = service.search("tea kettle", 10)  # logged with the old features, not yet trained
+    service.click(page["impression_id"], page["hits"][5]["id"])
+    service.close()
+    path = write_config(workdir, features={"numeric_fields": ["popularity"]},
+                        learner={"name": name})
+    service = serve(path)
+    try:
+        model = service.model
+        assert model.feature_names[-1] == "field_value:popularity"
+        np.testing.assert_array_equal(model.learner.theta_, np.append(theta, 0.0))
+        assert service.search("tea kettle", 10)["hits"]
+        report = train_some(service)
+        assert report.skipped >= 1  # impressions logged with the old features are passed over
+        assert report.updates >= 3
+        assert service.model.learner.theta_[-1] != 0.0  # the new feature is being learned
+    finally:
+        service.close()
+
+
+def test_a_new_feature_is_refused_by_a_learner_without_growth(workdir):
+    path = write_config(workdir, features={"numeric_fields": []})
+    service = serve(path)
+    train_some(service)
+    service.close()
+    path = write_config(workdir, features={"numeric_fields": ["popularity"]})
+    with pytest.raises(ModelLoadError, match="does not support new features"):
+        serve(path)
