@@ -56,10 +56,11 @@ def index(config_path: str | None, documents: str, recreate: bool) -> None:
 
     config = load_config(config_path)
     backend = backend_class(get_plugin_manager(), config.backend.type)(config)
-    docs = ((f"{documents}, line {n}", doc)
-            for n, doc in read_jsonl(documents, config.backend.id_field))
+    unreadable: list[tuple[str, str]] = []
     with progress_bar("indexing documents") as advance:
-        report = backend.index_documents(docs, recreate=recreate, progress=advance)
+        report = backend.index_documents(read_jsonl(documents, unreadable), recreate=recreate,
+                                         progress=advance)
+    report.failed[:0] = unreadable
     for where, why in report.failed[:20]:
         click.echo(f"failed: {where}: {why}", err=True)
     if len(report.failed) > 20:

@@ -49,6 +49,41 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "id_field": Key("str", "id", "Document field holding the unique document id."),
         "candidates": Key("int", 100, "Hits retrieved from the backend per search and reranked.",
                           minimum=1, maximum=10000),
+        # -- elasticsearch --
+        "index": Key("str", None, "Elasticsearch index or alias to search.", nullable=True),
+        "hosts": Key("list[str]", ["http://localhost:9200"], "Elasticsearch node URLs."),
+        "cloud_id": Key("str", None, "Elastic Cloud id (instead of hosts).", nullable=True),
+        "api_key_env": Key("str", None, "Environment variable that holds the API key.",
+                           nullable=True),
+        "username": Key("str", None, "User for basic authentication.", nullable=True),
+        "password_env": Key("str", None, "Environment variable that holds the password.",
+                            nullable=True),
+        "verify_certs": Key("bool", True, "Verify the cluster's TLS certificate."),
+        "ca_certs": Key("str", None, "CA bundle file for TLS verification.", nullable=True,
+                        path=True),
+        "request_timeout": Key("float", 2.0, "Seconds an Elasticsearch request may take before "
+                               "the search fails with 503.", minimum=0.001),
+        "max_retries": Key("int", 1, "Retries of a failed or timed-out request (on another "
+                           "node when there are several).", minimum=0),
+        "query": Key("mapping", None, "Retrieval query (Query DSL) with {{query}} where the "
+                     "user's text goes; default: multi_match over backend.fields.",
+                     nullable=True),
+        "template": Key("str", None, "Inline Mustache template rendering the retrieval query; "
+                        "the user's text is its parameter 'query'.", nullable=True),
+        "template_id": Key("str", None, "Id of a stored Mustache search template rendering the "
+                           "retrieval query (read at start-up).", nullable=True),
+        "template_params": Key("mapping", {}, "More parameters for the template."),
+        "feature_queries": Key("mapping", {}, "Named feature queries (Query DSL with "
+                               "{{query}}); default: a match query per backend.fields entry."),
+        "ltr_featureset": Key("str", None, "Learning to Rank plugin feature set to log instead "
+                              "of feature queries.", nullable=True),
+        "ltr_store": Key("str", None, "Learning to Rank plugin feature store (default store "
+                         "when null).", nullable=True),
+        "ltr_features": Key("list[str]", [], "Names of the feature set's features, in order "
+                            "(checked at start-up)."),
+        "mapping": Key("str", None, "JSON file with the index mapping `reranker index` creates "
+                       "(default: text fields, numeric fields, a keyword id).", nullable=True,
+                       path=True),
     },
     "features": {
         "numeric_fields": Key("list[str]", [], "Numeric document fields used as features "
@@ -303,6 +338,16 @@ def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
     if both:
         raise ConfigError(f"{label}: {both[0]!r} is in both backend.fields and "
                           f"features.numeric_fields; a field is either text or a number")
+    sources = [k for k in ("query", "template", "template_id") if config.backend[k] is not None]
+    if len(sources) > 1:
+        raise ConfigError(f"{label}: give only one of backend.query, backend.template and "
+                          f"backend.template_id (got {', '.join(sources)})")
+    if config.backend.feature_queries and config.backend.ltr_featureset:
+        raise ConfigError(f"{label}: give backend.feature_queries or backend.ltr_featureset, "
+                          f"not both")
+    if config.backend.ltr_featureset and not config.backend.ltr_features:
+        raise ConfigError(f"{label}: backend.ltr_featureset needs backend.ltr_features, the "
+                          f"names of its features in order")
     if config.backend.id_field in config.backend.fields + config.features.numeric_fields:
         raise ConfigError(f"{label}: backend.id_field {config.backend.id_field!r} cannot also "
                           f"be a text or numeric feature field")

@@ -13,12 +13,12 @@ from .errors import DataError
 
 
 def read_jsonl(path: str | os.PathLike,
-               id_field: str = "id") -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, document)`` from a JSONL file (``.gz`` is decompressed).
-
-    Blank lines are skipped. A line that is not a JSON object, or lacks a string or integer
-    ``id_field``, raises :class:`DataError` naming the file and the line.
-    """
+               failures: list[tuple[str, str]] | None = None
+               ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield ``(where, document)`` from a JSONL file (``.gz`` is decompressed); ``where`` is
+    ``"FILE, line N"``. Blank lines are skipped. A line that is not a JSON object is added to
+    ``failures`` as ``(where, why)`` and skipped (it raises :class:`DataError` when no list is
+    given); the backend checks the documents' ids and fields."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"document file {path} does not exist")
@@ -28,17 +28,18 @@ def read_jsonl(path: str | os.PathLike,
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
+                where = f"{path}, line {number}"
                 try:
                     doc = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}, line {number}: not valid JSON: {exc.msg}") from exc
-                if not isinstance(doc, dict):
-                    raise DataError(f"{path}, line {number}: expected a JSON object, got "
-                                    f"{type(doc).__name__}")
-                doc_id = doc.get(id_field)
-                if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or doc_id == "":
-                    raise DataError(f"{path}, line {number}: field {id_field!r} must be a "
-                                    f"non-empty string or integer, got {doc_id!r}")
-                yield number, doc
+                    if not isinstance(doc, dict):
+                        raise ValueError(f"expected a JSON object, got {type(doc).__name__}")
+                except ValueError as exc:
+                    why = (f"not valid JSON: {exc.msg}" if isinstance(exc, json.JSONDecodeError)
+                           else str(exc))
+                    if failures is None:
+                        raise DataError(f"{where}: {why}") from exc
+                    failures.append((where, why))
+                    continue
+                yield where, doc
     except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise DataError(f"{path}: cannot be read: {exc}") from exc

@@ -28,21 +28,36 @@ class FeatureSpec:
     fields: tuple[str, ...]
     numeric_fields: tuple[str, ...] = ()
     missing_value: float = 0.0
+    #: Names of the per-hit query scores, one per column of ``Candidates.field_scores``;
+    #: empty means one ``field_score:<field>`` per searched field.
+    query_features: tuple[str, ...] = ()
 
     #: Largest magnitude of a raw feature value; larger ones are clipped.
     LIMIT = 1e12
 
     @classmethod
     def from_config(cls, config: Config) -> FeatureSpec:
-        return cls(fields=tuple(config.backend.fields),
+        backend = config.backend
+        if backend.ltr_featureset:
+            query_features = tuple(f"ltr:{name}" for name in backend.ltr_features)
+        elif backend.feature_queries:
+            query_features = tuple(f"query_score:{name}" for name in backend.feature_queries)
+        else:
+            query_features = tuple(f"field_score:{f}" for f in backend.fields)
+        return cls(fields=tuple(backend.fields),
                    numeric_fields=tuple(config.features.numeric_fields),
-                   missing_value=float(config.features.missing_value))
+                   missing_value=float(config.features.missing_value),
+                   query_features=query_features)
+
+    @property
+    def query_names(self) -> tuple[str, ...]:
+        return self.query_features or tuple(f"field_score:{f}" for f in self.fields)
 
     @property
     def names(self) -> list[str]:
-        """Feature names, in column order."""
-        return (["backend_score", "backend_reciprocal_rank"]
-                + [f"field_score:{f}" for f in self.fields]
+        """Feature names, in column order: the same whichever backend serves, so that a
+        model is refused where its features would mean something else."""
+        return (["backend_score", "backend_reciprocal_rank"] + list(self.query_names)
                 + [f"field_value:{f}" for f in self.numeric_fields])
 
     def build(self, candidates: Candidates) -> np.ndarray:
@@ -56,7 +71,7 @@ class FeatureSpec:
         X = np.empty((n, len(self.names)))
         X[:, 0] = candidates.scores
         X[:, 1] = 1.0 / np.arange(1, n + 1)
-        nf = len(self.fields)
+        nf = len(self.query_names)
         X[:, 2:2 + nf] = candidates.field_scores
         if self.numeric_fields:
             values = candidates.numeric

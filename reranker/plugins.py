@@ -12,6 +12,7 @@ from .errors import ConfigError
 #: Modules whose hooks ship with the project; they register like any third-party plugin.
 DEFAULT_PLUGINS = (
     "reranker.backends.embedded",
+    "reranker.backends.elasticsearch",
     "reranker_plugins.preference_perceptron",
     "reranker_plugins.batch_preference_perceptron",
     "reranker_plugins.exponentiated_preference_perceptron",

@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class Candidates:
     """The hits of one search, in the backend's order, as columns.
 
-    ``scores`` is ``(n,)``; ``field_scores`` is ``(n, len(fields))`` (0 where a field does
+    ``scores`` is ``(n,)``; ``field_scores`` is ``(n, q)``, one column per query feature
+    (``FeatureSpec.query_names``: by default each searched field's score; 0 where it does
     not match); ``numeric`` is ``(n, len(numeric_fields))`` with NaN for missing values.
     ``load_sources(indices)`` returns the stored documents of the given hits, so a backend
     that has to fetch them does so only for the hits that are shown.

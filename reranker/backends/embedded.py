@@ -64,6 +64,11 @@ class EmbeddedBackend(Backend):
         self.fields = tuple(config.backend.fields)
         self.numeric_fields = tuple(config.features.numeric_fields)
         self.id_field = config.backend.id_field
+        for key in ("feature_queries", "ltr_featureset", "query", "template", "template_id"):
+            if config.backend[key]:
+                raise BackendError(f"backend.{key} is only supported by the elasticsearch "
+                                   f"backend; the embedded backend scores each of "
+                                   f"backend.fields with BM25")
         for key, names in (("backend.fields", self.fields),
                            ("features.numeric_fields", self.numeric_fields)):
             for name in names:
@@ -266,7 +271,8 @@ class EmbeddedBackend(Backend):
     def _document(self, doc: dict[str, Any]) -> tantivy.Document:
         doc_id = doc.get(self.id_field)
         if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or doc_id == "":
-            raise ValueError(f"field {self.id_field!r} must be a non-empty string or integer")
+            raise ValueError(f"field {self.id_field!r} must be a non-empty string or integer, "
+                             f"got {doc_id!r}")
         tdoc = tantivy.Document()
         tdoc.add_text(ID, str(doc_id))
         for f in self.fields:

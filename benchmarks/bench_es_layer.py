@@ -1,0 +1,118 @@
+"""The time reranker adds on top of the Elasticsearch call, per search, for 100 candidates:
+turning the search response into features, ranking, and logging the impression.
+
+The response is a realistic ``_search`` answer (100 hits with ``_source`` and the
+``matched_queries`` score map of Elasticsearch 8.8+), built in memory so that the figure is
+the layer's alone; the same run times a bare numpy ``argsort(-(X @ w))`` as the floor.
+
+Run: python benchmarks/bench_es_layer.py [--requests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from reranker.config import config_from_dict
+from reranker.events import EventStore, Impression
+from reranker.features import FeatureSpec
+from reranker.model import ModelFactory
+from reranker.plugins import backend_class, get_plugin_manager
+
+
+def response(rng: np.random.Generator, n: int) -> dict:
+    scores = np.sort(rng.gamma(2.0, 3.0, size=n))[::-1]
+    hits = []
+    for i, score in enumerate(scores):
+        title, body = rng.gamma(1.5, 2.0, size=2)
+        hits.append({"_index": "products", "_id": f"doc-{i}", "_score": float(score),
+                     "_source": {"id": f"doc-{i}", "title": f"title {i}",
+                                 "body": "some body text " * 20,
+                                 "popularity": float(rng.uniform(0, 100))},
+                     "matched_queries": {"backend_score": float(score),
+                                         "field_score:title": float(title),
+                                         "field_score:body": float(body)}})
+    return {"took": 3, "timed_out": False,
+            "hits": {"total": {"value": 5000, "relation": "eq"}, "max_score": float(scores[0]),
+                     "hits": hits}}
+
+
+def percentiles(samples: list[int]) -> tuple[float, float]:
+    arr = np.asarray(samples) / 1000.0
+    return float(np.median(arr)), float(np.percentile(arr, 99))
+
+
+def timed(func, n: int) -> list[int]:
+    for _ in range(min(n, 200)):
+        func()
+    out = []
+    for _ in range(n):
+        start = time.perf_counter_ns()
+        func()
+        out.append(time.perf_counter_ns() - start)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--candidates", type=int, default=100)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = config_from_dict({
+            "backend": {"type": "elasticsearch", "index": "products", "fields": ["title", "body"]},
+            "features": {"numeric_fields": ["popularity"]},
+            "store": {"path": "events.sqlite"}}, tmp)
+        pm = get_plugin_manager()
+        backend = backend_class(pm, "elasticsearch")(config)  # no connection is made
+        spec = FeatureSpec.from_config(config)
+        model = ModelFactory.from_config(config, pm).new()
+        model.learner.w_ = rng.normal(size=len(spec.names))
+        events = EventStore(Path(tmp) / "events.sqlite")
+        answer = response(rng, args.candidates)
+
+        def features_and_rank():
+            candidates = backend.candidates_from_response(answer)
+            X = spec.build(candidates)
+            result = model.rank(X, 10)
+            candidates.load_sources(result.ranking[:10].tolist())
+            return candidates, X, result
+
+        def layer():
+            candidates, X, result = features_and_rank()
+            events.log_impression(Impression(
+                id=uuid.uuid4().hex, created=time.time(), query="q", user_id=None,
+                learner=model.learner_name, model_version=0, doc_ids=candidates.ids,
+                feature_names=list(spec.names), features=X, ranking=result.ranking,
+                n_shown=10))
+
+        X = spec.build(backend.candidates_from_response(answer))
+        w = model.learner.w_
+        results = {
+            "features + ranking (response to ranked page)": percentiles(
+                timed(features_and_rank, args.requests)),
+            "... + impression logging (SQLite): the layer": percentiles(
+                timed(layer, args.requests)),
+            "floor: bare numpy argsort(-(X @ w))": percentiles(
+                timed(lambda: np.argsort(-(X @ w)), args.requests)),
+        }
+        events.close()
+    print(f"Time added on top of the Elasticsearch call, {args.candidates} candidates, "
+          f"{args.requests} searches (python {sys.version.split()[0]}, numpy {np.__version__})")
+    print(f"{'case':<48}{'median us':>12}{'p99 us':>12}")
+    for name, (median, p99) in results.items():
+        print(f"{name:<48}{median:>12.1f}{p99:>12.1f}")
+    layer_median = results["... + impression logging (SQLite): the layer"][0]
+    floor = results["floor: bare numpy argsort(-(X @ w))"][0]
+    print(f"layer / floor (median): {layer_median / floor:.0f}x")
+
+
+if __name__ == "__main__":
+    main()

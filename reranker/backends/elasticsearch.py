@@ -1,0 +1,545 @@
+"""Wrap an existing Elasticsearch index (8.8 and later, 9.x) with the official client.
+
+One ``_search`` request per search retrieves the top candidates *and* every per-hit feature:
+
+* the retrieval query (the user's, from ``backend.query``, an inline template or a stored
+  template) is the ``must`` clause, named ``backend_score``, so the hits keep its order and
+  scores;
+* the feature queries sit in a ``filter`` clause, as named ``should`` queries next to a
+  ``match_all``: they neither change which documents match nor their scores, and with
+  ``include_named_queries_score`` (Elasticsearch 8.8+) every hit's ``matched_queries`` maps
+  each query name to its own score. Users of the Learning to Rank plugin may instead log a
+  feature set (``sltr`` query and the ``ltr_log`` extension).
+
+The user's text is only ever a parameter: a value placed where the config says
+``{{query}}``, or a Mustache template parameter escaped as a JSON string, never text spliced
+into JSON.
+
+The 9.x client marks every request as ``compatible-with=9``, which an 8.x server refuses; the
+server's version is read first (with an 8-compatible header, which both accept) and requests
+to an 8.x server are then sent with ``compatible-with=8``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import hookimpl
+from ..errors import BackendError, BackendUnavailableError
+from . import Backend, Candidates, IndexReport
+
+PLACEHOLDER = "{{query}}"
+PROBE_TEXT = "reranker start-up check"
+MINIMUM_VERSION = (8, 8)
+_COMPAT = re.compile(r"application/(json|x-ndjson)")
+
+
+def _client_class():
+    """An Elasticsearch client class that can speak to 8.x servers: once the server's major
+    version is known (set on the class, which is made afresh for every connection, because
+    the client's ``options()`` builds new instances of the same class), requests ask for that
+    version's compatibility mode."""
+    from elasticsearch import Elasticsearch
+
+    class VersionedElasticsearch(Elasticsearch):
+        server_major: int | None = None
+
+        def perform_request(self, method, path, *, params=None, headers=None, body=None,
+                            endpoint_id=None, path_parts=None):
+            major = self.server_major
+            if major is not None and headers:
+                # The client turns application/json into "compatible-with=<its major>";
+                # giving the server's own major first leaves that rewrite nothing to do.
+                headers = {k: _COMPAT.sub(
+                    rf"application/vnd.elasticsearch+\1; compatible-with={major}", v)
+                    if k.lower() in ("accept", "content-type") else v
+                    for k, v in headers.items()}
+            return super().perform_request(method, path, params=params, headers=headers,
+                                           body=body, endpoint_id=endpoint_id,
+                                           path_parts=path_parts)
+
+    return VersionedElasticsearch
+
+
+def substitute(node: Any, params: dict[str, Any]) -> Any:
+    """A copy of a query with every ``{{name}}`` inside a string value replaced by the
+    parameter's value (the whole value when the string is exactly ``{{name}}``). Values are
+    placed, never parsed: the query's structure cannot change."""
+    if isinstance(node, dict):
+        return {k: substitute(v, params) for k, v in node.items()}
+    if isinstance(node, list):
+        return [substitute(v, params) for v in node]
+    if isinstance(node, str) and "{{" in node:
+        whole = re.fullmatch(r"\{\{\s*(\w+)\s*\}\}", node)
+        if whole and whole.group(1) in params:
+            return params[whole.group(1)]
+        return re.sub(r"\{\{\s*(\w+)\s*\}\}",
+                      lambda m: str(params.get(m.group(1), m.group(0))), node)
+    return node
+
+
+def _uses_placeholder(node: Any) -> bool:
+    return PLACEHOLDER in json.dumps(node)
+
+
+class TemplateQuery:
+    """A Mustache template that renders the retrieval query. Parameters are escaped as JSON
+    strings (what Elasticsearch's own Mustache engine does for JSON templates), and
+    ``{{#toJson}}name{{/toJson}}`` renders a parameter as JSON."""
+
+    def __init__(self, source: str, params: dict[str, Any], where: str):
+        import pystache
+
+        self.source = source
+        self.params = dict(params)
+        self.where = where
+        self._renderer = pystache.Renderer(escape=lambda s: json.dumps(s)[1:-1],
+                                           missing_tags="strict")
+
+    def render(self, text: str) -> dict[str, Any]:
+        params = {**self.params, "query": text}
+        params["toJson"] = lambda name: json.dumps(params[name.strip()])
+        try:
+            rendered = self._renderer.render(self.source, params)
+        except Exception as exc:  # pystache raises several types for bad templates
+            raise BackendError(f"{self.where}: the template does not render: {exc}") from exc
+        try:
+            body = json.loads(rendered)
+        except ValueError as exc:
+            raise BackendError(f"{self.where}: the template does not render to JSON: "
+                               f"{exc}") from exc
+        if not isinstance(body, dict):
+            raise BackendError(f"{self.where}: the template must render a JSON object")
+        # A template may render a whole search body; its query is what we retrieve with.
+        return body["query"] if "query" in body and isinstance(body["query"], dict) else body
+
+
+class ElasticsearchBackend(Backend):
+    """Candidates and features from an existing Elasticsearch index (``backend.index``)."""
+
+    name = "elasticsearch"
+
+    def __init__(self, config):
+        super().__init__(config)
+        backend = config.backend
+        if not backend.index:
+            raise BackendError("backend.index: the Elasticsearch index or alias to search is "
+                               "not set")
+        self.index = backend.index
+        self.fields = tuple(backend.fields)
+        self.numeric_fields = tuple(config.features.numeric_fields)
+        self.id_field = backend.id_field
+        self.timeout = backend.request_timeout
+        self._template: TemplateQuery | None = None
+        if backend.template is not None:
+            self._template = TemplateQuery(backend.template, dict(backend.template_params),
+                                           "backend.template")
+        self._query = _plain(backend.query) if backend.query is not None else None
+        if self._query is not None and not _uses_placeholder(self._query):
+            raise BackendError("backend.query: no {{query}} placeholder for the user's text")
+        if self._query is None and backend.template is None and backend.template_id is None:
+            self._query = {"multi_match": {"query": PLACEHOLDER, "fields": list(self.fields)}}
+        if backend.ltr_featureset:
+            self.feature_names = [f"ltr:{n}" for n in backend.ltr_features]
+            self._features: dict[str, Any] = {}
+        elif backend.feature_queries:
+            self._features = {f"query_score:{name}": _plain(query)
+                              for name, query in backend.feature_queries.items()}
+            for name, query in self._features.items():
+                if not isinstance(query, dict):
+                    raise BackendError(f"backend.feature_queries.{name.split(':', 1)[1]}: "
+                                       f"must be a query object")
+            self.feature_names = list(self._features)
+        else:
+            self._features = {f"field_score:{f}": {"match": {f: {"query": PLACEHOLDER}}}
+                              for f in self.fields}
+            self.feature_names = list(self._features)
+        self._es = None
+        self._lock = threading.Lock()
+        self.server_version: str | None = None
+
+    # -- connection -------------------------------------------------------------------------
+
+    def _connect(self):
+        backend = self.config.backend
+        kwargs: dict[str, Any] = {"request_timeout": self.timeout,
+                                  "max_retries": backend.max_retries,
+                                  "retry_on_timeout": backend.max_retries > 0,
+                                  "verify_certs": backend.verify_certs}
+        if backend.cloud_id:
+            kwargs["cloud_id"] = backend.cloud_id
+        else:
+            kwargs["hosts"] = list(backend.hosts)
+        if backend.ca_certs:
+            if not os.path.isfile(backend.ca_certs):
+                raise BackendError(f"backend.ca_certs: {backend.ca_certs} does not exist")
+            kwargs["ca_certs"] = backend.ca_certs
+        if backend.api_key_env:
+            kwargs["api_key"] = _secret(backend.api_key_env, "backend.api_key_env")
+        if backend.username:
+            if not backend.password_env:
+                raise BackendError("backend.username is set but backend.password_env (the "
+                                   "environment variable with the password) is not")
+            kwargs["basic_auth"] = (backend.username,
+                                    _secret(backend.password_env, "backend.password_env"))
+        try:
+            return _client_class()(**kwargs)
+        except (ValueError, TypeError) as exc:
+            raise BackendError(f"backend.hosts/backend.cloud_id: {exc}") from exc
+
+    @property
+    def es(self):
+        if self._es is None:
+            with self._lock:
+                if self._es is None:
+                    client = self._connect()
+                    self._detect_version(client)
+                    self._es = client
+        return self._es
+
+    def _detect_version(self, client) -> None:
+        """Read the server's version with a header both 8.x and 9.x accept, then talk to it
+        in its own compatibility mode; refuse servers without named-query scores."""
+        cls = type(client)
+        cls.server_major = 8  # both 8.x and 9.x servers accept compatible-with=8
+        info = self._call(lambda: client.info(), "reading the server's version")
+        number = str(info.get("version", {}).get("number", ""))
+        match = re.match(r"(\d+)\.(\d+)", number)
+        if not match:
+            raise BackendError(f"Elasticsearch at {self._where()} reports no version number")
+        major, minor = int(match.group(1)), int(match.group(2))
+        if (major, minor) < MINIMUM_VERSION:
+            raise BackendError(f"Elasticsearch {number} at {self._where()} is too old: "
+                               f"per-hit feature scores need 8.8 or later")
+        cls.server_major = major
+        self.server_version = number
+
+    def _where(self) -> str:
+        backend = self.config.backend
+        return f"cloud id {backend.cloud_id}" if backend.cloud_id else ", ".join(backend.hosts)
+
+    def _call(self, func: Callable[[], Any], what: str) -> Any:
+        """Run a client call; unreachable or slow clusters become 503s, refusals name what
+        the cluster said."""
+        from elasticsearch import ApiError, ConnectionError, ConnectionTimeout, TransportError
+
+        try:
+            response = func()
+        except ConnectionTimeout as exc:
+            raise BackendUnavailableError(f"Elasticsearch at {self._where()} did not answer "
+                                          f"within {self.timeout:g}s while {what}") from exc
+        except ConnectionError as exc:
+            raise BackendUnavailableError(f"Elasticsearch at {self._where()} is unreachable "
+                                          f"while {what}: {_short(exc)}") from exc
+        except ApiError as exc:
+            reason = _error_reason(exc)
+            if exc.status_code in (429, 502, 503, 504):
+                raise BackendUnavailableError(f"Elasticsearch is unavailable while {what}: "
+                                              f"{reason}") from exc
+            raise BackendError(f"Elasticsearch refused {what}: {reason}",
+                               status=502) from exc
+        except TransportError as exc:
+            raise BackendUnavailableError(f"Elasticsearch failed while {what}: "
+                                          f"{_short(exc)}") from exc
+        return getattr(response, "body", response)
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        es = self.es
+        if not self._call(lambda: bool(es.indices.exists(index=self.index)),
+                          f"checking that index {self.index!r} exists"):
+            raise BackendError(f"backend.index: no index or alias {self.index!r} in "
+                               f"Elasticsearch at {self._where()}; run `reranker index` to "
+                               f"create it")
+        backend = self.config.backend
+        if backend.template_id is not None:
+            stored = self._call(lambda: es.get_script(id=backend.template_id),
+                                f"reading the stored template {backend.template_id!r}")
+            source = stored.get("script", {}).get("source")
+            if not isinstance(source, str):
+                raise BackendError(f"backend.template_id: stored script "
+                                   f"{backend.template_id!r} is not a Mustache template")
+            self._template = TemplateQuery(source, dict(backend.template_params),
+                                           f"backend.template_id {backend.template_id!r}")
+        if backend.ltr_featureset:
+            self._check_featureset()
+        for name, query in self._features.items():
+            self._validate(substitute(query, {"query": PROBE_TEXT}),
+                           f"feature query {name!r}")
+        self._validate(self._retrieval(PROBE_TEXT), "the retrieval query")
+        self.search(PROBE_TEXT, 1)  # the whole request runs
+
+    def _validate(self, query: dict[str, Any], what: str) -> None:
+        result = self._call(lambda: self.es.indices.validate_query(
+            index=self.index, query=query, explain=True), f"validating {what}")
+        if not result.get("valid", False):
+            explanations = result.get("explanations") or [{}]
+            detail = explanations[0].get("error") or result.get("error") or "invalid"
+            raise BackendError(f"{what} is not valid for index {self.index!r}: {detail}")
+
+    def _check_featureset(self) -> None:
+        backend = self.config.backend
+        store = f"_ltr/{backend.ltr_store}" if backend.ltr_store else "_ltr"
+        path = f"/{store}/_featureset/{backend.ltr_featureset}"
+        found = self._call(lambda: self.es.perform_request(
+            "GET", path, headers={"accept": "application/json"}),
+            f"reading feature set {backend.ltr_featureset!r}")
+        hits = found.get("hits", {}).get("hits", [])
+        features = hits[0]["_source"]["featureset"]["features"] if hits else None
+        if not features:
+            raise BackendError(f"backend.ltr_featureset: no feature set "
+                               f"{backend.ltr_featureset!r} in the Learning to Rank store")
+        names = [f["name"] for f in features]
+        if names != list(backend.ltr_features):
+            raise BackendError(f"backend.ltr_features is {list(backend.ltr_features)} but "
+                               f"feature set {backend.ltr_featureset!r} has {names}")
+
+    # -- search -----------------------------------------------------------------------------
+
+    def _retrieval(self, text: str) -> dict[str, Any]:
+        if self._template is not None:
+            return self._template.render(text)
+        return substitute(self._query, {"query": text})
+
+    def request_body(self, text: str, n: int) -> dict[str, Any]:
+        """The one search request: retrieval in ``must``, features in ``filter``."""
+        retrieval = copy.deepcopy(self._retrieval(text))
+        named = [{"bool": {"must": [retrieval], "_name": "backend_score"}}]
+        body: dict[str, Any] = {"size": n, "track_total_hits": True}
+        backend = self.config.backend
+        if backend.ltr_featureset:
+            sltr = {"_name": "reranker_features", "featureset": backend.ltr_featureset,
+                    "params": {"keywords": text}}
+            if backend.ltr_store:
+                sltr["store"] = backend.ltr_store
+            should = [{"sltr": sltr}]
+            body["ext"] = {"ltr_log": {"log_specs": {"name": "reranker",
+                                                     "named_query": "reranker_features"}}}
+        else:
+            should = [_named(substitute(query, {"query": text}), name)
+                      for name, query in self._features.items()]
+        body["query"] = {"bool": {"must": named,
+                                  "filter": [{"bool": {"should": should + [{"match_all": {}}]}}]}}
+        return body
+
+    def search(self, query: str, n: int) -> Candidates:
+        body = self.request_body(query, n)
+        es = self.es
+        response = self._call(lambda: es.search(index=self.index, include_named_queries_score=True,
+                                                **body), "searching")
+        return self.candidates_from_response(response)
+
+    def candidates_from_response(self, response: dict[str, Any]) -> Candidates:
+        """Features from a search response: ``_score``, the named queries' scores (or the
+        Learning to Rank log) and the numeric fields of ``_source``."""
+        hits = response.get("hits", {}).get("hits", [])
+        n = len(hits)
+        ids = [str(hit["_id"]) for hit in hits]
+        scores = np.array([float(hit.get("_score") or 0.0) for hit in hits])
+        field_scores = np.zeros((n, len(self.feature_names)))
+        ltr = bool(self.config.backend.ltr_featureset)
+        for i, hit in enumerate(hits):
+            if ltr:
+                values = _ltr_values(hit)
+            else:
+                matched = hit.get("matched_queries") or {}
+                if isinstance(matched, list):
+                    raise BackendError("Elasticsearch answered matched_queries as a list: the "
+                                       "server does not support include_named_queries_score")
+                values = matched
+                scores[i] = float(matched.get("backend_score", scores[i]))
+            for j, name in enumerate(self.feature_names):
+                value = values.get(name.split(":", 1)[1] if ltr else name)
+                if value is not None:
+                    field_scores[i, j] = float(value)
+        numeric = np.full((n, len(self.numeric_fields)), np.nan)
+        for i, hit in enumerate(hits):
+            source = hit.get("_source") or {}
+            for j, field in enumerate(self.numeric_fields):
+                numeric[i, j] = _number(_dotted(source, field))
+        total = response.get("hits", {}).get("total")
+        total = total.get("value") if isinstance(total, dict) else total
+
+        def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
+            return [hits[i].get("_source") or {} for i in indices]
+
+        return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,
+                          load_sources=load_sources, total=total)
+
+    # -- indexing ---------------------------------------------------------------------------
+
+    def default_mapping(self) -> dict[str, Any]:
+        properties: dict[str, Any] = {self.id_field: {"type": "keyword"}}
+        for f in self.fields:
+            properties[f] = {"type": "text", "analyzer": "english"}
+        for f in self.numeric_fields:
+            properties[f] = {"type": "float"}
+        return {"properties": properties}
+
+    def _mapping(self) -> dict[str, Any]:
+        path = self.config.backend.mapping
+        if path is None:
+            return self.default_mapping()
+        try:
+            mapping = json.loads(open(path, encoding="utf-8").read())
+        except FileNotFoundError:
+            raise BackendError(f"backend.mapping: {path} does not exist") from None
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"backend.mapping: {path} is not readable JSON: {exc}") from exc
+        if not isinstance(mapping, dict):
+            raise BackendError(f"backend.mapping: {path} must hold a JSON object")
+        return mapping.get("mappings", mapping)
+
+    def index_documents(self, documents: Iterable[tuple[str, dict[str, Any]]], *,
+                        recreate: bool = False,
+                        progress: Callable[[int], None] | None = None) -> IndexReport:
+        from elasticsearch import helpers
+
+        es = self.es
+        exists = bool(self._call(lambda: es.indices.exists(index=self.index),
+                                 f"checking index {self.index!r}"))
+        if exists and recreate:
+            self._call(lambda: es.indices.delete(index=self.index), f"deleting {self.index!r}")
+            exists = False
+        if not exists:
+            mapping = self._mapping()
+            self._call(lambda: es.indices.create(index=self.index, mappings=mapping),
+                       f"creating index {self.index!r}")
+        report = IndexReport()
+        where_of: dict[str, str] = {}
+
+        def actions():
+            for where, doc in documents:
+                doc_id = doc.get(self.id_field)
+                if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or doc_id == "":
+                    report.failed.append((where, f"field {self.id_field!r} must be a non-empty "
+                                                 f"string or integer, got {doc_id!r}"))
+                    continue
+                where_of[str(doc_id)] = where
+                yield {"_index": self.index, "_id": str(doc_id), "_source": doc}
+
+        def run():
+            pending = 0
+            for ok, item in helpers.streaming_bulk(es, actions(), chunk_size=500,
+                                                   raise_on_error=False,
+                                                   raise_on_exception=True, max_retries=2):
+                result = next(iter(item.values()))
+                doc_id = str(result.get("_id"))
+                if ok:
+                    report.indexed += 1
+                else:
+                    where = where_of.get(doc_id, f"document {doc_id}")
+                    report.failed.append((f"{where} (id {doc_id})",
+                                          _item_error(result.get("error"))))
+                where_of.pop(doc_id, None)
+                pending += 1
+                if progress and pending == 500:
+                    progress(pending)
+                    pending = 0
+            if progress and pending:
+                progress(pending)
+
+        self._call(run, f"bulk-loading into {self.index!r}")
+        self._call(lambda: es.indices.refresh(index=self.index), f"refreshing {self.index!r}")
+        return report
+
+    # -- health -----------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"type": self.name, "index": self.index,
+                                 "version": self.server_version}
+        try:
+            es = self.es
+            self._call(lambda: es.options(request_timeout=min(self.timeout, 1.0)).info(),
+                       "checking health")
+            state["status"] = "ok"
+        except Exception as exc:  # noqa: BLE001 -- health reports, never raises
+            state["status"] = "unavailable"
+            state["error"] = str(getattr(exc, "message", exc))
+        return state
+
+    def close(self) -> None:
+        if self._es is not None:
+            self._es.close()
+
+
+def _named(query: dict[str, Any], name: str) -> dict[str, Any]:
+    """Wrap a query so that it carries ``_name`` whatever its type."""
+    return {"bool": {"must": [query], "_name": name}}
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _secret(variable: str, key: str) -> str:
+    value = os.environ.get(variable)
+    if not value:
+        raise BackendError(f"{key}: environment variable {variable} is not set")
+    return value
+
+
+def _dotted(source: dict[str, Any], path: str) -> Any:
+    node: Any = source
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return np.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return np.nan
+
+
+def _ltr_values(hit: dict[str, Any]) -> dict[str, float]:
+    logs = (hit.get("fields") or {}).get("_ltrlog") or []
+    entries = logs[0].get("reranker", []) if logs else []
+    return {entry["name"]: entry.get("value", 0.0) for entry in entries}
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) < 300 else text[:300] + "..."
+
+
+def _error_reason(exc) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        error = body["error"]
+        cause = (error.get("root_cause") or [error])[0]
+        return f"{cause.get('type', 'error')}: {cause.get('reason', error.get('reason'))}"
+    return f"status {getattr(exc, 'status_code', '?')}: {_short(exc)}"
+
+
+def _item_error(error: Any) -> str:
+    if isinstance(error, dict):
+        reason = error.get("reason", "")
+        caused = error.get("caused_by", {})
+        if isinstance(caused, dict) and caused.get("reason"):
+            reason = f"{reason} ({caused['reason']})"
+        return f"{error.get('type', 'error')}: {reason}"
+    return str(error)
+
+
+@hookimpl
+def reranker_register_backends():
+    return [ElasticsearchBackend]

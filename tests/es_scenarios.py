@@ -1,0 +1,190 @@
+"""Scenarios run against an Elasticsearch server: the stand-in (test_es_backend.py) or a real
+cluster when RERANKER_TEST_ES_URL is set (test_elasticsearch_real.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+import requests
+from conftest import ServeProcess, run_cli, write_config, write_docs
+
+from reranker.config import load_config
+from reranker.errors import BackendError
+from reranker.plugins import backend_class, get_plugin_manager
+from reranker.service import RerankerService
+
+
+def es_config(folder, url, index, sections=None, **backend):
+    return write_config(folder, backend={"type": "elasticsearch", "hosts": [url], "index": index,
+                                         "request_timeout": 5.0, **backend}, **(sections or {}))
+
+
+def backend_for(path):
+    config = load_config(path)
+    return backend_class(get_plugin_manager(), config.backend.type)(config)
+
+
+def unique_index() -> str:
+    return f"reranker-test-{uuid.uuid4().hex[:10]}"
+
+
+def index_corpus(folder, url, corpus, index=None, **backend):
+    index = index or unique_index()
+    path = es_config(folder, url, index, **backend)
+    out = run_cli("index", "-c", str(path), str(write_docs(folder, corpus.documents))).stdout
+    assert f"indexed {len(corpus.documents)} documents" in out
+    return index, path
+
+
+def scenario_features_come_from_one_search(tmp_path, url, corpus):
+    index, path = index_corpus(tmp_path, url, corpus)
+    backend = backend_for(path)
+    backend.open()
+    candidates = backend.search("espresso grinder", 50)
+    assert len(candidates) > 5
+    assert (np.diff(candidates.scores) <= 1e-9).all()  # the retrieval query's order
+    titles = candidates.field_scores[:, 0]
+    bodies = candidates.field_scores[:, 1]
+    assert (titles > 0).any() and (bodies > 0).any()
+    docs = {d["id"]: d for d in corpus.documents}
+    for i, doc_id in enumerate(candidates.ids):
+        assert candidates.numeric[i, 0] == pytest.approx(docs[doc_id]["popularity"])
+        if "espresso" not in docs[doc_id]["title"] and "grinder" not in docs[doc_id]["title"]:
+            assert titles[i] == 0.0
+    assert candidates.load_sources([0])[0]["id"] == candidates.ids[0]
+    backend.close()
+
+
+def scenario_user_text_is_only_a_parameter(tmp_path, url, corpus):
+    index, path = index_corpus(tmp_path, url, corpus)
+    backend = backend_for(path)
+    backend.open()
+    nasty = 'espresso "}}, {"match_all": {}} {{query}} \\ \u00e9'
+    body = backend.request_body(nasty, 10)
+    assert keys(body).count("match_all") == 1  # only our own, in the filter
+    retrieval = body["query"]["bool"]["must"][0]["bool"]["must"][0]
+    assert retrieval["multi_match"]["query"] == nasty  # the text, exactly, as a value
+    features = body["query"]["bool"]["filter"][0]["bool"]["should"]
+    assert [f["bool"]["must"][0]["match"] for f in features[:2]] == [
+        {"title": {"query": nasty}}, {"body": {"query": nasty}}]
+    backend.search(nasty, 10)  # the cluster accepts it as plain text
+    backend.close()
+
+
+def keys(node) -> list[str]:
+    """Every key of every object in a JSON structure."""
+    if isinstance(node, dict):
+        return list(node) + [k for v in node.values() for k in keys(v)]
+    if isinstance(node, list):
+        return [k for v in node for k in keys(v)]
+    return []
+
+
+def scenario_template_and_stored_template(tmp_path, url, corpus):
+    index, path = index_corpus(tmp_path, url, corpus)
+    template = '{"query": {"match": {"title": {"query": "{{query}}", "operator": "{{op}}"}}}}'
+    path = es_config(tmp_path, url, index, template=template, template_params={"op": "or"})
+    backend = backend_for(path)
+    backend.open()
+    nasty = 'espresso "quoted"'
+    candidates = backend.search(nasty, 20)
+    assert len(candidates) > 0
+    assert (candidates.field_scores[:, 0] > 0).all()  # every hit matched the title query
+    backend.close()
+    requests.put(f"{url}/_scripts/reranker-test-template", timeout=10,
+                 json={"script": {"lang": "mustache", "source": template}})
+    path = es_config(tmp_path, url, index, template_id="reranker-test-template",
+                     template_params={"op": "or"})
+    backend = backend_for(path)
+    backend.open()
+    assert backend.search("espresso", 20).ids == backend_for_template_ids(tmp_path, url, index,
+                                                                           template)
+    backend.close()
+
+
+def backend_for_template_ids(tmp_path, url, index, template):
+    path = es_config(tmp_path, url, index, template=template, template_params={"op": "or"})
+    backend = backend_for(path)
+    backend.open()
+    ids = backend.search("espresso", 20).ids
+    backend.close()
+    return ids
+
+
+def scenario_start_up_checks_name_the_problem(tmp_path, url, corpus):
+    index, _ = index_corpus(tmp_path, url, corpus)
+    cases = [
+        ({"index": "no-such-index-here"}, "no-such-index-here"),
+        ({"feature_queries": {"broken": {"no_such_query": {"x": "{{query}}"}}}},
+         "feature query 'query_score:broken'"),
+        ({"query": {"no_such_query": {"title": "{{query}}"}}}, "retrieval query"),
+        ({"query": {"match": {"title": "fixed text"}}}, "no {{query}} placeholder"),
+        ({"template": '{"query": {"match": {"title": "{{query}}", "x": "{{missing}}"}}}'},
+         "does not render"),
+        ({"template_id": "no-such-template"}, "no-such-template"),
+    ]
+    for settings, message in cases:
+        settings = {"index": index, **settings}
+        with pytest.raises(BackendError) as info:
+            backend = backend_for(es_config(tmp_path, url, **settings))
+            backend.open()
+        assert message in info.value.message, info.value.message
+
+
+def scenario_bulk_failures_name_the_documents(tmp_path, url):
+    index = unique_index()
+    path = es_config(tmp_path, url, index)
+    docs = [{"id": "a", "title": "tea", "body": "green tea", "popularity": 3},
+            {"id": "b", "title": "kettle", "body": "steel", "popularity": "very"},
+            {"title": "no id"}]
+    result = run_cli("index", "-c", str(path), str(write_docs(tmp_path, docs)), check=False)
+    assert result.returncode == 1
+    assert "indexed 1 documents" in result.stdout
+    assert "line 2 (id b)" in result.stderr and "popularity" in result.stderr
+    assert "line 3" in result.stderr and "'id'" in result.stderr
+
+
+def scenario_clicked_result_moves_up(tmp_path, url, corpus):
+    index, _ = index_corpus(tmp_path, url, corpus)
+    # the background trainer waits; `reranker train --close-all` applies the clicks
+    path = es_config(tmp_path, url, index, sections={"trainer": {"feedback_window": 3600.0}})
+    server = ServeProcess(path)
+    try:
+        for query, topic in corpus.queries:
+            page = server.post("/search", {"query": query}).json()
+            low = [h for h in page["hits"] if h["rank"] >= 5 and corpus.label(topic, h["id"]) > 0]
+            if low:
+                break
+        target = low[-1]["id"]
+        before = {h["id"]: h["rank"] for h in page["hits"]}[target]
+        for _ in range(8):
+            page = server.post("/search", {"query": query}).json()
+            assert server.post("/click", {"impression_id": page["impression_id"],
+                                          "doc_id": target}).status_code == 202
+        out = run_cli("train", "-c", str(path), "--close-all").stdout
+        assert "saved model version 1" in out
+        after_page = server.post("/search", {"query": query}).json()
+        assert after_page["model_version"] == 1
+        after = {h["id"]: h["rank"] for h in after_page["hits"]}.get(target, 99)
+        assert after < before, (before, after)
+        health = requests.get(server.url + "/healthz", timeout=10).json()
+        assert health["backend"]["type"] == "elasticsearch" and health["backend"]["status"] == "ok"
+    finally:
+        server.stop()
+
+
+def scenario_service_uses_elasticsearch_features(tmp_path, url, corpus):
+    """The same feature names whichever backend serves."""
+    index, path = index_corpus(tmp_path, url, corpus)
+    service = RerankerService(load_config(path)).open()
+    try:
+        assert list(service.model.feature_names) == [
+            "backend_score", "backend_reciprocal_rank", "field_score:title", "field_score:body",
+            "field_value:popularity"]
+        page = service.search("espresso grinder", 10)
+        imp = service.events.get_impression(page["impression_id"])
+        assert imp.features.shape[1] == 5 and imp.features[:, 2:4].max() > 0
+    finally:
+        service.close()

@@ -1,0 +1,444 @@
+"""A protocol-level Elasticsearch stand-in for the tests.
+
+A real HTTP server in the test process that speaks the subset of the Elasticsearch REST API
+the adapter uses, answering from a real embedded (Tantivy) index so that scores are real
+BM25 scores:
+
+* ``GET /`` with a configurable version number; the compatibility headers are checked as a
+  real server does (an 8.x server refuses ``compatible-with=9``), and every answer carries
+  ``X-Elastic-Product: Elasticsearch``;
+* index create / exists / delete / get mapping, aliases, ``_refresh``;
+* ``_bulk`` (NDJSON) with per-item errors for values that do not fit the mapping;
+* ``_search`` for the Query DSL subset ``bool``, ``match``, ``multi_match``, ``match_all``,
+  ``term``, ``terms`` and the Learning to Rank plugin's ``sltr`` with the ``ltr_log``
+  extension; named queries with ``include_named_queries_score`` (the 8.8+ map format; the
+  older list format otherwise); ``_validate/query``; stored scripts;
+* errors in Elasticsearch's JSON format; and faults to inject: a delay, a dropped
+  connection, an error status.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import tantivy
+
+from reranker.backends.embedded import _analyzer
+
+ANALYZER = _analyzer()
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, kind: str, reason: str):
+        super().__init__(reason)
+        self.status, self.kind, self.reason = status, kind, reason
+
+    def body(self) -> dict[str, Any]:
+        cause = {"type": self.kind, "reason": self.reason}
+        return {"error": {"root_cause": [cause], **cause}, "status": self.status}
+
+
+class Index:
+    """Documents and mapping of one index, with a Tantivy index rebuilt on refresh."""
+
+    def __init__(self, name: str, mappings: dict[str, Any]):
+        self.name = name
+        self.properties = dict(mappings.get("properties", {}))
+        self.docs: dict[str, dict[str, Any]] = {}
+        self._built: tuple | None = None
+
+    def text_fields(self) -> list[str]:
+        return [f for f, spec in self.properties.items() if spec.get("type") == "text"]
+
+    def put(self, doc_id: str, source: dict[str, Any]) -> None:
+        for field, spec in self.properties.items():
+            value = _dotted(source, field)
+            if value is None:
+                continue
+            kind = spec.get("type")
+            if kind in ("float", "double", "integer", "long"):
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    try:
+                        float(value)
+                    except (TypeError, ValueError):
+                        raise ApiError(400, "document_parsing_exception",
+                                       f"[1:1] failed to parse field [{field}] of type "
+                                       f"[{kind}] in document with id '{doc_id}'") from None
+        self.docs[doc_id] = source
+        self._built = None
+
+    def build(self):
+        if self._built is None:
+            builder = tantivy.SchemaBuilder()
+            builder.add_text_field("_id", stored=True, tokenizer_name="raw")
+            fields = self.text_fields()
+            for f in fields:
+                builder.add_text_field(f, stored=False, tokenizer_name="standin_en")
+            schema = builder.build()
+            index = tantivy.Index(schema)
+            index.register_tokenizer("standin_en", ANALYZER)
+            writer = index.writer(15_000_000, 1)
+            for doc_id, source in self.docs.items():
+                doc = tantivy.Document()
+                doc.add_text("_id", doc_id)
+                for f in fields:
+                    value = _dotted(source, f)
+                    doc.add_text(f, value if isinstance(value, str) else "")
+                writer.add_document(doc)
+            writer.commit()
+            writer.wait_merging_threads()
+            index.reload()
+            self._built = (index, schema, index.searcher())
+        return self._built
+
+    def field_scores(self, field: str, text: str, operator: str = "or") -> dict[str, float]:
+        """BM25 of ``text`` in ``field`` for every matching document."""
+        if field not in self.text_fields():
+            if self.properties.get(field, {}).get("type") == "keyword":
+                return {d: 1.0 for d, s in self.docs.items() if str(_dotted(s, field)) == text}
+            return {}
+        index, schema, searcher = self.build()
+        terms = list(dict.fromkeys(ANALYZER.analyze(text)))
+        if not terms:
+            return {}
+        occur = tantivy.Occur.Must if operator == "and" else tantivy.Occur.Should
+        query = tantivy.Query.boolean_query(
+            [(occur, tantivy.Query.term_query(schema, field, t)) for t in terms])
+        hits = searcher.search(query, max(1, len(self.docs)), count=False).hits
+        return {searcher.doc(address)["_id"][0]: score for score, address in hits}
+
+
+class Standin:
+    """The stand-in server; ``url`` is where it listens."""
+
+    def __init__(self, version: str = "8.15.1"):
+        self.version = version
+        self.indices: dict[str, Index] = {}
+        self.aliases: dict[str, str] = {}
+        self.scripts: dict[str, dict[str, Any]] = {}
+        self.featuresets: dict[str, list[dict[str, Any]]] = {}  # name -> features
+        self.delay = 0.0  # seconds before answering a search
+        self.drop = False  # close the connection instead of answering
+        self.fail_status: int | None = None  # answer every search with this status
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.connections: set = set()
+        handler = type("Handler", (_Handler,), {"standin": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    def stop(self) -> None:
+        """Stop listening and cut every open connection, as a crashed server would."""
+        self.server.shutdown()
+        self.server.server_close()
+        for connection in list(self.connections):
+            try:
+                connection.shutdown(2)
+                connection.close()
+            except OSError:
+                pass
+
+    def resolve(self, name: str) -> Index:
+        name = self.aliases.get(name, name)
+        if name not in self.indices:
+            raise ApiError(404, "index_not_found_exception", f"no such index [{name}]")
+        return self.indices[name]
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def evaluate(self, index: Index, query: dict[str, Any], named: dict[str, dict[str, float]],
+                 params: dict[str, Any] | None = None) -> dict[str, float]:
+        """Matching documents with their scores; records named clauses in ``named``."""
+        if not isinstance(query, dict) or len(query) != 1:
+            raise ApiError(400, "parsing_exception", "query malformed, must start with a "
+                                                     "single query name")
+        kind, spec = next(iter(query.items()))
+        name = spec.pop("_name", None) if isinstance(spec, dict) else None
+        boost = float(spec.pop("boost", 1.0)) if isinstance(spec, dict) else 1.0
+        if kind == "match_all":
+            result = {d: 1.0 for d in index.docs}
+        elif kind == "match":
+            (field, value), = spec.items()
+            if isinstance(value, dict):
+                name = value.get("_name", name)
+                boost *= float(value.get("boost", 1.0))
+                text, operator = value.get("query"), value.get("operator", "or")
+            else:
+                text, operator = value, "or"
+            if not isinstance(text, str):
+                raise ApiError(400, "parsing_exception", f"[match] query text must be a string "
+                                                         f"for field [{field}]")
+            result = index.field_scores(field, text, operator.lower())
+        elif kind == "multi_match":
+            text = spec.get("query")
+            if not isinstance(text, str):
+                raise ApiError(400, "parsing_exception", "[multi_match] requires query")
+            result = {}
+            for entry in spec.get("fields") or index.text_fields():
+                field, _, weight = entry.partition("^")
+                for doc, score in index.field_scores(field, text).items():
+                    scaled = score * (float(weight) if weight else 1.0)
+                    result[doc] = max(result.get(doc, 0.0), scaled)  # best_fields
+        elif kind in ("term", "terms"):
+            (field, value), = spec.items()
+            values = value if kind == "terms" else [value.get("value") if isinstance(value, dict)
+                                                     else value]
+            result = {d: 1.0 for d, s in index.docs.items()
+                      if str(_dotted(s, field)) in {str(v) for v in values}}
+        elif kind == "bool":
+            result = self._bool(index, spec, named, params)
+        elif kind == "sltr":
+            result = self._sltr(index, spec, named)
+        else:
+            raise ApiError(400, "parsing_exception", f"unknown query [{kind}]")
+        result = {d: s * boost for d, s in result.items()}
+        if name:
+            named[name] = result
+        return result
+
+    def _bool(self, index, spec, named, params) -> dict[str, float]:
+        def clauses(key):
+            value = spec.get(key, [])
+            return value if isinstance(value, list) else [value]
+
+        must = [self.evaluate(index, q, named) for q in clauses("must")]
+        should = [self.evaluate(index, q, named) for q in clauses("should")]
+        filters = [self.evaluate(index, q, named) for q in clauses("filter")]
+        must_not = [self.evaluate(index, q, named) for q in clauses("must_not")]
+        candidates = set(index.docs)
+        for part in must + filters:
+            candidates &= set(part)
+        for part in must_not:
+            candidates -= set(part)
+        minimum = spec.get("minimum_should_match", 0 if (must or filters) else 1)
+        result = {}
+        for doc in candidates:
+            matched_should = [part[doc] for part in should if doc in part]
+            if len(matched_should) < int(minimum):
+                continue
+            result[doc] = sum(part[doc] for part in must) + sum(matched_should)
+        return result
+
+    def _sltr(self, index, spec, named) -> dict[str, float]:
+        features = self.featuresets.get(spec.get("featureset"))
+        if features is None:
+            raise ApiError(404, "resource_not_found_exception",
+                           f"Unknown featureset [{spec.get('featureset')}]")
+        keywords = spec.get("params", {}).get("keywords", "")
+        per_feature = []
+        for feature in features:
+            template = json.dumps(feature["template"]).replace("{{keywords}}",
+                                                               json.dumps(keywords)[1:-1])
+            per_feature.append(self.evaluate(index, json.loads(template), {}))
+        self._last_ltr = (features, per_feature)
+        return {d: sum(p.get(d, 0.0) for p in per_feature) for d in index.docs}
+
+    def search(self, index: Index, body: dict[str, Any], params: dict[str, str]) -> dict:
+        named: dict[str, dict[str, float]] = {}
+        self._last_ltr = None
+        query = json.loads(json.dumps(body.get("query", {"match_all": {}})))
+        matches = self.evaluate(index, query, named)
+        order = {d: i for i, d in enumerate(index.docs)}
+        ranked = sorted(matches.items(), key=lambda item: (-item[1], order[item[0]]))
+        size = int(body.get("size", 10))
+        with_scores = params.get("include_named_queries_score") == "true"
+        hits = []
+        for doc, score in ranked[:size]:
+            hit = {"_index": index.name, "_id": doc, "_score": score,
+                   "_source": index.docs[doc]}
+            names = {n: s[doc] for n, s in named.items() if doc in s}
+            if names:
+                hit["matched_queries"] = names if with_scores else sorted(names)
+            log_specs = body.get("ext", {}).get("ltr_log", {}).get("log_specs")
+            if log_specs and self._last_ltr:
+                features, values = self._last_ltr
+                hit["fields"] = {"_ltrlog": [{log_specs["name"]: [
+                    {"name": f["name"], "value": v.get(doc, 0.0)}
+                    for f, v in zip(features, values, strict=True)]}]}
+            hits.append(hit)
+        return {"took": 1, "timed_out": False,
+                "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+                "hits": {"total": {"value": len(ranked), "relation": "eq"},
+                         "max_score": ranked[0][1] if ranked else None, "hits": hits}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    standin: Standin
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.standin.connections.add(self.connection)
+
+    def finish(self) -> None:
+        self.standin.connections.discard(self.connection)
+        super().finish()
+
+    def do_GET(self):
+        self._serve("GET")
+
+    def do_POST(self):
+        self._serve("POST")
+
+    def do_PUT(self):
+        self._serve("PUT")
+
+    def do_DELETE(self):
+        self._serve("DELETE")
+
+    def do_HEAD(self):
+        self._serve("HEAD")
+
+    def _serve(self, method: str) -> None:
+        standin = self.standin
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        url = urlsplit(self.path)
+        params = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        standin.requests.append((method, url.path, dict(self.headers)))
+        try:
+            self._check_compatibility()
+            status, body = self._route(method, url.path.strip("/").split("/"), params, raw)
+        except ApiError as exc:
+            status, body = exc.status, exc.body()
+        except _Drop:
+            self.close_connection = True
+            return
+        self._answer(status, body, method)
+
+    def _check_compatibility(self) -> None:
+        versions = set()
+        for header in ("Accept", "Content-Type"):
+            match = re.search(r"compatible-with=(\d+)", self.headers.get(header) or "")
+            if match:
+                versions.add(int(match.group(1)))
+        major = self.standin.major
+        allowed = {major, major - 1}
+        if len(versions) > 1 or (versions and not versions <= allowed):
+            raise ApiError(400, "media_type_header_exception",
+                           f"Invalid media-type value on headers [Accept, Content-Type]: "
+                           f"Accept version must be either version {major} or {major - 1}, "
+                           f"but found {max(versions)}")
+
+    def _answer(self, status: int, body: Any, method: str) -> None:
+        data = b"" if body is None else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("X-Elastic-Product", "Elasticsearch")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if method != "HEAD":
+            self.wfile.write(data)
+
+    def _route(self, method: str, parts: list[str], params: dict[str, str],
+               raw: bytes) -> tuple[int, Any]:
+        standin = self.standin
+        body = json.loads(raw) if raw and not parts[-1] == "_bulk" else {}
+        if parts == [""]:
+            return 200, {"name": "standin", "cluster_name": "reranker-tests",
+                         "version": {"number": standin.version, "build_flavor": "default",
+                                     "lucene_version": "9.12.0"},
+                         "tagline": "You Know, for Search"}
+        if parts[-1] == "_bulk":
+            return 200, self._bulk(raw, parts[0] if len(parts) == 2 else None)
+        if parts[0] == "_scripts":
+            if method == "PUT":
+                standin.scripts[parts[1]] = body["script"]
+                return 200, {"acknowledged": True}
+            if parts[1] not in standin.scripts:
+                raise ApiError(404, "resource_not_found_exception",
+                               f"unable to find script [{parts[1]}]")
+            return 200, {"_id": parts[1], "found": True, "script": standin.scripts[parts[1]]}
+        if parts[0] == "_ltr":
+            name = parts[-1]
+            features = standin.featuresets.get(name)
+            hits = [] if features is None else [
+                {"_source": {"featureset": {"name": name, "features": [
+                    {"name": f["name"], "template": f["template"]} for f in features]}}}]
+            return 200, {"hits": {"total": {"value": len(hits)}, "hits": hits}}
+        name = parts[0]
+        if len(parts) == 1:
+            if method == "HEAD":
+                known = standin.aliases.get(name, name) in standin.indices
+                return (200 if known else 404), None
+            if method == "PUT":
+                if name in standin.indices:
+                    raise ApiError(400, "resource_already_exists_exception",
+                                   f"index [{name}] already exists")
+                standin.indices[name] = Index(name, body.get("mappings", {}))
+                return 200, {"acknowledged": True, "shards_acknowledged": True, "index": name}
+            if method == "DELETE":
+                standin.resolve(name)
+                del standin.indices[name]
+                return 200, {"acknowledged": True}
+        index = standin.resolve(name)
+        action = parts[1]
+        if action == "_mapping":
+            return 200, {index.name: {"mappings": {"properties": index.properties}}}
+        if action == "_refresh":
+            return 200, {"_shards": {"total": 1, "successful": 1, "failed": 0}}
+        if action == "_validate":
+            try:
+                standin.evaluate(index, json.loads(json.dumps(body.get("query"))), {})
+            except ApiError as exc:
+                return 200, {"valid": False, "explanations": [
+                    {"index": index.name, "valid": False, "error": f"{exc.kind}: {exc.reason}"}]}
+            return 200, {"valid": True, "explanations": [{"index": index.name, "valid": True}]}
+        if action == "_search":
+            if standin.drop:
+                raise _Drop()
+            if standin.delay:
+                time.sleep(standin.delay)
+            if standin.fail_status:
+                raise ApiError(standin.fail_status, "unavailable_shards_exception",
+                               "the stand-in was told to fail")
+            return 200, standin.search(index, body, params)
+        raise ApiError(400, "illegal_argument_exception",
+                       f"unsupported [{method} /{'/'.join(parts)}]")
+
+    def _bulk(self, raw: bytes, default_index: str | None) -> dict[str, Any]:
+        lines = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
+        items, errors = [], False
+        for action, source in zip(lines[::2], lines[1::2], strict=True):
+            op, meta = next(iter(action.items()))
+            name = meta.get("_index", default_index)
+            doc_id = str(meta.get("_id"))
+            try:
+                if name not in self.standin.indices:  # auto-create, like Elasticsearch
+                    self.standin.indices[name] = Index(name, {})
+                self.standin.indices[name].put(doc_id, source)
+                items.append({op: {"_index": name, "_id": doc_id, "status": 201,
+                                   "result": "created"}})
+            except ApiError as exc:
+                errors = True
+                items.append({op: {"_index": name, "_id": doc_id, "status": exc.status,
+                                   "error": {"type": exc.kind, "reason": exc.reason}}})
+        return {"took": 1, "errors": errors, "items": items}
+
+
+class _Drop(Exception):
+    """Close the connection without an answer."""
+
+
+def _dotted(source: dict[str, Any], path: str) -> Any:
+    node: Any = source
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node

@@ -1,0 +1,31 @@
+"""The Elasticsearch scenarios against a real cluster, when one is configured:
+
+    RERANKER_TEST_ES_URL=http://localhost:9200 make test
+
+(credentials may go in the URL, http://user:password@host:9200). Each scenario creates its
+own index named reranker-test-<random>. Without the variable these tests are skipped.
+"""
+
+import os
+
+import es_scenarios as scenarios
+import pytest
+
+URL = os.environ.get("RERANKER_TEST_ES_URL")
+
+pytestmark = pytest.mark.skipif(not URL, reason="RERANKER_TEST_ES_URL is not set: no real "
+                                                "Elasticsearch cluster to test against")
+
+
+@pytest.mark.parametrize("name", ["features_come_from_one_search",
+                                  "user_text_is_only_a_parameter",
+                                  "template_and_stored_template",
+                                  "start_up_checks_name_the_problem",
+                                  "service_uses_elasticsearch_features",
+                                  "clicked_result_moves_up"])
+def test_scenario_on_a_real_cluster(tmp_path, corpus, name):
+    getattr(scenarios, f"scenario_{name}")(tmp_path, URL, corpus)
+
+
+def test_bulk_failures_on_a_real_cluster(tmp_path):
+    scenarios.scenario_bulk_failures_name_the_documents(tmp_path, URL)

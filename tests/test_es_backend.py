@@ -1,0 +1,214 @@
+"""The Elasticsearch backend through the official client, against the protocol-level
+stand-in (8.x and 9.x answers, errors, timeouts, dropped connections)."""
+
+import time
+
+import es_scenarios as scenarios
+import numpy as np
+import pytest
+import requests
+from conftest import LiveServer, write_config
+from es_standin import Standin
+
+from reranker.config import load_config
+from reranker.errors import BackendError, BackendUnavailableError, ModelLoadError
+from reranker.service import RerankerService
+
+
+@pytest.fixture(params=["8.15.1", "9.1.0"])
+def standin(request):
+    server = Standin(request.param)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def es8():
+    server = Standin("8.15.1")
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("name", ["features_come_from_one_search",
+                                  "user_text_is_only_a_parameter",
+                                  "template_and_stored_template",
+                                  "start_up_checks_name_the_problem",
+                                  "service_uses_elasticsearch_features"])
+def test_scenario(standin, tmp_path, corpus, name):
+    getattr(scenarios, f"scenario_{name}")(tmp_path, standin.url, corpus)
+
+
+def test_bulk_failures(standin, tmp_path):
+    scenarios.scenario_bulk_failures_name_the_documents(tmp_path, standin.url)
+
+
+def test_end_to_end_clicked_result_moves_up(standin, tmp_path, corpus):
+    scenarios.scenario_clicked_result_moves_up(tmp_path, standin.url, corpus)
+
+
+def test_talks_to_each_major_version_in_its_own_mode(standin, tmp_path, corpus):
+    index, path = scenarios.index_corpus(tmp_path, standin.url, corpus)
+    accept = [h.get("accept", "") for _, _, h in standin.requests if h.get("accept")]
+    assert all(f"compatible-with={standin.major}" in a for a in accept[1:]), accept
+    assert "compatible-with=8" in accept[0]  # the version probe speaks 8, which both accept
+
+
+def test_older_servers_are_refused(tmp_path):
+    old = Standin("8.6.2")
+    try:
+        with pytest.raises(BackendError, match="8.6.2 .* too old: .* 8.8 or later"):
+            scenarios.backend_for(scenarios.es_config(tmp_path, old.url, "x")).open()
+    finally:
+        old.stop()
+
+
+def test_one_request_per_search(es8, tmp_path, corpus):
+    _, path = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    backend = scenarios.backend_for(path)
+    backend.open()
+    before = len(es8.requests)
+    backend.search("espresso grinder", 100)
+    assert len(es8.requests) == before + 1
+    assert es8.requests[-1][1].endswith("/_search")
+
+
+def test_unreachable_cluster(tmp_path):
+    path = scenarios.es_config(tmp_path, "http://127.0.0.1:9", "x", request_timeout=1.0,
+                               max_retries=0)
+    started = time.perf_counter()
+    with pytest.raises(BackendUnavailableError, match="unreachable"):
+        scenarios.backend_for(path).open()
+    assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize("fault, message", [("delay", "did not answer within 0.5s"),
+                                            ("drop", "Elasticsearch"),
+                                            ("fail_status", "unavailable")])
+def test_faults_at_search_time_are_503_within_the_timeout(es8, tmp_path, corpus, fault, message):
+    index, _ = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    path = scenarios.es_config(tmp_path, es8.url, index, request_timeout=0.5, max_retries=0)
+    live = LiveServer(path)
+    try:
+        assert live.post("/search", {"query": "tea"}).status_code == 200
+        setattr(es8, fault, {"delay": 3.0, "drop": True, "fail_status": 503}[fault])
+        started = time.perf_counter()
+        response = live.post("/search", {"query": "tea"})
+        elapsed = time.perf_counter() - started
+        assert response.status_code == 503, response.text
+        assert message in response.json()["error"]["message"]
+        assert elapsed < 2.5
+        health = live.get("/healthz")
+        assert health.status_code == 200
+        setattr(es8, fault, {"delay": 0.0, "drop": False, "fail_status": None}[fault])
+        assert live.post("/search", {"query": "tea"}).status_code == 200
+        assert live.get("/healthz").json()["backend"]["status"] == "ok"
+    finally:
+        live.stop()
+
+
+def test_health_reports_an_unreachable_cluster(es8, tmp_path, corpus):
+    index, path = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    live = LiveServer(path)
+    try:
+        es8.stop()
+        health = live.get("/healthz").json()
+        assert health["status"] == "degraded" and health["backend"]["status"] == "unavailable"
+        assert live.post("/search", {"query": "tea"}).status_code == 503
+    finally:
+        live.service.close()
+        live.server.close()
+
+
+def test_secrets_come_from_the_environment(es8, tmp_path, corpus, monkeypatch):
+    index, _ = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    path = scenarios.es_config(tmp_path, es8.url, index, api_key_env="RERANKER_TEST_API_KEY")
+    with pytest.raises(BackendError, match="RERANKER_TEST_API_KEY is not set"):
+        scenarios.backend_for(path).open()
+    monkeypatch.setenv("RERANKER_TEST_API_KEY", "c2VjcmV0LWtleQ==")
+    backend = scenarios.backend_for(path)
+    backend.open()
+    assert es8.requests[-1][2].get("authorization") == "ApiKey c2VjcmV0LWtleQ=="
+    backend.close()
+    path = scenarios.es_config(tmp_path, es8.url, index, username="reranker",
+                               password_env="RERANKER_TEST_PASSWORD")
+    monkeypatch.setenv("RERANKER_TEST_PASSWORD", "pw")
+    backend = scenarios.backend_for(path)
+    backend.open()
+    assert es8.requests[-1][2].get("authorization", "").startswith("Basic ")
+    backend.close()
+
+
+def test_an_alias_can_be_wrapped(es8, tmp_path, corpus):
+    index, _ = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    es8.aliases["products"] = index
+    backend = scenarios.backend_for(scenarios.es_config(tmp_path, es8.url, "products"))
+    backend.open()
+    assert len(backend.search("espresso", 10)) > 0
+
+
+def test_learning_to_rank_feature_set(es8, tmp_path, corpus):
+    index, _ = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    es8.featuresets["docs_features"] = [
+        {"name": "title_match", "template": {"match": {"title": "{{keywords}}"}}},
+        {"name": "body_match", "template": {"match": {"body": "{{keywords}}"}}},
+    ]
+    path = scenarios.es_config(tmp_path, es8.url, index, ltr_featureset="docs_features",
+                               ltr_features=["title_match", "body_match"])
+    service = RerankerService(load_config(path)).open()
+    try:
+        assert list(service.model.feature_names)[2:4] == ["ltr:title_match", "ltr:body_match"]
+        page = service.search("espresso grinder", 10)
+        X = service.events.get_impression(page["impression_id"]).features
+        assert X[:, 2:4].max() > 0
+    finally:
+        service.close()
+    path = scenarios.es_config(tmp_path, es8.url, index, ltr_featureset="docs_features",
+                               ltr_features=["body_match", "title_match"])
+    with pytest.raises(BackendError, match="has \\['title_match', 'body_match'\\]"):
+        scenarios.backend_for(path).open()
+
+
+def test_a_model_from_other_features_is_refused(es8, tmp_path, corpus):
+    """A model trained with one feature set is refused where the features differ."""
+    index, path = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    service = RerankerService(load_config(path)).open()
+    page = service.search("espresso grinder", 10)
+    service.click(page["impression_id"], page["hits"][4]["id"])
+    service.trainer.run_once(close_all=True)
+    service.close()
+    path = scenarios.es_config(tmp_path, es8.url, index,
+                               feature_queries={"title": {"match": {"title": "{{query}}"}}})
+    with pytest.raises(ModelLoadError, match="trained on features"):
+        RerankerService(load_config(path)).open()
+
+
+def test_embedded_only_options_are_refused_on_the_embedded_backend(tmp_path):
+    path = write_config(tmp_path, backend={"feature_queries": {"t": {"match": {"title": "x"}}}})
+    with pytest.raises(BackendError, match="only supported by the elasticsearch backend"):
+        RerankerService(load_config(path))
+
+
+def test_stand_in_refuses_mismatched_compatibility_headers(es8):
+    response = requests.get(es8.url, timeout=10, headers={
+        "Accept": "application/vnd.elasticsearch+json; compatible-with=9"})
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "media_type_header_exception"
+    assert np.isfinite(1.0)
+
+
+def test_the_walkthrough_example_is_valid():
+    from pathlib import Path
+
+    from reranker.backends.elasticsearch import TemplateQuery
+
+    folder = Path(__file__).resolve().parents[1] / "examples" / "elasticsearch"
+    config = load_config(folder / "config.yaml", environ={})
+    assert config.backend.type == "elasticsearch" and config.backend.template_id
+    template = TemplateQuery((folder / "products-search.mustache").read_text(),
+                             dict(config.backend.template_params), "example")
+    query = template.render('red "running" shoes')
+    assert query["multi_match"]["query"] == 'red "running" shoes'
+    assert query["multi_match"]["fields"][0] == "title^2"
+    import json
+    mapping = json.loads((folder / "mapping.json").read_text())
+    assert set(mapping["mappings"]["properties"]) >= {"title", "description", "rating"}
