@@ -28,6 +28,9 @@ class BatchPreferencePerceptron(LinearLearner):
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         if not feedback.informative:
             return False
+        # A batch holds batch_size feedbacks that carry information: a round without any
+        # leaves the model exactly as it was (ALGORITHMS.md counts every round; with
+        # simulated coactive users the two agree).
         self.pending_ += self.feature_map.phi_difference(X, feedback.improved, feedback.ranking)
         self.pending_count_ += 1
         if self.pending_count_ == self.batch_size:

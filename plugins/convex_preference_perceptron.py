@@ -27,6 +27,9 @@ class ConvexPreferencePerceptron(LinearLearner):
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         if not feedback.informative:
             return False
+        # t counts the feedbacks that carry information: a round without any leaves the
+        # model exactly as it was (ALGORITHMS.md counts every round; with simulated coactive
+        # users the two agree, since every round before the optimum is informative).
         self.t_ += 1
         # Algorithm 5: wbar = w_t + eta_t (phi(ybar) - phi(y)), eta_t = 1/sqrt(t);
         # w_{t+1} = argmin_{||u|| <= B} ||u - wbar|| = wbar * min(1, B / ||wbar||).

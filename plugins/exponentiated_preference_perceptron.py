@@ -41,6 +41,9 @@ class ExponentiatedPreferencePerceptron(LinearLearner):
         self.S_ = max(self.S_, float(np.abs(better).max()), float(np.abs(worse).max()))
         if self.S_ == 0.0:
             return False
+        # t counts the feedbacks that carry information: a round without any leaves the
+        # model exactly as it was (ALGORITHMS.md counts every round; with simulated coactive
+        # users the two agree, since every round before the optimum is informative).
         self.t_ += 1
         delta = better - worse
         doubled = np.concatenate([delta, -delta])  # De = phie(ybar) - phie(y)

@@ -231,7 +231,8 @@ class _GreedyCommand(click.Command):
 @click.option("--out", type=click.Path(file_okay=False), help="Output folder for results.csv, "
               "summary.json and the plots [default: simulation].")
 @click.option("--depth", type=click.IntRange(min=1), help="Depth of the learners' joint "
-              "feature map [default: 10].")
+              "feature map [default: 5 with the coactive users, whose utility is DCG@5-style; "
+              "10 with click models].")
 @click.option("--discount", type=click.Choice(["log2", "reciprocal", "none"]),
               help="Discount of the learners' joint feature map [default: log2].")
 @click.option("--gain", type=click.Choice(["linear", "exp"]), help="Gain of DCG* regret: "

@@ -32,6 +32,14 @@ class RankingData:
     labels: np.ndarray
     feature_ids: list[int]
     sources: list[str]
+    lines: np.ndarray | None = None  # line number of every row in its file
+    files: np.ndarray | None = None  # index into ``sources`` of every row's file
+
+    def where(self, row: int) -> str:
+        """``FILE, line N`` of a row, for error messages."""
+        if self.lines is None or self.files is None:
+            return self.sources[0] if self.sources else "data"
+        return f"{self.sources[int(self.files[row])]}, line {int(self.lines[row])}"
 
     @property
     def n_queries(self) -> int:
@@ -54,7 +62,7 @@ class RankingData:
             if f in column:
                 X[:, k] = self.X[:, column[f]]
         return RankingData(self.qids, self.offsets, X, self.labels, list(feature_ids),
-                           self.sources)
+                           self.sources, self.lines, self.files)
 
 
 def _open_text(path: Path):
@@ -81,6 +89,7 @@ def load_letor(path: str | os.PathLike) -> RankingData:
     labels: list[int] = []
     qids: list[str | None] = []
     rows: list[dict[int, float]] = []
+    numbers: list[int] = []
     try:
         with _open_text(path) as handle:
             for number, line in enumerate(handle, start=1):
@@ -108,6 +117,7 @@ def load_letor(path: str | os.PathLike) -> RankingData:
                     features[index] = number_value
                 qids.append(qid)
                 rows.append(features)
+                numbers.append(number)
     except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise DataError(f"{path}: cannot be read: {exc}") from exc
     if not rows:
@@ -117,7 +127,8 @@ def load_letor(path: str | os.PathLike) -> RankingData:
     elif any(q is None for q in qids):
         line = next(i for i, q in enumerate(qids) if q is None)
         raise DataError(f"{path}: data line {line + 1} has no qid while others do")
-    return _assemble([str(q) for q in qids], rows, np.array(labels, dtype=np.int64), [str(path)])
+    return _assemble([str(q) for q in qids], rows, np.array(labels, dtype=np.int64), [str(path)],
+                     np.array(numbers))
 
 
 def _label(token: str, path: Path, number: int) -> int:
@@ -152,7 +163,7 @@ def _qids_from_query_file(path: Path, n_rows: int) -> list[str]:
 
 
 def _assemble(qids: list[str], rows: list[dict[int, float]], labels: np.ndarray,
-              sources: list[str]) -> RankingData:
+              sources: list[str], numbers: np.ndarray) -> RankingData:
     # Group rows by query, keeping the first-appearance order of queries and of rows.
     first: dict[str, int] = {}
     group = np.array([first.setdefault(q, len(first)) for q in qids])
@@ -166,7 +177,8 @@ def _assemble(qids: list[str], rows: list[dict[int, float]], labels: np.ndarray,
         for k, v in row.items():
             X[i, column[k]] = v
     return RankingData(qids=list(first), offsets=offsets, X=X[order], labels=labels[order],
-                       feature_ids=feature_ids, sources=sources)
+                       feature_ids=feature_ids, sources=sources, lines=numbers[order],
+                       files=np.zeros(len(rows), dtype=np.intp))
 
 
 def load_many(paths: list[str | os.PathLike]) -> RankingData:
@@ -182,4 +194,7 @@ def load_many(paths: list[str | os.PathLike]) -> RankingData:
     return RankingData(qids=[q for part in parts for q in part.qids],
                        offsets=np.concatenate(offsets), X=np.vstack([p.X for p in parts]),
                        labels=np.concatenate([p.labels for p in parts]),
-                       feature_ids=feature_ids, sources=[s for p in parts for s in p.sources])
+                       feature_ids=feature_ids, sources=[s for p in parts for s in p.sources],
+                       lines=np.concatenate([p.lines for p in parts]),
+                       files=np.concatenate([np.full(len(p.labels), i, dtype=np.intp)
+                                             for i, p in enumerate(parts)]))

@@ -21,10 +21,11 @@ def plackett_luce_log_prob(scores: np.ndarray, ranking: np.ndarray, k: int) -> f
     placed before position ``j`` are ``y[j:]``, so the normalisers are suffix sums."""
     if k == 0 or len(ranking) == 0:
         return 0.0
-    top = scores.max()
-    e = np.exp(scores[ranking] - top)
-    suffix = np.cumsum(e[::-1])[::-1][:k]
-    return float((scores[ranking[:k]] - top).sum() - np.log(suffix).sum())
+    ordered = scores[ranking]
+    # log of the suffix sums, accumulated in log space: exact even when scores differ by
+    # hundreds (exp would underflow the smaller terms to zero)
+    log_suffix = np.logaddexp.accumulate(ordered[::-1])[::-1][:k]
+    return float(ordered[:k].sum() - log_suffix.sum())
 
 
 def plackett_luce_prefix_log_prob(scores: np.ndarray, top_items: np.ndarray) -> float:

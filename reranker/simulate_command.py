@@ -26,7 +26,7 @@ from .simulation import (
 
 DEFAULTS: dict[str, Any] = {
     "click_model": "informational", "impressions": 10_000, "runs": 5, "seed": 0,
-    "out": "simulation", "depth": 10, "discount": "log2", "gain": "linear",
+    "out": "simulation", "depth": None, "discount": "log2", "gain": "linear",
     "backend_feature": "best", "checkpoints": 40, "workers": None, "library": "fixed",
     "reveal": 0.5,
 }
@@ -75,6 +75,10 @@ def run_simulate(options: dict[str, Any], console: Console | None = None) -> dic
                               f"after dropping constant ones (features: "
                               f"{', '.join(data.feature_names)})")
     specs = learner_specs(plan["learners"], plan["params"], feature)
+    if plan["depth"] is None:  # the coactive users judge the top 5; clicks, the page of 10
+        coactive = plan["click_model"].split(":")[0] in ("strict_alpha", "expected_alpha",
+                                                          "noisy")
+        plan["depth"] = 5 if coactive else 10
     try:
         settings = Settings(impressions=plan["impressions"], runs=plan["runs"], seed=plan["seed"],
                             click_model=plan["click_model"], depth=plan["depth"],

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .errors import DataError
 from .featuremap import FeatureMap
 from .features import PerQueryMinMax
 from .letor import RankingData, load_letor, load_many
@@ -117,6 +118,11 @@ def prepare(train_paths: list[str], test_path: str, gain: str = "linear") -> Sim
     """Load, drop features constant over the training data, normalise per query, fit w*."""
     train_raw = load_many(train_paths)
     test_raw = load_letor(test_path)
+    for raw in (train_raw, test_raw):
+        above = np.flatnonzero(raw.labels > 4)
+        if above.size:
+            raise DataError(f"{raw.where(int(above[0]))}: label {raw.labels[above[0]]} is above "
+                            f"4; the simulated users know relevance grades 0 to 4")
     ids = sorted(set(train_raw.feature_ids) | set(test_raw.feature_ids))
     train_raw, test_raw = train_raw.with_features(ids), test_raw.with_features(ids)
     varying = [f for j, f in enumerate(ids) if np.ptp(train_raw.X[:, j]) > 0]

@@ -132,6 +132,11 @@ def check_save_load_round_trip(cls: type[Learner], params: dict | None = None) -
         before, after = trained.rank(X, 5, rng_a), restored.rank(X, 5, rng_b)
         assert np.array_equal(before.ranking, after.ranking), \
             f"{cls.name}: a restored model ranks differently"
+    # and it goes on learning exactly like the original (no state hidden from get_state)
+    _train(trained, 17)
+    _train(restored, 17)
+    assert _states_equal(restored.get_state(), trained.get_state()), \
+        f"{cls.name}: a restored model learns differently from the original"
 
 
 def check_bad_features_are_refused(cls: type[Learner], params: dict | None = None) -> None:
@@ -160,8 +165,12 @@ def check_bad_features_are_refused(cls: type[Learner], params: dict | None = Non
     assert _states_equal(before, learner.get_state()), f"{cls.name}: refused input changed it"
     wider = rng.random((6, N_FEATURES + 2))
     if cls.supports_growth:
-        result = learner.rank(wider, 3, rng)
+        before_scores = learner.rank(wider[:, :N_FEATURES], 3, np.random.default_rng(1)).scores
+        result = learner.rank(wider, 3, np.random.default_rng(1))
         assert learner.n_features_in_ == N_FEATURES + 2, f"{cls.name}: did not grow"
+        # the old weights are kept and the new features start without influence
+        assert np.allclose(result.scores, before_scores), \
+            f"{cls.name}: growing changed how the old features score"
         learner.update(wider, feedback_from_clicks(result.ranking, 3, np.array([5])))
         assert sorted(learner.rank(wider, 3, rng).ranking.tolist()) == list(range(6))
     else:
@@ -221,20 +230,26 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
     learner = _make(cls, params)
     _train(learner, 13, 15)
     rng = np.random.default_rng(21)
+    for n, k in ((3, 1), (4, 3), (6, 2), (5, 5)):
+        X = rng.random((n, N_FEATURES))
+        total = sum(math.exp(learner.log_probability(X, np.array(top)))
+                    for top in itertools.permutations(range(n), k))
+        assert abs(total - 1.0) < 1e-9, \
+            f"{cls.name}: probabilities of the top-{k} lists of {n} sum to {total}"
+        for _ in range(20):  # what it logs is the probability of what it shows
+            result = learner.rank(X, k, rng)
+            assert result.log_prob is not None, f"{cls.name}: no log_prob logged"
+            expected = learner.log_probability(X, result.ranking[:k])
+            assert abs(result.log_prob - expected) < 1e-9, \
+                f"{cls.name}: logged log-probability {result.log_prob} of a top-{k} of {n}, " \
+                f"expected {expected}"
     X = rng.random((4, N_FEATURES))
     k = 2
     space = list(itertools.permutations(range(4), k))
     probs = np.array([math.exp(learner.log_probability(X, np.array(top))) for top in space])
-    assert abs(probs.sum() - 1.0) < 1e-9, f"{cls.name}: probabilities sum to {probs.sum()}"
     counts: Counter = Counter()
     for _ in range(samples):
-        result = learner.rank(X, k, rng)
-        top = tuple(result.ranking[:k].tolist())
-        counts[top] += 1
-        if len(counts) == 1 and sum(counts.values()) == 1:
-            assert result.log_prob is not None, f"{cls.name}: no log_prob logged"
-            assert abs(result.log_prob - learner.log_probability(X, np.array(top))) < 1e-9, \
-                f"{cls.name}: the logged probability is not that of the shown list"
+        counts[tuple(learner.rank(X, k, rng).ranking[:k].tolist())] += 1
     from scipy.stats import chisquare
 
     observed = np.array([counts[top] for top in space])

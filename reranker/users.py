@@ -73,13 +73,16 @@ class ClickingUser(SimulatedUser):
 
 
 def _moved_to_top(ranking: np.ndarray, top: np.ndarray, n_shown: int) -> Feedback:
-    """``ybar``: ``top`` first, then the rest of ``ranking`` in its order."""
+    """``ybar``: ``top`` first (in the user's order), then the rest of ``ranking`` in its
+    order. The moved documents count as clicks, listed in the order they were shown like
+    live clicks."""
     mask = np.zeros(len(ranking), dtype=bool)
     mask[top] = True
     in_ranking = mask[ranking]
+    positions = np.flatnonzero(in_ranking)
     improved = np.concatenate([top, ranking[~in_ranking]])
-    return Feedback(ranking=ranking, n_shown=n_shown, clicked=top, improved=improved,
-                    positions=np.flatnonzero(in_ranking))
+    return Feedback(ranking=ranking, n_shown=n_shown, clicked=ranking[positions],
+                    improved=improved, positions=positions)
 
 
 def _strict_top(ranking: np.ndarray, utility: np.ndarray, alpha: float,
@@ -155,10 +158,17 @@ class ExpectedAlphaInformativeUser(SimulatedUser):
             p = 1.0 / (self.n_random + 1)
         pick = rng.random()
         if pick < p * self.n_random:
-            improved = randoms[int(pick / p)] if p > 0 else strict.improved
-            return Feedback(ranking=ranking, n_shown=n_shown, clicked=improved[:USER_DEPTH],
-                            improved=improved)
+            return _random_feedback(ranking, randoms[int(pick / p)], n_shown)
         return strict
+
+
+def _random_feedback(ranking: np.ndarray, improved: np.ndarray, n_shown: int) -> Feedback:
+    """A random ranking as feedback; its top five count as the user's clicks."""
+    position = np.empty(len(ranking), dtype=np.intp)
+    position[ranking] = np.arange(len(ranking))
+    positions = np.sort(position[improved[:USER_DEPTH]])
+    return Feedback(ranking=ranking, n_shown=n_shown, clicked=ranking[positions],
+                    improved=improved, positions=positions)
 
 
 @dataclass

@@ -82,6 +82,24 @@ def keys(node) -> list[str]:
     return []
 
 
+def scenario_template_parameters_are_never_rendered_again(tmp_path, url, corpus):
+    """Elasticsearch's toJson and plain parameters: the user's text is data, even when it
+    looks like Mustache."""
+    index, _ = index_corpus(tmp_path, url, corpus)
+    template = ('{"bool": {"must": [{"match": {"title": {{#toJson}}query{{/toJson}}}}], '
+                '"should": [{"match": {"body": "{{query}}"}}]{{#extra}}, "x": 1{{/extra}}}}')
+    path = es_config(tmp_path, url, index, template=template, template_params={"size": 5})
+    backend = backend_for(path)
+    backend.open()
+    for text in ("{{size}}", "{{nope}}", '{{#extra}}"x"{{/extra}}', 'espresso "quoted"'):
+        query = backend._retrieval(text)
+        assert query["bool"]["must"][0]["match"]["title"] == text
+        assert query["bool"]["should"][0]["match"]["body"] == text
+        assert "x" not in query["bool"]  # a missing section renders empty, as in Elasticsearch
+        backend.search(text, 5)
+    backend.close()
+
+
 def scenario_template_and_stored_template(tmp_path, url, corpus):
     index, path = index_corpus(tmp_path, url, corpus)
     template = '{"query": {"match": {"title": {"query": "{{query}}", "operator": "{{op}}"}}}}'
@@ -122,7 +140,10 @@ def scenario_start_up_checks_name_the_problem(tmp_path, url, corpus):
         ({"query": {"no_such_query": {"title": "{{query}}"}}}, "retrieval query"),
         ({"query": {"match": {"title": "fixed text"}}}, "no {{query}} placeholder"),
         ({"template": '{"query": {"match": {"title": "{{query}}", "x": "{{missing}}"}}}'},
-         "does not render"),
+         "retrieval query"),
+        ({"template": '{"query": {"match": {"title": "{{query}}"}}, "sort": ["_doc"]}'},
+         "render the query alone"),
+        ({"template": '{"query": {"match": {"title": "{{query}"}}}'}, "does not render"),
         ({"template_id": "no-such-template"}, "no-such-template"),
     ]
     for settings, message in cases:

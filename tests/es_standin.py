@@ -170,6 +170,10 @@ class Standin:
         if kind == "match_all":
             result = {d: 1.0 for d in index.docs}
         elif kind == "match":
+            if len(spec) != 1:
+                raise ApiError(400, "parsing_exception",
+                               "[match] query doesn't support multiple fields, found "
+                               f"[{', '.join(spec)}]")
             (field, value), = spec.items()
             if isinstance(value, dict):
                 name = value.get("_name", name)

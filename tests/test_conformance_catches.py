@@ -107,6 +107,41 @@ class BadDeclaration(Good):
     name = "bad declaration"
 
 
+class HiddenCounter(Good):
+    """Keeps a step counter outside its learned state: a restored model learns differently."""
+
+    name = "hidden_counter"
+
+    def _update(self, X, fb):
+        if not fb.informative:
+            return False
+        self._t = getattr(self, "_t", 0) + 1
+        self.w_ = self.w_ + self.feature_map.phi_difference(X, fb.improved, fb.ranking) / self._t
+        return True
+
+
+class LogsTheWholeRanking(WrongProbabilities):
+    """Samples correctly but logs the probability of the whole ranking, not the top k."""
+
+    name = "logs_the_whole_ranking"
+
+    def _rank(self, X, n_shown, rng):
+        s = X @ self.w_
+        ranking = gumbel_top_k(s, rng)
+        return RankResult(ranking=ranking, scores=s,
+                          log_prob=plackett_luce_log_prob(s, ranking, len(ranking)))
+
+
+class ForgetsWhenGrowing(Good):
+    """Supports growth but resets its weights when it grows."""
+
+    name = "forgets_when_growing"
+    supports_growth = True
+
+    def _grow(self, n):
+        self.w_ = np.zeros(n)
+
+
 @pytest.mark.parametrize("check, broken", [
     (check_declares_itself, BadDeclaration),
     (check_ranks_are_permutations, DropsOne),
@@ -116,6 +151,9 @@ class BadDeclaration(Good):
     (check_inputs_not_mutated, MutatesInput),
     (check_no_information_changes_nothing, LearnsFromNothing),
     (check_probabilities, WrongProbabilities),
+    (check_save_load_round_trip, HiddenCounter),
+    (check_probabilities, LogsTheWholeRanking),
+    (check_bad_features_are_refused, ForgetsWhenGrowing),
 ])
 def test_check_catches_a_broken_learner(check, broken):
     check(Good)  # the correct learner passes

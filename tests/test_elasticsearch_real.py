@@ -19,6 +19,7 @@ pytestmark = pytest.mark.skipif(not URL, reason="RERANKER_TEST_ES_URL is not set
 
 @pytest.mark.parametrize("name", ["features_come_from_one_search",
                                   "user_text_is_only_a_parameter",
+                                  "template_parameters_are_never_rendered_again",
                                   "template_and_stored_template",
                                   "start_up_checks_name_the_problem",
                                   "service_uses_elasticsearch_features",

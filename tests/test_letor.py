@@ -83,3 +83,13 @@ def test_mq2008_counts_match_its_source_description():
 def test_lightgbm_query_file_data():
     data = load_letor(SHARED_DATA / "lightgbm-lambdarank-example" / "rank.train.gz")
     assert data.n_queries == 201 and data.X.shape[0] == 3005
+
+
+def test_grades_above_four_are_refused_by_the_simulator_with_file_and_line(tmp_path):
+    from reranker.simulation import prepare
+
+    (tmp_path / "train.txt").write_text("1 qid:1 1:0.5\n0 qid:1 1:0.2\n"
+                                        "5 qid:2 1:0.9\n0 qid:2 1:0.1\n")
+    (tmp_path / "test.txt").write_text("1 qid:3 1:0.5\n0 qid:3 1:0.1\n")
+    with pytest.raises(DataError, match=r"train.txt, line 3: label 5 is above 4"):
+        prepare([tmp_path / "train.txt"], tmp_path / "test.txt")

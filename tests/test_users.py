@@ -32,7 +32,10 @@ def test_strict_feedback_is_alpha_informative(alpha):
         gain = user_utility(utility, fb.improved) - user_utility(utility, y)
         assert gain >= alpha * (ideal - user_utility(utility, y)) - 1e-9
         assert sorted(fb.improved.tolist()) == list(range(len(utility)))  # a permutation
-        np.testing.assert_array_equal(fb.improved[:USER_DEPTH], fb.clicked)
+        # the moved documents count as clicks, listed in the order they were shown
+        assert sorted(fb.improved[:USER_DEPTH].tolist()) == sorted(fb.clicked.tolist())
+        assert (np.diff(fb.positions) > 0).all()
+        np.testing.assert_array_equal(y[fb.positions], fb.clicked)
 
 
 def test_strict_user_goes_no_deeper_than_needed():

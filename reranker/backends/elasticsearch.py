@@ -22,6 +22,7 @@ to an 8.x server are then sent with ``compatible-with=8``.
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 import os
@@ -91,22 +92,36 @@ def _uses_placeholder(node: Any) -> bool:
 
 
 class TemplateQuery:
-    """A Mustache template that renders the retrieval query. Parameters are escaped as JSON
-    strings (what Elasticsearch's own Mustache engine does for JSON templates), and
-    ``{{#toJson}}name{{/toJson}}`` renders a parameter as JSON."""
+    """A Mustache template that renders the retrieval query (or a search body whose only
+    other keys reranker sets itself). Parameters are escaped as JSON strings, as
+    Elasticsearch's Mustache engine does for JSON templates; a missing parameter renders
+    empty; ``{{#toJson}}name{{/toJson}}`` renders a parameter as JSON. Rendered values are
+    never rendered again, so the user's text cannot act as template syntax."""
+
+    #: Keys of a rendered search body that reranker replaces or can drop safely.
+    BODY_KEYS = {"query", "size", "from", "_source", "track_total_hits", "timeout"}
+    _TO_JSON = re.compile(r"\{\{#toJson\}\}\s*([\w.]+)\s*\{\{/toJson\}\}")
 
     def __init__(self, source: str, params: dict[str, Any], where: str):
         import pystache
 
-        self.source = source
-        self.params = dict(params)
         self.where = where
+        self.params = dict(params)
+        self._json_params: list[tuple[str, str]] = []
+
+        def to_raw_variable(match: re.Match) -> str:
+            slot = f"__reranker_json_{len(self._json_params)}"
+            self._json_params.append((slot, match.group(1)))
+            return "{{{" + slot + "}}}"  # a raw variable: its value is inserted as it is
+
+        self.source = self._TO_JSON.sub(to_raw_variable, source)
         self._renderer = pystache.Renderer(escape=lambda s: json.dumps(s)[1:-1],
-                                           missing_tags="strict")
+                                           missing_tags="ignore")
 
     def render(self, text: str) -> dict[str, Any]:
         params = {**self.params, "query": text}
-        params["toJson"] = lambda name: json.dumps(params[name.strip()])
+        for slot, name in self._json_params:
+            params[slot] = json.dumps(_dotted(params, name))
         try:
             rendered = self._renderer.render(self.source, params)
         except Exception as exc:  # pystache raises several types for bad templates
@@ -118,8 +133,17 @@ class TemplateQuery:
                                f"{exc}") from exc
         if not isinstance(body, dict):
             raise BackendError(f"{self.where}: the template must render a JSON object")
-        # A template may render a whole search body; its query is what we retrieve with.
-        return body["query"] if "query" in body and isinstance(body["query"], dict) else body
+        if "query" not in body:
+            return body  # the template renders the query itself
+        extra = sorted(set(body) - self.BODY_KEYS)
+        if extra:
+            raise BackendError(f"{self.where}: the template renders a search body with "
+                               f"{', '.join(extra)}, which reranker cannot keep (it retrieves "
+                               f"with the query and reranks the hits); make the template "
+                               f"render the query alone")
+        if not isinstance(body["query"], dict):
+            raise BackendError(f"{self.where}: the template's query must be an object")
+        return body["query"]
 
 
 class ElasticsearchBackend(Backend):
@@ -170,9 +194,11 @@ class ElasticsearchBackend(Backend):
 
     def _connect(self):
         backend = self.config.backend
+        # A request that timed out is not retried: a search must answer (or fail with 503)
+        # within request_timeout. Connection failures, which are quick, are retried.
         kwargs: dict[str, Any] = {"request_timeout": self.timeout,
                                   "max_retries": backend.max_retries,
-                                  "retry_on_timeout": backend.max_retries > 0,
+                                  "retry_on_timeout": False,
                                   "verify_certs": backend.verify_certs}
         if backend.cloud_id:
             kwargs["cloud_id"] = backend.cloud_id
@@ -415,7 +441,8 @@ class ElasticsearchBackend(Backend):
             self._call(lambda: es.indices.create(index=self.index, mappings=mapping),
                        f"creating index {self.index!r}")
         report = IndexReport()
-        where_of: dict[str, str] = {}
+        # Where each document came from, per id and in input order (an id may repeat).
+        where_of: dict[str, collections.deque[str]] = collections.defaultdict(collections.deque)
 
         def actions():
             for where, doc in documents:
@@ -424,7 +451,7 @@ class ElasticsearchBackend(Backend):
                     report.failed.append((where, f"field {self.id_field!r} must be a non-empty "
                                                  f"string or integer, got {doc_id!r}"))
                     continue
-                where_of[str(doc_id)] = where
+                where_of[str(doc_id)].append(where)
                 yield {"_index": self.index, "_id": str(doc_id), "_source": doc}
 
         def run():
@@ -434,13 +461,13 @@ class ElasticsearchBackend(Backend):
                                                    raise_on_exception=True, max_retries=2):
                 result = next(iter(item.values()))
                 doc_id = str(result.get("_id"))
+                queue = where_of.get(doc_id)
+                where = queue.popleft() if queue else f"document {doc_id}"
                 if ok:
                     report.indexed += 1
                 else:
-                    where = where_of.get(doc_id, f"document {doc_id}")
                     report.failed.append((f"{where} (id {doc_id})",
                                           _item_error(result.get("error"))))
-                where_of.pop(doc_id, None)
                 pending += 1
                 if progress and pending == 500:
                     progress(pending)
