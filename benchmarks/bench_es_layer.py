@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+from timing import median_p99_us, time_calls
 
 from reranker.config import config_from_dict
 from reranker.events import EventStore, Impression
@@ -43,20 +44,8 @@ def response(rng: np.random.Generator, n: int) -> dict:
                      "hits": hits}}
 
 
-def percentiles(samples: list[int]) -> tuple[float, float]:
-    arr = np.asarray(samples) / 1000.0
-    return float(np.median(arr)), float(np.percentile(arr, 99))
 
 
-def timed(func, n: int) -> list[int]:
-    for _ in range(min(n, 200)):
-        func()
-    out = []
-    for _ in range(n):
-        start = time.perf_counter_ns()
-        func()
-        out.append(time.perf_counter_ns() - start)
-    return out
 
 
 def main() -> None:
@@ -96,12 +85,12 @@ def main() -> None:
         X = spec.build(backend.candidates_from_response(answer))
         w = model.learner.w_
         results = {
-            "features + ranking (response to ranked page)": percentiles(
-                timed(features_and_rank, args.requests)),
-            "... + impression logging (SQLite): the layer": percentiles(
-                timed(layer, args.requests)),
-            "floor: bare numpy argsort(-(X @ w))": percentiles(
-                timed(lambda: np.argsort(-(X @ w)), args.requests)),
+            "features + ranking (response to ranked page)": median_p99_us(
+                time_calls(features_and_rank, args.requests)),
+            "... + impression logging (SQLite): the layer": median_p99_us(
+                time_calls(layer, args.requests)),
+            "floor: bare numpy argsort(-(X @ w))": median_p99_us(
+                time_calls(lambda: np.argsort(-(X @ w)), args.requests)),
         }
         events.close()
     print(f"Time added on top of the Elasticsearch call, {args.candidates} candidates, "

@@ -15,32 +15,16 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from timing import median_p99_us, time_calls
 
 from reranker.backends import Candidates
 from reranker.config import config_from_dict
 from reranker.features import FeatureSpec
 from reranker.model import ModelFactory
 from reranker.plugins import get_plugin_manager
-
-
-def percentiles(samples_ns: list[int]) -> tuple[float, float]:
-    arr = np.asarray(samples_ns) / 1000.0
-    return float(np.median(arr)), float(np.percentile(arr, 99))
-
-
-def time_calls(func, n: int) -> list[int]:
-    for _ in range(min(200, n)):
-        func()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter_ns()
-        func()
-        samples.append(time.perf_counter_ns() - start)
-    return samples
 
 
 def fake_candidates(rng: np.random.Generator, n: int, fields: int, numeric: int) -> Candidates:
@@ -73,9 +57,9 @@ def main() -> None:
         def floor():
             np.argsort(-(X @ w))
 
-        results = {"layer": percentiles(time_calls(layer, args.requests)),
-                   "floor": percentiles(time_calls(floor, args.requests))}
-        results["service"] = percentiles(service_search(Path(tmp), rng, min(args.requests, 2000)))
+        results = {"layer": median_p99_us(time_calls(layer, args.requests)),
+                   "floor": median_p99_us(time_calls(floor, args.requests))}
+        results["service"] = median_p99_us(service_search(Path(tmp), rng, min(args.requests, 2000)))
 
     print(f"Per-request cost, {args.candidates} candidates, {len(spec.names)} features, "
           f"{args.requests} requests (python {sys.version.split()[0]}, numpy {np.__version__})")

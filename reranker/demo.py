@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 import time
 import urllib.error
@@ -20,6 +21,7 @@ from .click_models import cascade_model
 from .config import load_config
 from .console import progress_bar
 from .democorpus import generate_corpus
+from .learner import LinearLearner
 from .metrics import ndcg
 
 CLICK_MODEL = "navigational"
@@ -51,7 +53,7 @@ class Checkpoint:
     online_ndcg: float  # mean NDCG@10 of the pages shown since the previous checkpoint
 
 
-def demo_config(workdir: Path, learner: str) -> dict:
+def demo_config(learner: str) -> dict:
     """The demo's configuration: the embedded backend over the generated corpus, and a short
     feedback window because the simulated users click at once."""
     return {
@@ -88,13 +90,13 @@ def run_demo(workdir: Path, *, searches: int = 1500, seed: int = 7,
     workdir.mkdir(parents=True, exist_ok=True)
     for stale in ("events.sqlite", "events.sqlite-wal", "events.sqlite-shm"):
         (workdir / stale).unlink(missing_ok=True)
-    _remove_tree(workdir / "models")
+    shutil.rmtree(workdir / "models", ignore_errors=True)
 
     corpus = generate_corpus(seed)
     with open(workdir / "docs.jsonl", "w", encoding="utf-8") as handle:
         for doc in corpus.documents:
             handle.write(json.dumps(doc) + "\n")
-    (workdir / "config.yaml").write_text(yaml.safe_dump(demo_config(workdir, learner),
+    (workdir / "config.yaml").write_text(yaml.safe_dump(demo_config(learner),
                                                         sort_keys=False), encoding="utf-8")
     config = load_config(workdir / "config.yaml")
     pm = get_plugin_manager()
@@ -131,13 +133,6 @@ def run_demo(workdir: Path, *, searches: int = 1500, seed: int = 7,
         _plot(path, checkpoints, baseline, final, learner)
         console.print(f"Plot: {path}")
     return checkpoints
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    if path.exists():
-        shutil.rmtree(path)
 
 
 def _backend_order_ndcg(service, corpus) -> float:
@@ -195,11 +190,12 @@ def _evaluate(client: HttpClient, corpus) -> float:
 
 
 def _weights(service) -> dict[str, float] | None:
-    state = service.model.learner.get_state()
-    w = state.get("w_")
-    if w is None or len(w) != len(service.model.feature_names):
+    """The learned weight of every feature, for learners that score with one weight vector."""
+    learner = service.model.learner
+    if not isinstance(learner, LinearLearner):
         return None
-    return dict(zip(service.model.feature_names, (float(v) for v in w), strict=True))
+    return dict(zip(service.model.feature_names, (float(v) for v in learner.weights()),
+                    strict=True))
 
 
 def _report(console: Console, checkpoints: list[Checkpoint], baseline: float, final: float,

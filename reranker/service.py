@@ -46,6 +46,7 @@ class RerankerService:
         self._model: RankingModel | None = None
         self._model_stamp = -1
         self._model_checked = 0.0
+        self._model_tried = -1  # newest version number a reload has looked at
         self._model_errors: list[str] = []
         self._reload_lock = threading.Lock()
         self._seeds = np.random.SeedSequence(config.learner.seed)
@@ -93,7 +94,8 @@ class RerankerService:
                 current = self._model.version
                 try:
                     newest = max(self.models.versions(), default=-1)
-                    if stamp != self._model_stamp or newest > current:
+                    if stamp != self._model_stamp or newest > max(current, self._model_tried):
+                        self._model_tried = newest  # a refused version is not retried
                         model, errors = self.models.load_latest(self.factory,
                                                                 newer_than=current)
                         if model is not None:

@@ -128,13 +128,12 @@ class StrictAlphaInformativeUser(SimulatedUser):
 
 
 @dataclass
-class ExpectedAlphaInformativeUser(SimulatedUser):
+class ExpectedAlphaInformativeUser(StrictAlphaInformativeUser):
     """Alpha-informative only in expectation (Coactive Learning, section 6.2.4): the strict
     feedback mixed with ``n_random`` random rankings, each random one with probability
     ``p`` and the strict one with ``1 - n_random * p``, ``p`` chosen so that the expected
     utility gain is exactly ``alpha`` times the gap to the optimum."""
 
-    alpha: float = 0.5
     n_random: int = 5
 
     @property
@@ -142,10 +141,9 @@ class ExpectedAlphaInformativeUser(SimulatedUser):
         return f"expected_alpha:{self.alpha:g}"
 
     def respond(self, ranking, n_shown, labels, utility, ideal_utility, rng) -> Feedback:
-        top = _strict_top(ranking, utility, self.alpha, ideal_utility)
-        if top is None:
-            return Feedback(ranking=ranking, n_shown=n_shown)
-        strict = _moved_to_top(ranking, top, n_shown)
+        strict = super().respond(ranking, n_shown, labels, utility, ideal_utility, rng)
+        if not strict.informative:
+            return strict
         current = user_utility(utility, ranking)
         gain = user_utility(utility, strict.improved) - current
         randoms = [rng.permutation(len(ranking)) for _ in range(self.n_random)]

@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import tantivy
 
+from reranker.backends.elasticsearch import _dotted
 from reranker.backends.embedded import _analyzer
 
 ANALYZER = _analyzer()
@@ -437,12 +438,3 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Drop(Exception):
     """Close the connection without an answer."""
-
-
-def _dotted(source: dict[str, Any], path: str) -> Any:
-    node: Any = source
-    for part in path.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
