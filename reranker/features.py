@@ -11,6 +11,7 @@ features, and a model is only valid with the normalisation it was trained with.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,16 +50,16 @@ class FeatureSpec:
                    missing_value=float(config.features.missing_value),
                    query_features=query_features)
 
-    @property
+    @functools.cached_property
     def query_names(self) -> tuple[str, ...]:
         return self.query_features or tuple(f"field_score:{f}" for f in self.fields)
 
-    @property
-    def names(self) -> list[str]:
+    @functools.cached_property
+    def names(self) -> tuple[str, ...]:
         """Feature names, in column order: the same whichever backend serves, so that a
         model is refused where its features would mean something else."""
-        return (["backend_score", "backend_reciprocal_rank"] + list(self.query_names)
-                + [f"field_value:{f}" for f in self.numeric_fields])
+        return (("backend_score", "backend_reciprocal_rank") + self.query_names
+                + tuple(f"field_value:{f}" for f in self.numeric_fields))
 
     def build(self, candidates: Candidates) -> np.ndarray:
         """Raw feature matrix, shape ``(n, m)``, from a backend's candidates.

@@ -67,8 +67,8 @@ class RankingModel:
         update produces non-finite state."""
         self.normalizer.partial_fit(X_raw)
         changed = self.learner.update(self.normalizer.transform(X_raw), feedback)
-        for key, value in self.learner.get_state().items():
-            if isinstance(value, np.ndarray) and value.dtype.kind == "f" \
+        for key, value in vars(self.learner).items():  # the learned state, without copies
+            if key.endswith("_") and isinstance(value, np.ndarray) and value.dtype.kind == "f" \
                     and not np.all(np.isfinite(value)):
                 raise ValueError(f"the update made learner state {key!r} non-finite")
         return changed

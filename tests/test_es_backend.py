@@ -223,3 +223,29 @@ def test_the_walkthrough_example_is_valid():
     import json
     mapping = json.loads((folder / "mapping.json").read_text())
     assert set(mapping["mappings"]["properties"]) >= {"title", "description", "rating"}
+
+
+def test_a_failed_connection_is_retried_on_another_node(es8, tmp_path, corpus):
+    index, _ = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    path = scenarios.es_config(tmp_path, "http://127.0.0.1:9", index, max_retries=2)
+    config = load_config(path, {"backend.hosts": ["http://127.0.0.1:9", es8.url]})
+    backend = RerankerService(config).backend
+    backend.open()  # the dead node is skipped, the live one answers
+    assert len(backend.search("espresso", 10)) > 0
+    no_retry = load_config(path, {"backend.hosts": ["http://127.0.0.1:9"],
+                                  "backend.max_retries": 0})
+    with pytest.raises(BackendUnavailableError):
+        RerankerService(no_retry).backend.open()
+
+
+def test_cloud_id_and_tls_settings(tmp_path):
+    import base64
+
+    cloud = "reranker:" + base64.b64encode(b"es.example.test:443$abc123$def456").decode()
+    path = scenarios.es_config(tmp_path, "http://unused:9200", "x", cloud_id=cloud)
+    client = scenarios.backend_for(path)._connect()  # no request is made
+    node = next(iter(client.transport.node_pool.all()))
+    assert node.config.host == "abc123.es.example.test" and node.config.scheme == "https"
+    path = scenarios.es_config(tmp_path, "https://localhost:9200", "x", ca_certs="missing-ca.crt")
+    with pytest.raises(BackendError, match="backend.ca_certs: .*missing-ca.crt does not exist"):
+        scenarios.backend_for(path)._connect()

@@ -23,7 +23,6 @@ to an 8.x server are then sent with ``compatible-with=8``.
 from __future__ import annotations
 
 import collections
-import copy
 import json
 import os
 import re
@@ -338,7 +337,7 @@ class ElasticsearchBackend(Backend):
 
     def request_body(self, text: str, n: int) -> dict[str, Any]:
         """The one search request: retrieval in ``must``, features in ``filter``."""
-        retrieval = copy.deepcopy(self._retrieval(text))
+        retrieval = self._retrieval(text)  # a fresh structure for every request
         named = [{"bool": {"must": [retrieval], "_name": "backend_score"}}]
         body: dict[str, Any] = {"size": n, "track_total_hits": True}
         backend = self.config.backend
