@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
+from reranker.coactive import CoactiveLearner
 from reranker.feedback import Feedback
-from reranker.learner import LinearLearner, Param
+from reranker.learner import Param
 
 
-class BatchPreferencePerceptron(LinearLearner):
+class BatchPreferencePerceptron(CoactiveLearner):
     """Presents with the last applied ``w``; accumulates ``phi(ybar) - phi(y)`` and applies the
     sum every ``batch_size`` informative feedbacks (mini-batch updates, for systems that
     cannot update after every impression)."""
@@ -17,8 +18,8 @@ class BatchPreferencePerceptron(LinearLearner):
     name = "batch_preference_perceptron"
     description = ("Batch Preference Perceptron (Coactive Learning, Alg. 2): accumulates the "
                    "perceptron steps and applies them every batch_size feedbacks.")
-    params = (Param("batch_size", int, 10, "informative feedbacks per applied update",
-                    minimum=1),)
+    params = CoactiveLearner.params + (
+        Param("batch_size", int, 10, "informative feedbacks per applied update", minimum=1),)
 
     def _initialize(self, n_features: int) -> None:
         self.w_ = np.zeros(n_features)  # Algorithm 2: w_1 = 0
@@ -26,12 +27,13 @@ class BatchPreferencePerceptron(LinearLearner):
         self.pending_count_ = 0
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
-        if not feedback.informative:
+        improved = self.improved(feedback)
+        if improved is None:
             return False
         # A batch holds batch_size feedbacks that carry information: a round without any
         # leaves the model exactly as it was (ALGORITHMS.md counts every round; with
         # simulated coactive users the two agree).
-        self.pending_ += self.feature_map.phi_difference(X, feedback.improved, feedback.ranking)
+        self.pending_ += self.feature_map.phi_difference(X, improved, feedback.ranking)
         self.pending_count_ += 1
         if self.pending_count_ == self.batch_size:
             # Algorithm 2: w_{l+1} = w_l + sum over the batch of phi(ybar_j) - phi(y_j)

@@ -7,25 +7,28 @@ import math
 import numpy as np
 
 from reranker import hookimpl
+from reranker.coactive import CoactiveLearner
 from reranker.feedback import Feedback
-from reranker.learner import LinearLearner, Param
+from reranker.learner import Param
 
 
-class ConvexPreferencePerceptron(LinearLearner):
+class ConvexPreferencePerceptron(CoactiveLearner):
     """Perceptron steps with rate ``1 / sqrt(t)``, projected onto the ball of radius ``B``."""
 
     name = "convex_preference_perceptron"
     description = ("Convex Preference Perceptron (Coactive Learning, Alg. 5): step 1/sqrt(t), "
                    "projection onto the ball of radius B.")
-    params = (Param("B", float, 10.0, "radius of the feasible ball", minimum=0.0,
-                    exclusive_minimum=True),)
+    params = CoactiveLearner.params + (
+        Param("B", float, 10.0, "radius of the feasible ball", minimum=0.0,
+              exclusive_minimum=True),)
 
     def _initialize(self, n_features: int) -> None:
         self.w_ = np.zeros(n_features)  # Algorithm 5: w_1 = 0
         self.t_ = 0
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
-        if not feedback.informative:
+        improved = self.improved(feedback)
+        if improved is None:
             return False
         # t counts the feedbacks that carry information: a round without any leaves the
         # model exactly as it was (ALGORITHMS.md counts every round; with simulated coactive
@@ -33,7 +36,7 @@ class ConvexPreferencePerceptron(LinearLearner):
         self.t_ += 1
         # Algorithm 5: wbar = w_t + eta_t (phi(ybar) - phi(y)), eta_t = 1/sqrt(t);
         # w_{t+1} = argmin_{||u|| <= B} ||u - wbar|| = wbar * min(1, B / ||wbar||).
-        wbar = self.w_ + self.feature_map.phi_difference(X, feedback.improved,
+        wbar = self.w_ + self.feature_map.phi_difference(X, improved,
                                                          feedback.ranking) / math.sqrt(self.t_)
         length = float(np.linalg.norm(wbar))
         self.w_ = wbar if length <= self.B else wbar * (self.B / length)

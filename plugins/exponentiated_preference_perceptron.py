@@ -7,11 +7,11 @@ import math
 import numpy as np
 
 from reranker import hookimpl
+from reranker.coactive import CoactiveLearner
 from reranker.feedback import Feedback
-from reranker.learner import LinearLearner
 
 
-class ExponentiatedPreferencePerceptron(LinearLearner):
+class ExponentiatedPreferencePerceptron(CoactiveLearner):
     """Multiplicative updates on the doubled feature map ``[phi; -phi]`` so that the weights
     stay positive and sum to one; ranks by ``(w+ - w-) . x``."""
 
@@ -34,10 +34,11 @@ class ExponentiatedPreferencePerceptron(LinearLearner):
         return we[:m] - we[m:]
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
-        if not feedback.informative:
+        improved = self.improved(feedback)
+        if improved is None:
             return False
         fmap = self.feature_map
-        better, worse = fmap.phi(X, feedback.improved), fmap.phi(X, feedback.ranking)
+        better, worse = fmap.phi(X, improved), fmap.phi(X, feedback.ranking)
         self.S_ = max(self.S_, float(np.abs(better).max()), float(np.abs(worse).max()))
         if self.S_ == 0.0:
             return False

@@ -5,17 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
+from reranker.coactive import CoactiveLearner
 from reranker.feedback import Feedback
-from reranker.learner import LinearLearner
 
 
-class PreferencePerceptron(LinearLearner):
+class PreferencePerceptron(CoactiveLearner):
     """Presents ``argmax_y w . phi(q, y)`` and moves ``w`` toward the improved ranking."""
 
     name = "preference_perceptron"
     description = ("Preference Perceptron (Coactive Learning, Alg. 1): argmax ranking, "
                    "w += phi(ybar) - phi(y) on every informative feedback.")
-    params = ()
 
     def _initialize(self, n_features: int) -> None:
         # Coactive Learning, Algorithm 1: w_1 = 0.
@@ -23,10 +22,11 @@ class PreferencePerceptron(LinearLearner):
         self.n_updates_ = 0
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
-        if not feedback.informative:
+        improved = self.improved(feedback)
+        if improved is None:
             return False
         # Coactive Learning, Algorithm 1: w_{t+1} = w_t + phi(x_t, ybar_t) - phi(x_t, y_t).
-        self.w_ += self.feature_map.phi_difference(X, feedback.improved, feedback.ranking)
+        self.w_ += self.feature_map.phi_difference(X, improved, feedback.ranking)
         self.n_updates_ += 1
         return True
 

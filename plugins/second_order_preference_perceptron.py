@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
+from reranker.coactive import CoactiveLearner
 from reranker.feedback import Feedback
-from reranker.learner import LinearLearner, Param
+from reranker.learner import Param
 
 
 def project_in_metric(A: np.ndarray, wbar: np.ndarray, radius: float) -> np.ndarray:
@@ -39,7 +40,7 @@ def project_in_metric(A: np.ndarray, wbar: np.ndarray, radius: float) -> np.ndar
     return Q @ (lam * c / (lam + hi))
 
 
-class SecondOrderPreferencePerceptron(LinearLearner):
+class SecondOrderPreferencePerceptron(CoactiveLearner):
     """Newton-style steps ``A_t^-1 D_t`` with ``A_t = eps I + gamma sum D D^T`` (kept inverted
     by Sherman-Morrison rank-one updates), projected onto the ball of radius ``B`` in the
     metric of ``A_t``."""
@@ -47,7 +48,7 @@ class SecondOrderPreferencePerceptron(LinearLearner):
     name = "second_order_preference_perceptron"
     description = ("Second-order Preference Perceptron (Coactive Learning, Alg. 6): steps "
                    "A^-1 D with Sherman-Morrison updates, A-norm projection onto radius B.")
-    params = (
+    params = CoactiveLearner.params + (
         Param("gamma", float, 1.0, "gamma = lambda / G, weight of each D D^T in A", minimum=0.0,
               exclusive_minimum=True),
         Param("epsilon", float, 1.0, "A_0 = epsilon I", minimum=0.0, exclusive_minimum=True),
@@ -61,9 +62,10 @@ class SecondOrderPreferencePerceptron(LinearLearner):
         self.A_inv_ = np.eye(n_features) / self.epsilon
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
-        if not feedback.informative:
+        improved = self.improved(feedback)
+        if improved is None:
             return False
-        delta = self.feature_map.phi_difference(X, feedback.improved, feedback.ranking)
+        delta = self.feature_map.phi_difference(X, improved, feedback.ranking)
         g = self.gamma
         # Algorithm 6: A_t = A_{t-1} + gamma D D^T; Sherman-Morrison for the inverse:
         # (A + g D D^T)^-1 = A^-1 - g (A^-1 D)(A^-1 D)^T / (1 + g D^T A^-1 D)

@@ -168,7 +168,8 @@ def learners() -> None:
     from .plugins import get_plugin_manager, learner_classes
 
     for name, cls in learner_classes(get_plugin_manager()).items():
-        click.echo(f"{name}  {'(stochastic) ' if cls.stochastic else ''}{cls.description}")
+        stochastic = cls().stochastic  # with the default parameters
+        click.echo(f"{name}  {'(stochastic) ' if stochastic else ''}{cls.description}")
         for param in cls.params:
             click.echo(f"    {param.describe()}")
 

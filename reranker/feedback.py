@@ -103,6 +103,41 @@ def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray,
     return feedback
 
 
+def click_positions(feedback: Feedback) -> np.ndarray:
+    """The 0-based positions of the clicks in the presented ranking, ascending."""
+    if feedback.positions is not None:
+        return np.asarray(feedback.positions, dtype=np.intp)
+    if len(feedback.clicked) == 0:
+        return _NO_CLICKS
+    position = np.empty(len(feedback.ranking), dtype=np.intp)
+    position[feedback.ranking] = np.arange(len(feedback.ranking))
+    return np.sort(position[np.asarray(feedback.clicked, dtype=np.intp)])
+
+
+def pair_swapped_ranking(feedback: Feedback) -> np.ndarray | None:
+    """The improved ranking of a pair-perturbed presentation, or None without information.
+
+    Raman, Joachims, Shivaswamy & Schnabel, *Stable Coactive Learning via Perturbation*
+    (ICML 2013; cited in Coactive Learning, section 2), the feedback of the perturbed
+    Preference Perceptron for ranking: the shown list is cut into the pairs of positions
+    (1, 2), (3, 4), ...; ``ybar`` is the presented ranking with every pair swapped whose
+    lower result was clicked and whose upper result was not. Both results of a pair were
+    equally likely to be shown on top, so the position bias of the clicks cancels."""
+    positions = click_positions(feedback)
+    if len(positions) == 0:
+        return None
+    shown = feedback.n_shown - feedback.n_shown % 2  # positions that belong to a pair
+    clicked = np.zeros(shown + 1, dtype=bool)
+    clicked[positions[positions < shown]] = True
+    upper = np.arange(0, shown, 2)
+    swap = upper[clicked[upper + 1] & ~clicked[upper]]
+    if swap.size == 0:
+        return None
+    improved = np.array(feedback.ranking, dtype=np.intp)
+    improved[swap], improved[swap + 1] = feedback.ranking[swap + 1], feedback.ranking[swap]
+    return improved
+
+
 def skip_above_pairs(feedback: Feedback) -> list[tuple[int, int]]:
     """Pairwise preferences (skip-above): each clicked candidate is preferred to every
     unclicked one shown above it. Returns ``(preferred, other)`` candidate-index pairs."""

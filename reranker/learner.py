@@ -23,6 +23,13 @@ import numpy as np
 from .featuremap import FeatureMap
 from .feedback import Feedback
 
+#: The presentation policies evaluation knows: ``"argmax"`` (sorted by score),
+#: ``"plackett_luce"`` (sampled item by item with probabilities ``softmax(scores)``),
+#: ``"uniform"`` (a uniformly random permutation) and ``"perturbed_pairs"`` (the argmax with
+#: each pair of shown positions (1, 2), (3, 4), ... swapped with a probability, see
+#: :mod:`reranker.coactive`).
+POLICIES = ("argmax", "plackett_luce", "uniform", "perturbed_pairs")
+
 
 @dataclass(frozen=True)
 class Param:
@@ -106,10 +113,10 @@ class Learner(ABC):
     params: ClassVar[tuple[Param, ...]] = ()
     #: True when rankings are sampled (then ``RankResult.log_prob`` is set).
     stochastic: ClassVar[bool] = False
-    #: How the presented ranking follows from the scores: ``"argmax"`` (sorted by score),
-    #: ``"plackett_luce"`` (sampled item by item with probabilities ``softmax(scores)``) or
-    #: ``"uniform"`` (a uniformly random permutation). Evaluation uses it to compute the
-    #: probability the policy gave to the clicked item being first (Delage's KL cost).
+    #: How the presented ranking follows from the scores, one of :data:`POLICIES`. Evaluation
+    #: uses it to compute the probability the policy gave to the clicked item being first
+    #: (Delage's KL cost). ``stochastic`` and ``policy`` may be properties when they depend
+    #: on a parameter.
     policy: ClassVar[str] = "argmax"
     #: True when the learner extends its model with zeros for features that appear later.
     supports_growth: ClassVar[bool] = False

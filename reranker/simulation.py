@@ -198,9 +198,10 @@ class _Metrics:
     BLOCK = 2048
     MAX_CLICKS = PAGE
 
-    def __init__(self, gain: str, width: int, policy: str):
+    def __init__(self, gain: str, width: int, policy: str, swap_probability: float = 0.0):
         self.exp_gain = gain == "exp"
         self.policy = policy
+        self.swap_probability = swap_probability  # of a "perturbed_pairs" policy
         B = self.BLOCK
         self.query = np.zeros(B, dtype=np.intp)
         self.base = np.zeros(B, dtype=np.intp)  # first row of the query in the chunk arrays
@@ -275,6 +276,19 @@ class _Metrics:
             policy_cost = cost.sum(axis=1) / counts
         elif self.policy == "uniform":
             policy_cost = np.log(self.n[rows])
+        elif self.policy == "perturbed_pairs":
+            # The first shown item is the argmax's first (chance 1 - p) or its second (p):
+            # rank the clicked items by score, ties in candidate order as the argmax does.
+            items = self.click_items[rows][:, :, None]
+            higher = scores[:, None, :] > chosen[:, :, None]
+            tied = (scores[:, None, :] == chosen[:, :, None]) & (
+                np.arange(scores.shape[1]) < items)
+            score_rank = (higher | tied).sum(axis=2)  # 0-based
+            p = self.swap_probability
+            second = (score_rank == 1) & (self.k[rows, None] >= 2)
+            chance = np.where(score_rank == 0, 1.0 - p, np.where(second, p, 0.0))
+            with np.errstate(divide="ignore"):
+                policy_cost = np.where(mask, -np.log(chance), 0.0).sum(axis=1) / counts
         else:  # a deterministic ranking puts all its mass on its first item
             policy_cost = np.where((mask & (ranks != 1)).any(axis=1), np.inf, 0.0)
         self.kl += float(policy_cost.sum())
@@ -351,7 +365,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     n_train = len(train)
     row_query = np.repeat(np.arange(n_train), train.sizes())
     checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints).tolist())
-    metrics = _Metrics(settings.gain, int(train.sizes().max()), learner.policy)
+    metrics = _Metrics(settings.gain, int(train.sizes().max()), learner.policy,
+                       learner.get_params().get("swap_probability", 0.0))
     m_query, m_base, m_shown, m_k = metrics.query, metrics.base, metrics.shown, metrics.k
     add_clicks = metrics.add_clicks
     block = metrics.BLOCK

@@ -22,7 +22,9 @@ def ranks(page):
 
 
 def test_clicked_result_moves_up(tmp_path, corpus):
-    config = write_config(tmp_path, trainer={"feedback_window": 3600.0})
+    # the default learner perturbs what it shows; a seed makes the pages reproducible
+    config = write_config(tmp_path, trainer={"feedback_window": 3600.0},
+                          learner={"seed": 11})
     docs = write_docs(tmp_path, corpus.documents)
     out = run_cli("index", "-c", str(config), str(docs)).stdout
     assert f"indexed {len(corpus.documents)} documents" in out
@@ -53,9 +55,11 @@ def test_clicked_result_moves_up(tmp_path, corpus):
 
 
 def expected_weights(config, events):
-    """The Preference Perceptron's weights recomputed from the event log, independently of
-    the trainer: w = sum over impressions of phi(ybar) - phi(y) (Coactive Learning, Alg. 1),
-    with per-query min-max features and log2 discounts at depth 10."""
+    """The default Preference Perceptron's weights recomputed from the event log,
+    independently of the trainer: w = sum over impressions of phi(ybar) - phi(y) (Coactive
+    Learning, Alg. 1), where ybar swaps each shown pair of positions (1, 2), (3, 4), ... whose
+    lower result alone was clicked (Raman et al. 2013), with per-query min-max features and
+    log2 discounts at depth 10."""
     g = 1.0 / np.log2(np.arange(2, 12))
     w = np.zeros(5)  # backend score, reciprocal rank, title, body, popularity
     for imp in events.closed_since(0, 10**9):
@@ -63,8 +67,11 @@ def expected_weights(config, events):
         span = X.max(axis=0) - X.min(axis=0)
         Xn = np.where(span > 0, (X - X.min(axis=0)) / np.where(span > 0, span, 1), 0.0)
         y = list(imp.ranking)
-        clicked = [i for i in y if imp.doc_ids[i] in set(imp.clicked)]
-        ybar = clicked + [i for i in y if i not in clicked]
+        clicked = {i for i in y if imp.doc_ids[i] in set(imp.clicked)}
+        ybar = list(y)
+        for upper in range(0, imp.n_shown - 1, 2):
+            if y[upper + 1] in clicked and y[upper] not in clicked:
+                ybar[upper], ybar[upper + 1] = y[upper + 1], y[upper]
         k = min(10, len(y))
         w += g[:k] @ (Xn[ybar[:k]] - Xn[y[:k]])
     return w

@@ -2,7 +2,13 @@ import numpy as np
 import pytest
 
 from reranker.featuremap import FeatureMap
-from reranker.feedback import Feedback, feedback_from_clicks, improved_ranking, skip_above_pairs
+from reranker.feedback import (
+    Feedback,
+    feedback_from_clicks,
+    improved_ranking,
+    pair_swapped_ranking,
+    skip_above_pairs,
+)
 
 
 def test_phi_is_discounted_sum_of_top_k():
@@ -70,6 +76,32 @@ def test_skip_above_pairs():
     y = np.array([4, 2, 0, 3, 1])
     fb = feedback_from_clicks(y, 5, np.array([0, 1]))
     assert sorted(skip_above_pairs(fb)) == [(0, 2), (0, 4), (1, 2), (1, 3), (1, 4)]
+
+
+@pytest.mark.parametrize("clicked, n_shown, expected", [
+    ([3], 5, [3, 4, 2, 1, 0, 5]),  # lower of pair (1, 2) clicked, upper not: swapped
+    ([3, 1], 5, [3, 4, 1, 2, 0, 5]),  # both pairs
+    ([4, 3], 5, None),  # both results of the pair clicked: no preference
+    ([4], 5, None),  # only an upper result clicked
+    ([0], 5, None),  # an upper result clicked (the fifth has no partner on a page of five)
+    ([5], 6, [4, 3, 2, 1, 5, 0]),  # the sixth is the lower of pair (5, 6)
+    ([2], 2, None),  # clicks past the shown list are not pairs
+])
+def test_pair_swapped_ranking(clicked, n_shown, expected):
+    ranking = np.array([4, 3, 2, 1, 0, 5])
+    fb = feedback_from_clicks(ranking, n_shown, np.array(clicked))
+    improved = pair_swapped_ranking(fb)
+    if expected is None:
+        assert improved is None
+    else:
+        np.testing.assert_array_equal(improved, expected)
+    # the same from a feedback without recorded positions, as a plugin may build it
+    bare = Feedback(ranking=ranking, n_shown=n_shown, clicked=np.array(clicked))
+    again = pair_swapped_ranking(bare)
+    assert (again is None) == (improved is None)
+    if improved is not None:
+        np.testing.assert_array_equal(again, improved)
+    np.testing.assert_array_equal(ranking, [4, 3, 2, 1, 0, 5])  # input untouched
 
 
 def test_improved_ranking_agrees_with_the_fast_path():

@@ -35,7 +35,7 @@ def click(learner, candidate, X=X):
 
 
 def test_batch_perceptron_applies_the_sum_every_batch():
-    learner = BatchPreferencePerceptron(feature_map=FMAP, batch_size=2)
+    learner = BatchPreferencePerceptron(feature_map=FMAP, batch_size=2, swap_probability=0.0)
     assert click(learner, 2)
     np.testing.assert_array_equal(learner.w_, [0, 0])  # presents with the last applied w
     np.testing.assert_allclose(learner.pending_, D)
@@ -45,7 +45,7 @@ def test_batch_perceptron_applies_the_sum_every_batch():
 
 
 def test_exponentiated_perceptron_first_step():
-    learner = ExponentiatedPreferencePerceptron(feature_map=FMAP)
+    learner = ExponentiatedPreferencePerceptron(feature_map=FMAP, swap_probability=0.0)
     click(learner, 2)
     S = max(np.abs(PHI_BAR).max(), np.abs(PHI_Y).max())
     eta = 1 / (2 * S * math.sqrt(1))
@@ -57,10 +57,10 @@ def test_exponentiated_perceptron_first_step():
 
 
 def test_convex_perceptron_steps_and_projects():
-    learner = ConvexPreferencePerceptron(feature_map=FMAP, B=10.0)
+    learner = ConvexPreferencePerceptron(feature_map=FMAP, B=10.0, swap_probability=0.0)
     click(learner, 2)
     np.testing.assert_allclose(learner.w_, D)  # eta_1 = 1, inside the ball
-    small = ConvexPreferencePerceptron(feature_map=FMAP, B=0.1)
+    small = ConvexPreferencePerceptron(feature_map=FMAP, B=0.1, swap_probability=0.0)
     click(small, 2)
     np.testing.assert_allclose(small.w_, D * 0.1 / np.linalg.norm(D))
     # second step: eta_2 = 1/sqrt(2) on the new D, then project again
@@ -73,14 +73,15 @@ def test_convex_perceptron_steps_and_projects():
 
 
 def test_second_order_perceptron_first_step():
-    learner = SecondOrderPreferencePerceptron(feature_map=FMAP, gamma=1.0, epsilon=1.0, B=10.0)
+    learner = SecondOrderPreferencePerceptron(feature_map=FMAP, gamma=1.0, epsilon=1.0, B=10.0,
+                                              swap_probability=0.0)
     click(learner, 2)
     A = np.eye(2) + np.outer(D, D)  # A_1 = eps I + gamma D D^T
     np.testing.assert_allclose(learner.A_, A)
     np.testing.assert_allclose(learner.A_inv_, np.linalg.inv(A))  # Sherman-Morrison
     np.testing.assert_allclose(learner.w_, np.linalg.solve(A, D))  # wbar, inside the ball
     # D is an eigenvector of A, so the A-norm projection of wbar scales it to radius B
-    tight = SecondOrderPreferencePerceptron(feature_map=FMAP, B=0.05)
+    tight = SecondOrderPreferencePerceptron(feature_map=FMAP, B=0.05, swap_probability=0.0)
     click(tight, 2)
     wbar = np.linalg.solve(A, D)
     np.testing.assert_allclose(tight.w_, wbar * 0.05 / np.linalg.norm(wbar))

@@ -29,7 +29,8 @@ def test_save_and_load_round_trip(tmp_path):
     np.testing.assert_array_equal(loaded.learner.w_, [0.1, -2.5, 1e-17])
     assert loaded.progress.cursor == 7 and loaded.version == 1
     X = np.random.default_rng(0).random((8, 3))
-    np.testing.assert_array_equal(loaded.rank(X, 8).ranking, trained_model().rank(X, 8).ranking)
+    np.testing.assert_array_equal(loaded.rank(X, 8, np.random.default_rng(1)).ranking,
+                                  trained_model().rank(X, 8, np.random.default_rng(1)).ranking)
 
 
 def test_a_version_is_never_overwritten(tmp_path):

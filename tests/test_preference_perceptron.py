@@ -1,6 +1,7 @@
 """The Preference Perceptron: its update rule by hand, and that it learns."""
 
 import numpy as np
+import pytest
 from reranker_plugins.preference_perceptron import PreferencePerceptron
 
 from reranker.featuremap import FeatureMap
@@ -9,9 +10,9 @@ from reranker.metrics import ndcg
 
 
 def test_update_rule_by_hand():
-    # Coactive Learning, Algorithm 1 with w_1 = 0, depth 2, log2 discounts.
+    # Coactive Learning, Algorithm 1 (no perturbation) with w_1 = 0, depth 2, log2 discounts.
     X = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
-    learner = PreferencePerceptron(feature_map=FeatureMap(depth=2))
+    learner = PreferencePerceptron(feature_map=FeatureMap(depth=2), swap_probability=0.0)
     result = learner.rank(X)
     np.testing.assert_array_equal(result.ranking, [0, 1, 2])  # all-zero model: backend order
     fb = feedback_from_clicks(result.ranking, 3, np.array([2]))  # ybar = [2, 0, 1]
@@ -29,6 +30,37 @@ def test_update_rule_by_hand():
     ybar = fb2.improved
     D2 = (X[ybar[0]] + g2 * X[ybar[1]]) - (X[ranking[0]] + g2 * X[ranking[1]])
     np.testing.assert_allclose(learner.w_, w1 + D2)
+
+
+def test_perturbed_presentation_and_update_by_hand():
+    # Raman et al. 2013 on the Preference Perceptron: the argmax with each shown pair of
+    # positions swapped with probability p, and a step only within a pair.
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5], [0.2, 0.9], [0.3, 0.3]])
+    p = 0.3
+    learner = PreferencePerceptron(feature_map=FeatureMap(depth=4), swap_probability=p)
+    assert learner.stochastic and learner.policy == "perturbed_pairs"
+    draws = np.random.default_rng(7).random(2)  # one coin per pair of the 4 shown
+    result = learner.rank(X, 4, np.random.default_rng(7))
+    expected = [0, 1, 2, 3, 4]  # all-zero model: backend order
+    for pair, draw in enumerate(draws):
+        if draw < p:
+            i = 2 * pair
+            expected[i], expected[i + 1] = expected[i + 1], expected[i]
+    np.testing.assert_array_equal(result.ranking, expected)
+    swapped = int((draws < p).sum())
+    assert result.log_prob == pytest.approx(swapped * np.log(p) + (2 - swapped) * np.log(1 - p))
+    assert learner.log_probability(X, result.ranking[:4]) == pytest.approx(result.log_prob)
+    assert learner.log_probability(X, np.array([2, 0, 1, 3])) == -np.inf
+
+    y = result.ranking
+    # clicks on the upper results only, or on both of a pair: nothing to learn
+    assert not learner.update(X, feedback_from_clicks(y, 4, y[[0, 2]]))
+    assert not learner.update(X, feedback_from_clicks(y, 4, y[[2, 3]]))
+    np.testing.assert_array_equal(learner.w_, [0.0, 0.0])
+    # a click on the lower result of the second pair: w = (g3 - g4) (x_{y4} - x_{y3})
+    assert learner.update(X, feedback_from_clicks(y, 4, y[[3]]))
+    g3, g4 = 1 / np.log2(4), 1 / np.log2(5)
+    np.testing.assert_allclose(learner.w_, (g3 - g4) * (X[y[3]] - X[y[2]]))
 
 
 def test_no_information_changes_nothing():
