@@ -1,5 +1,6 @@
 """The README's comparison: every learner on MQ2008 fold 1 under the three cascade click
-models, 10,000 impressions, 10 runs each; reports per click model and panel figures.
+models, 10,000 impressions, 10 runs each (and the Preference Perceptron without its
+perturbation); reports per click model and panel figures.
 
     python examples/mq2008_click_models.py --data ../shared/data/letor4-mq2008 --out mq2008
 
@@ -26,6 +27,9 @@ LEARNERS = ["preference_perceptron", "batch_preference_perceptron",
             "exponentiated_preference_perceptron", "convex_preference_perceptron",
             "second_order_preference_perceptron", "noregret_klrank", "greedy_klrank",
             "online_ranknet"]
+#: The Preference Perceptron without the perturbation, as in the paper (Algorithm 1 as is).
+UNPERTURBED = {"name": "preference_perceptron", "params": {"swap_probability": 0.0},
+               "label": "preference_perceptron, unperturbed"}
 
 
 def main() -> None:
@@ -38,7 +42,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
     data = prepare([args.data / f"S{i}.txt.gz" for i in (1, 2, 3)], args.data / "S5.txt.gz")
-    specs = learner_specs(args.learner or LEARNERS, {}, best_single_feature(data))
+    specs = learner_specs(args.learner or LEARNERS + [UNPERTURBED], {},
+                          best_single_feature(data))
     panels = {}
     for click_model in CLICK_MODELS:
         settings = Settings(impressions=args.impressions, runs=args.runs, seed=1,

@@ -10,11 +10,13 @@ from reranker.feedback import Feedback
 
 
 class PreferencePerceptron(CoactiveLearner):
-    """Presents ``argmax_y w . phi(q, y)`` and moves ``w`` toward the improved ranking."""
+    """Presents ``argmax_y w . phi(q, y)`` (its shown pairs perturbed unless
+    ``swap_probability`` is 0) and moves ``w`` toward the improved ranking."""
 
     name = "preference_perceptron"
-    description = ("Preference Perceptron (Coactive Learning, Alg. 1): argmax ranking, "
-                   "w += phi(ybar) - phi(y) on every informative feedback.")
+    description = ("Preference Perceptron (Coactive Learning, Alg. 1): the argmax ranking with "
+                   "shown pairs perturbed (Raman et al. 2013), w += phi(ybar) - phi(y) on every "
+                   "informative feedback.")
 
     def _initialize(self, n_features: int) -> None:
         # Coactive Learning, Algorithm 1: w_1 = 0.

@@ -56,12 +56,16 @@ class CoactiveLearner(LinearLearner):
         if p == 0:
             return RankResult(ranking=ranking, scores=scores)
         # Raman et al. 2013, perturbation: swap the pairs of shown positions (1, 2), (3, 4),
-        # ... each with probability p, independently.
-        swap = rng.random(n_shown // 2) < p
-        upper = 2 * np.flatnonzero(swap)
-        ranking[upper], ranking[upper + 1] = ranking[upper + 1], ranking[upper].copy()
-        swapped = len(upper)
-        log_prob = swapped * math.log(p) + (len(swap) - swapped) * math.log1p(-p)
+        # ... each with probability p, independently. (A page holds a handful of pairs:
+        # plain Python on lists beats numpy's per-call overhead here.)
+        n_pairs = n_shown // 2
+        swapped = upper = 0
+        for coin in rng.random(n_pairs).tolist():
+            if coin < p:
+                ranking[upper], ranking[upper + 1] = ranking[upper + 1], ranking[upper]
+                swapped += 1
+            upper += 2
+        log_prob = swapped * math.log(p) + (n_pairs - swapped) * math.log1p(-p)
         return RankResult(ranking=ranking, scores=scores, log_prob=log_prob)
 
     def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:

@@ -123,18 +123,16 @@ def pair_swapped_ranking(feedback: Feedback) -> np.ndarray | None:
     (1, 2), (3, 4), ...; ``ybar`` is the presented ranking with every pair swapped whose
     lower result was clicked and whose upper result was not. Both results of a pair were
     equally likely to be shown on top, so the position bias of the clicks cancels."""
-    positions = click_positions(feedback)
-    if len(positions) == 0:
-        return None
+    positions = click_positions(feedback).tolist()  # a few clicks: plain Python is fastest
     shown = feedback.n_shown - feedback.n_shown % 2  # positions that belong to a pair
-    clicked = np.zeros(shown + 1, dtype=bool)
-    clicked[positions[positions < shown]] = True
-    upper = np.arange(0, shown, 2)
-    swap = upper[clicked[upper + 1] & ~clicked[upper]]
-    if swap.size == 0:
+    clicked = set(positions)
+    upper = [pos - 1 for pos in positions if pos % 2 and pos < shown and pos - 1 not in clicked]
+    if not upper:
         return None
-    improved = np.array(feedback.ranking, dtype=np.intp)
-    improved[swap], improved[swap + 1] = feedback.ranking[swap + 1], feedback.ranking[swap]
+    ranking = feedback.ranking
+    improved = np.array(ranking, dtype=np.intp)
+    for pos in upper:
+        improved[pos], improved[pos + 1] = ranking[pos + 1], ranking[pos]
     return improved
 
 

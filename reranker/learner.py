@@ -231,11 +231,12 @@ class Learner(ABC):
     def rank(self, X: np.ndarray, n_shown: int | None = None,
              rng: np.random.Generator | None = None) -> RankResult:
         """Rank all ``n`` candidates; ``n_shown`` is how many the user will see. A stochastic
-        learner samples with ``rng`` (fresh entropy when it is None)."""
+        learner samples with ``rng`` (when None, one generator seeded from fresh entropy, made
+        once per process)."""
         X = self.check_features(X)
         n_shown = X.shape[0] if n_shown is None else min(int(n_shown), X.shape[0])
         if rng is None and self.stochastic:
-            rng = np.random.default_rng()
+            rng = _fallback_rng()
         return self._rank(X, n_shown, rng)
 
     def update(self, X: np.ndarray, feedback: Feedback) -> bool:
@@ -306,6 +307,17 @@ class LinearLearner(Learner):
               rng: np.random.Generator | None) -> RankResult:
         scores = X @ self.weights()
         return RankResult(ranking=argmax_ranking(scores), scores=scores)
+
+
+_FALLBACK_RNG: list[np.random.Generator] = []
+
+
+def _fallback_rng() -> np.random.Generator:
+    """A generator with fresh entropy, made once: making one per call costs more than a
+    ranking."""
+    if not _FALLBACK_RNG:
+        _FALLBACK_RNG.append(np.random.default_rng())
+    return _FALLBACK_RNG[0]
 
 
 def argmax_ranking(scores: np.ndarray) -> np.ndarray:

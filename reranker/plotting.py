@@ -18,9 +18,13 @@ def _pyplot():
 
 
 def _draw(ax, rows: list[dict], learners: list[str], metric: str, log_time: bool) -> bool:
-    """Mean over runs as a line, one standard error either side shaded; False if empty."""
+    """Mean over runs as a line, one standard error either side shaded; False if empty.
+    Every learner gets its own colour; the floors are dashed."""
+    from matplotlib import colormaps
+
+    palette = colormaps["tab10" if len(learners) <= 10 else "tab20"].colors
     drawn = False
-    for learner in learners:
+    for index, learner in enumerate(learners):
         by_t: dict[int, list[float]] = {}
         for row in rows:
             value = row.get(metric)
@@ -32,7 +36,9 @@ def _draw(ax, rows: list[dict], learners: list[str], metric: str, log_time: bool
         mean = np.array([np.mean(by_t[t]) for t in ts])
         stderr = np.array([np.std(by_t[t], ddof=1) / math.sqrt(len(by_t[t]))
                            if len(by_t[t]) > 1 else 0.0 for t in ts])
-        line, = ax.plot(ts, mean, label=learner, linewidth=1.6)
+        floor = learner.startswith(("random", "backend_order"))
+        line, = ax.plot(ts, mean, label=learner, linewidth=1.6,
+                        color=palette[index % len(palette)], linestyle="--" if floor else "-")
         ax.fill_between(ts, mean - stderr, mean + stderr, color=line.get_color(), alpha=0.2,
                         linewidth=0)
         drawn = True

@@ -49,8 +49,9 @@ class RerankerService:
         self._model_tried = -1  # newest version number a reload has looked at
         self._model_errors: list[str] = []
         self._reload_lock = threading.Lock()
-        self._seeds = np.random.SeedSequence(config.learner.seed)
-        self._seed_lock = threading.Lock()
+        # One generator for every search: its bit generator serialises the threads' draws,
+        # and building a generator per search would cost more than ranking does.
+        self._rng = np.random.default_rng(config.learner.seed)
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -116,7 +117,7 @@ class RerankerService:
         candidates = self.backend.search(query, max(self.config.backend.candidates, size))
         X = self.spec.build(candidates)
         model = self.model
-        rng = self._rng() if model.learner.stochastic else None
+        rng = self._rng if model.learner.stochastic else None
         n = len(candidates)
         n_shown = min(size, n)
         if n:
@@ -154,11 +155,6 @@ class RerankerService:
                 raise BadRequestError(f"'user_id' must be a string, got {user_id!r}")
             _check_text("user_id", user_id)
         return query, size, user_id
-
-    def _rng(self) -> np.random.Generator:
-        with self._seed_lock:
-            child = self._seeds.spawn(1)[0]
-        return np.random.default_rng(child)
 
     def click(self, impression_id: Any, doc_id: Any) -> ClickResult:
         """Record a click on a shown result; durable when this returns."""

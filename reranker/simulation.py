@@ -277,16 +277,17 @@ class _Metrics:
         elif self.policy == "uniform":
             policy_cost = np.log(self.n[rows])
         elif self.policy == "perturbed_pairs":
-            # The first shown item is the argmax's first (chance 1 - p) or its second (p):
-            # rank the clicked items by score, ties in candidate order as the argmax does.
-            items = self.click_items[rows][:, :, None]
-            higher = scores[:, None, :] > chosen[:, :, None]
-            tied = (scores[:, None, :] == chosen[:, :, None]) & (
-                np.arange(scores.shape[1]) < items)
-            score_rank = (higher | tied).sum(axis=2)  # 0-based
+            # The first shown item is the argmax's first (chance 1 - p) or its second (p);
+            # np.argmax picks the lowest index among ties, as the stable argmax ranking does.
+            first = scores.argmax(axis=1)
+            rest = scores.copy()
+            rest[np.arange(len(rows)), first] = -np.inf
+            second = rest.argmax(axis=1)
+            items = self.click_items[rows]
             p = self.swap_probability
-            second = (score_rank == 1) & (self.k[rows, None] >= 2)
-            chance = np.where(score_rank == 0, 1.0 - p, np.where(second, p, 0.0))
+            chance = np.where(items == first[:, None], 1.0 - p,
+                              np.where((items == second[:, None]) & (self.k[rows, None] >= 2),
+                                       p, 0.0))
             with np.errstate(divide="ignore"):
                 policy_cost = np.where(mask, -np.log(chance), 0.0).sum(axis=1) / counts
         else:  # a deterministic ranking puts all its mass on its first item

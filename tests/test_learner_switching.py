@@ -40,6 +40,28 @@ def test_switching_learner_name_switches_the_live_learner(workdir):
         service.close()
 
 
+def test_the_default_learner_logs_what_it_shows_and_a_seed_reproduces_it(workdir):
+    path = write_config(workdir, learner={"seed": 5})
+    queries = ["tea", "tea kettle", "green tea", "kettle"] * 3
+    runs = []
+    for _ in range(2):
+        service = serve(path)
+        try:
+            pages = [service.search(query, 10) for query in queries]
+            for page in pages:
+                imp = service.events.get_impression(page["impression_id"])
+                # every shown pair is swapped or kept with probability 1/2
+                assert imp.log_prob == pytest.approx((imp.n_shown // 2) * np.log(0.5))
+            runs.append([[hit["id"] for hit in page["hits"]] for page in pages])
+        finally:
+            service.close()
+    assert runs[0] == runs[1]
+    by_query = {}
+    for query, ids in zip(queries, runs[0], strict=True):
+        by_query.setdefault(query, set()).add(tuple(ids))
+    assert any(len(orders) > 1 for orders in by_query.values())  # it does perturb
+
+
 @pytest.mark.parametrize("name", ["greedy_klrank", "online_ranknet", "noregret_klrank"])
 def test_a_new_feature_in_config_grows_the_model(workdir, name):
     path = write_config(workdir, features={"numeric_fields": []}, learner={"name": name})
