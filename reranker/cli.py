@@ -168,7 +168,10 @@ def learners() -> None:
     from .plugins import get_plugin_manager, learner_classes
 
     for name, cls in learner_classes(get_plugin_manager()).items():
-        stochastic = cls().stochastic  # with the default parameters
+        try:
+            stochastic = bool(cls().stochastic)  # with the default parameters
+        except Exception:  # a plugin that cannot be built without arguments
+            stochastic = cls.stochastic if isinstance(cls.stochastic, bool) else False
         click.echo(f"{name}  {'(stochastic) ' if stochastic else ''}{cls.description}")
         for param in cls.params:
             click.echo(f"    {param.describe()}")

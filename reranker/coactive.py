@@ -92,7 +92,12 @@ class CoactiveLearner(LinearLearner):
     def improved(self, feedback: Feedback) -> np.ndarray | None:
         """``ybar`` of this feedback, or None when it carries no information: the coactive
         improved ranking when the learner presents the argmax, the pair-swapped ranking
-        when it perturbs."""
+        when it perturbs. A ``ybar`` the feature map cannot tell from the shown ranking
+        (say, a swapped pair below ``depth``) carries no information either."""
         if self.swap_probability > 0:
-            return pair_swapped_ranking(feedback)
-        return feedback.improved if feedback.informative else None
+            improved = pair_swapped_ranking(feedback)
+        else:
+            improved = feedback.improved if feedback.informative else None
+        if improved is None or self.feature_map.same_phi(improved, feedback.ranking):
+            return None
+        return improved

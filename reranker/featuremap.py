@@ -60,13 +60,25 @@ class FeatureMap:
 
     def phi_difference(self, X: np.ndarray, better: np.ndarray, worse: np.ndarray) -> np.ndarray:
         """``phi(X, better) - phi(X, worse)``: the coactive update direction ``D_t``."""
+        return self._difference_weights(X.shape[0], better, worse) @ X
+
+    def same_phi(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """True when ``phi(X, a) == phi(X, b)`` whatever the features ``X``: every candidate
+        gets the same discount in both rankings (such as rankings that differ only below
+        ``depth``, or only in order with ``discount: none``). Learning from such a pair
+        would change nothing."""
+        n = max(len(a), len(b))
+        return not self._difference_weights(n, a, b).any()
+
+    def _difference_weights(self, n: int, better: np.ndarray, worse: np.ndarray) -> np.ndarray:
+        # phi(better) - phi(worse) as weights over the n candidates: +g_i for the i-th of
+        # `better`, -g_i for the i-th of `worse`.
         k = min(self.depth, len(better), len(worse))
-        # One weighted sum over candidates: +g_i for the i-th of `better`, -g_i for `worse`.
-        weights = np.zeros(X.shape[0])
+        weights = np.zeros(n)
         g = self._g[:k]
         weights[better[:k]] += g
         weights[worse[:k]] -= g
-        return weights @ X
+        return weights
 
     def utility(self, w: np.ndarray, X: np.ndarray, ranking: np.ndarray) -> float:
         """``U = w . phi(q, y)``."""

@@ -121,8 +121,9 @@ def pair_swapped_ranking(feedback: Feedback) -> np.ndarray | None:
     (ICML 2013; cited in Coactive Learning, section 2), the feedback of the perturbed
     Preference Perceptron for ranking: the shown list is cut into the pairs of positions
     (1, 2), (3, 4), ...; ``ybar`` is the presented ranking with every pair swapped whose
-    lower result was clicked and whose upper result was not. Both results of a pair were
-    equally likely to be shown on top, so the position bias of the clicks cancels."""
+    lower result was clicked and whose upper result was not. With swap probability 0.5 both
+    results of a pair were equally likely to be shown on top, so the position bias of the
+    clicks cancels in expectation (smaller probabilities leave part of it)."""
     positions = click_positions(feedback).tolist()  # a few clicks: plain Python is fastest
     shown = feedback.n_shown - feedback.n_shown % 2  # positions that belong to a pair
     clicked = set(positions)

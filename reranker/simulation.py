@@ -285,9 +285,9 @@ class _Metrics:
             second = rest.argmax(axis=1)
             items = self.click_items[rows]
             p = self.swap_probability
-            chance = np.where(items == first[:, None], 1.0 - p,
-                              np.where((items == second[:, None]) & (self.k[rows, None] >= 2),
-                                       p, 0.0))
+            paired = self.k[rows, None] >= 2  # a single shown result is never swapped
+            chance = np.where(items == first[:, None], np.where(paired, 1.0 - p, 1.0),
+                              np.where((items == second[:, None]) & paired, p, 0.0))
             with np.errstate(divide="ignore"):
                 policy_cost = np.where(mask, -np.log(chance), 0.0).sum(axis=1) / counts
         else:  # a deterministic ranking puts all its mass on its first item
@@ -367,7 +367,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     row_query = np.repeat(np.arange(n_train), train.sizes())
     checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints).tolist())
     metrics = _Metrics(settings.gain, int(train.sizes().max()), learner.policy,
-                       learner.get_params().get("swap_probability", 0.0))
+                       getattr(learner, "swap_probability", 0.0))
     m_query, m_base, m_shown, m_k = metrics.query, metrics.base, metrics.shown, metrics.k
     add_clicks = metrics.add_clicks
     block = metrics.BLOCK

@@ -14,7 +14,19 @@ def test_learner_conforms(name, check):
     check(LEARNERS[name])
 
 
+COACTIVE = sorted(name for name, cls in LEARNERS.items()
+                  if any(p.name == "swap_probability" for p in cls.params))
+
+
+@pytest.mark.parametrize("check", LEARNER_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("name", COACTIVE)
+def test_unperturbed_coactive_learner_conforms(name, check):
+    """The perceptrons also conform as the papers' deterministic argmax learners."""
+    check(LEARNERS[name], {"swap_probability": 0.0})
+
+
 def test_every_paper_learner_is_registered():
+    assert len(COACTIVE) == 5
     assert set(LEARNERS) >= {
         "preference_perceptron", "batch_preference_perceptron",
         "exponentiated_preference_perceptron", "convex_preference_perceptron",

@@ -10,6 +10,7 @@ from reranker_plugins.exponentiated_preference_perceptron import ExponentiatedPr
 from reranker_plugins.greedy_klrank import GreedyKLRank
 from reranker_plugins.noregret_klrank import NoRegretKLRank
 from reranker_plugins.online_ranknet import OnlineRankNet
+from reranker_plugins.preference_perceptron import PreferencePerceptron
 from reranker_plugins.second_order_preference_perceptron import (
     SecondOrderPreferencePerceptron,
     project_in_metric,
@@ -85,6 +86,40 @@ def test_second_order_perceptron_first_step():
     click(tight, 2)
     wbar = np.linalg.solve(A, D)
     np.testing.assert_allclose(tight.w_, wbar * 0.05 / np.linalg.norm(wbar))
+
+
+PERCEPTRONS = [PreferencePerceptron, BatchPreferencePerceptron, ExponentiatedPreferencePerceptron,
+               ConvexPreferencePerceptron, SecondOrderPreferencePerceptron]
+
+
+@pytest.mark.parametrize("cls", PERCEPTRONS)
+def test_perceptrons_ignore_feedback_the_feature_map_cannot_see(cls):
+    """A swapped pair below ``depth``, or any reordering with ``discount: none``, leaves
+    phi unchanged (D = 0): no step, and no step counter moves."""
+    X = np.random.default_rng(3).random((24, 3))
+    y = np.arange(24)
+    learner = cls(feature_map=FeatureMap(depth=10), swap_probability=0.5)
+    learner.initialize(3)
+    before = learner.get_state()
+    # the pair of 0-based positions (12, 13) lies below depth 10: a click on its lower result
+    assert not learner.update(X, feedback_from_clicks(y, 20, y[[13]]))
+    # with no discounts, swapping a pair inside depth leaves phi unchanged as well
+    flat = cls(feature_map=FeatureMap(depth=10, discount="none"), swap_probability=0.5)
+    flat.initialize(3)
+    assert not flat.update(X, feedback_from_clicks(y, 20, y[[3]]))
+    after = learner.get_state()
+    assert before.keys() == after.keys()
+    for key in before:
+        np.testing.assert_array_equal(before[key], after[key])
+    # at depth 9 the pair (8, 9) straddles the cut-off (g_9 against 0): that is a step
+    odd = cls(feature_map=FeatureMap(depth=9), swap_probability=0.5)
+    odd.initialize(3)
+    assert odd.update(X, feedback_from_clicks(y, 20, y[[9]]))
+    # and without perturbation the prepend rule skips a reordering phi cannot see
+    prepend = cls(feature_map=FeatureMap(depth=10, discount="none"), swap_probability=0.0)
+    prepend.initialize(3)
+    assert not prepend.update(X, feedback_from_clicks(y, 20, y[[4, 7]]))
+    assert prepend.update(X, feedback_from_clicks(y, 20, y[[12]]))
 
 
 def test_metric_projection_is_the_constrained_minimum():

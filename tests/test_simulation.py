@@ -318,3 +318,25 @@ def test_table2_shape_on_a_growing_library(mq2008):
             "relative_click_distance"] - 0.05
     assert summary["greedy_klrank"]["clicked_first_rate"] > \
         summary["noregret_klrank"]["clicked_first_rate"] + 0.03
+
+
+def test_kl_cost_of_a_perturbed_presentation():
+    """The policy cost of a pair-perturbed argmax: the argmax's first is shown first with
+    chance 1 - p (1 when a single result is shown), its second with chance p, others never."""
+    from reranker.simulation import _Metrics
+
+    p = 0.25
+    scores = np.array([3.0, 2.0, 1.0])  # argmax: candidate 0, then 1, then 2
+
+    def cost(shown_length, clicked):
+        metrics = _Metrics("exp", 3, "perturbed_pairs", p)
+        metrics.k[0] = shown_length
+        metrics.add_clicks(0, 3, scores, np.array([clicked]), np.array([0]))
+        metrics._flush_clicks(np.array([0]))
+        return metrics.kl
+
+    assert cost(1, 0) == 0.0
+    assert cost(3, 0) == pytest.approx(-np.log(1 - p))
+    assert cost(3, 1) == pytest.approx(-np.log(p))
+    assert cost(1, 1) == np.inf
+    assert cost(3, 2) == np.inf
