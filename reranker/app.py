@@ -65,6 +65,31 @@ def start_trainer(service: RerankerService, interval: float) -> tuple[threading.
     return thread, stop
 
 
+class BackgroundServer:
+    """``app`` behind a real waitress HTTP server whose loop runs in a daemon thread, on
+    ``host`` and a free port unless one is given (the demo and the tests use it)."""
+
+    def __init__(self, app: Flask, *, host: str = "127.0.0.1", port: int = 0, threads: int = 4):
+        import waitress
+
+        self._channels: dict = {}  # the loop's own socket map, so stop() can close all of it
+        self.server = waitress.create_server(app, host=host, port=port, threads=threads,
+                                             map=self._channels)
+        self.url = f"http://{host}:{self.server.effective_port}"
+        self.thread = threading.Thread(target=self.server.run, name="reranker-http", daemon=True)
+        self.thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Let the worker threads finish the responses they are writing, then close every
+        socket from inside the loop's thread, so the loop ends without touching a closed
+        descriptor."""
+        from waitress import wasyncore
+
+        self.server.task_dispatcher.shutdown(timeout=timeout)
+        self.server.trigger.pull_trigger(lambda: wasyncore.close_all(self._channels))
+        self.thread.join(timeout)
+
+
 def _json_body() -> dict[str, Any]:
     body = request.get_json(silent=True)
     if body is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -71,9 +70,7 @@ def run_demo(workdir: Path, *, searches: int = 1500, seed: int = 7,
              learner: str = "preference_perceptron", console: Console | None = None,
              plot: bool = True) -> list[Checkpoint]:
     """Generate, index, serve, simulate, report. Returns the checkpoints it printed."""
-    import waitress
-
-    from .app import create_app, start_trainer
+    from .app import BackgroundServer, create_app, start_trainer
     from .plugins import backend_class, get_plugin_manager
     from .service import RerankerService
 
@@ -109,10 +106,8 @@ def run_demo(workdir: Path, *, searches: int = 1500, seed: int = 7,
     service = RerankerService(config, pm).open()
     app = create_app(service=service)
     _, stop_trainer = start_trainer(service, config.trainer.interval)
-    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=config.server.threads)
-    server_thread = threading.Thread(target=server.run, name="reranker-demo-http", daemon=True)
-    server_thread.start()
-    client = HttpClient(f"http://127.0.0.1:{server.effective_port}")
+    server = BackgroundServer(app, threads=config.server.threads)
+    client = HttpClient(server.url)
     console.print(f"Serving on {client.base_url}; learner: {learner}.")
 
     try:
@@ -124,7 +119,7 @@ def run_demo(workdir: Path, *, searches: int = 1500, seed: int = 7,
         weights = _weights(service)
     finally:
         stop_trainer.set()
-        server.close()
+        server.stop()
         service.close()
 
     _report(console, checkpoints, baseline, final, final_version, weights)

@@ -9,15 +9,13 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import requests
-import waitress
 import yaml
 
-from reranker.app import create_app
+from reranker.app import BackgroundServer, create_app
 from reranker.config import load_config
 from reranker.democorpus import generate_corpus
 from reranker.plugins import backend_class, get_plugin_manager
@@ -79,11 +77,8 @@ class LiveServer:
     def __init__(self, config_path: Path):
         self.config = load_config(config_path)
         self.service = RerankerService(self.config).open()
-        self.server = waitress.create_server(create_app(service=self.service), host="127.0.0.1",
-                                             port=0, threads=4)
-        self.url = f"http://127.0.0.1:{self.server.effective_port}"
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
+        self.server = BackgroundServer(create_app(service=self.service))
+        self.url = self.server.url
 
     def post(self, path: str, body=None, **kwargs) -> requests.Response:
         if body is not None:
@@ -94,7 +89,7 @@ class LiveServer:
         return requests.get(self.url + path, timeout=30)
 
     def stop(self) -> None:
-        self.server.close()
+        self.server.stop()
         self.service.close()
 
 

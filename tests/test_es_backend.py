@@ -127,8 +127,7 @@ def test_health_reports_an_unreachable_cluster(es8, tmp_path, corpus):
         assert health["status"] == "degraded" and health["backend"]["status"] == "unavailable"
         assert live.post("/search", {"query": "tea"}).status_code == 503
     finally:
-        live.service.close()
-        live.server.close()
+        live.stop()
 
 
 def test_secrets_come_from_the_environment(es8, tmp_path, corpus, monkeypatch):
