@@ -43,7 +43,10 @@ class FeatureMap:
         if not isinstance(self.depth, (int, np.integer)) or self.depth < 1:
             raise ValueError(f"feature map depth must be a positive integer, got {self.depth!r}")
         # validates the discount name; kept for the hot path of phi_difference
-        object.__setattr__(self, "_g", _discounts(int(self.depth), self.discount))
+        g = _discounts(int(self.depth), self.discount)
+        object.__setattr__(self, "_g", g)
+        # positive discounts that differ at every position (log2, reciprocal)
+        object.__setattr__(self, "_distinct", bool(len(np.unique(g)) == len(g) and g.min() > 0))
 
     def discounts(self, n: int) -> np.ndarray:
         """Discounts of the first ``min(n, depth)`` positions, shape ``(min(n, depth),)``."""
@@ -67,8 +70,10 @@ class FeatureMap:
         gets the same discount in both rankings (such as rankings that differ only below
         ``depth``, or only in order with ``discount: none``). Learning from such a pair
         would change nothing."""
-        n = max(len(a), len(b))
-        return not self._difference_weights(n, a, b).any()
+        if self._distinct:  # then each of the top k must be at the same position in both
+            k = min(self.depth, len(a), len(b))
+            return a[:k].tolist() == b[:k].tolist()  # a few items: lists beat numpy here
+        return not self._difference_weights(max(len(a), len(b)), a, b).any()
 
     def _difference_weights(self, n: int, better: np.ndarray, worse: np.ndarray) -> np.ndarray:
         # phi(better) - phi(worse) as weights over the n candidates: +g_i for the i-th of

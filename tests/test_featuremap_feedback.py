@@ -35,6 +35,32 @@ def test_phi_difference_matches_phi():
     np.testing.assert_allclose(fmap.phi_difference(X, a, b), fmap.phi(X, a) - fmap.phi(X, b))
 
 
+@pytest.mark.parametrize("discount", ["log2", "reciprocal", "none"])
+def test_same_phi_agrees_with_phi(discount):
+    """same_phi(a, b) holds exactly when phi(X, a) == phi(X, b) for generic features: on
+    rankings that differ by a prepended click, a swapped pair or a shuffle, above and below
+    the cut-off."""
+    rng = np.random.default_rng(5)
+    fmap = FeatureMap(depth=4, discount=discount)
+    X = rng.normal(size=(9, 3))
+    seen = set()
+    for _ in range(300):
+        a = rng.permutation(9)
+        b = a.copy()
+        kind = rng.integers(3)
+        if kind == 0:  # swap one pair of adjacent positions
+            i = rng.integers(8)
+            b[i], b[i + 1] = b[i + 1], b[i]
+        elif kind == 1:  # prepend some clicked results
+            b = improved_ranking(a, rng.choice(a, size=rng.integers(1, 7), replace=False))
+        else:
+            b = rng.permutation(9)
+        same = fmap.same_phi(a, b)
+        assert same == bool(np.allclose(fmap.phi(X, a), fmap.phi(X, b))), (a, b)
+        seen.add(same)
+    assert seen == {True, False}
+
+
 def test_argmax_of_utility_is_sort_by_score():
     rng = np.random.default_rng(1)
     X, w = rng.random((6, 3)), rng.normal(size=3)
