@@ -76,18 +76,27 @@ class BackgroundServer:
         self.server = waitress.create_server(app, host=host, port=port, threads=threads,
                                              map=self._channels)
         self.url = f"http://{host}:{self.server.effective_port}"
+        self._stopped = False
         self.thread = threading.Thread(target=self.server.run, name="reranker-http", daemon=True)
         self.thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Let the worker threads finish the responses they are writing, then close every
-        socket from inside the loop's thread, so the loop ends without touching a closed
-        descriptor."""
+        """Stop serving: wait up to ``timeout`` seconds for the requests being handled
+        (queued ones are cancelled), then close every socket from inside the loop's thread,
+        so the loop ends without touching a closed descriptor. Stopping twice is harmless."""
         from waitress import wasyncore
 
+        if self._stopped:
+            return
+        self._stopped = True
         self.server.task_dispatcher.shutdown(timeout=timeout)
+        if not self.thread.is_alive():  # the loop already ended: nothing races us
+            wasyncore.close_all(self._channels, ignore_all=True)
+            return
         self.server.trigger.pull_trigger(lambda: wasyncore.close_all(self._channels))
         self.thread.join(timeout)
+        if self.thread.is_alive():
+            log.warning("the HTTP server's loop did not stop within %gs", timeout)
 
 
 def _json_body() -> dict[str, Any]:

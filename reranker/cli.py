@@ -170,7 +170,7 @@ def learners() -> None:
     for name, cls in learner_classes(get_plugin_manager()).items():
         try:
             stochastic = bool(cls().stochastic)  # with the default parameters
-        except Exception:  # a plugin that cannot be built without arguments
+        except (TypeError, ValueError):  # a plugin that cannot be built without arguments
             stochastic = cls.stochastic if isinstance(cls.stochastic, bool) else False
         click.echo(f"{name}  {'(stochastic) ' if stochastic else ''}{cls.description}")
         for param in cls.params:

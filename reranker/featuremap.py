@@ -69,7 +69,7 @@ class FeatureMap:
         """True when ``phi(X, a) == phi(X, b)`` whatever the features ``X``: every candidate
         gets the same discount in both rankings (such as rankings that differ only below
         ``depth``, or only in order with ``discount: none``). Learning from such a pair
-        would change nothing."""
+        would change nothing. ``a`` and ``b`` are orderings of the same candidates."""
         if self._distinct:  # then each of the top k must be at the same position in both
             k = min(self.depth, len(a), len(b))
             return a[:k].tolist() == b[:k].tolist()  # a few items: lists beat numpy here

@@ -148,3 +148,36 @@ def test_a_corrupt_new_version_is_refused_and_the_last_good_one_serves(live, wor
     assert report.version == 3
     assert search(live)["model_version"] == 3
     assert live.get("/healthz").json()["status"] == "ok"
+
+
+def test_background_server_stops_once_and_for_good():
+    """The server the demo and these tests use answers real HTTP, stops without leaving the
+    port open, tolerates a second stop, and closes its socket even when its loop has ended
+    on its own."""
+    import requests
+    from flask import Flask
+
+    from reranker.app import BackgroundServer
+
+    app = Flask("ping")
+    app.get("/ping")(lambda: "pong")
+    server = BackgroundServer(app, threads=2)
+    assert requests.get(server.url + "/ping", timeout=10).text == "pong"
+    server.stop()
+    assert not server.thread.is_alive()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(server.url + "/ping", timeout=10)
+    server.stop()  # harmless
+
+    ended = BackgroundServer(app, threads=2)
+
+    def end_the_loop():  # what ends waitress's loop with its sockets still open
+        raise SystemExit
+
+    ended.server.trigger.handle_read = end_the_loop
+    ended.server.trigger.pull_trigger()
+    ended.thread.join(10)
+    assert not ended.thread.is_alive()
+    ended.stop()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(ended.url + "/ping", timeout=10)

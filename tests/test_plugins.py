@@ -91,3 +91,32 @@ def test_the_readme_plugin_example_works():
     from reranker.feedback import feedback_from_clicks
     assert learner.update(X, feedback_from_clicks(learner.rank(X).ranking, 2, np.array([1])))
     np.testing.assert_array_equal(learner.rank(X).ranking, [1, 0])
+
+
+def test_learners_command_lists_a_plugin_that_needs_arguments(monkeypatch):
+    """`reranker learners` builds each learner with its defaults to tell whether it samples;
+    a third-party learner that needs constructor arguments is still listed."""
+    from click.testing import CliRunner
+
+    import reranker.plugins
+    from reranker.cli import cli
+
+    class NeedsIndex(Reverse):
+        name = "needs_index_test"
+        description = "A test plugin built only with an index name."
+
+        def __init__(self, index, **params):
+            super().__init__(**params)
+            self.index = index
+
+    def manager(load_entrypoints=True):
+        pm = get_plugin_manager(load_entrypoints=False)
+        pm.register(plugin(NeedsIndex))
+        return pm
+
+    monkeypatch.setattr(reranker.plugins, "get_plugin_manager", manager)
+    result = CliRunner().invoke(cli, ["learners"])
+    assert result.exit_code == 0, result.output
+    assert "needs_index_test  A test plugin built only with an index name." in result.output
+    assert "preference_perceptron  (stochastic)" in result.output  # perturbed by default
+    assert "greedy_klrank  Greedy KLRank" in result.output  # an argmax learner
