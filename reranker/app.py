@@ -82,21 +82,40 @@ class BackgroundServer:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving: wait up to ``timeout`` seconds for the requests being handled
-        (queued ones are cancelled), then close every socket from inside the loop's thread,
+        (queued ones are cancelled), then close the sockets from inside the loop's thread,
         so the loop ends without touching a closed descriptor. Stopping twice is harmless."""
-        from waitress import wasyncore
-
         if self._stopped:
             return
         self._stopped = True
         self.server.task_dispatcher.shutdown(timeout=timeout)
-        if not self.thread.is_alive():  # the loop already ended: nothing races us
-            wasyncore.close_all(self._channels, ignore_all=True)
-            return
-        self.server.trigger.pull_trigger(lambda: wasyncore.close_all(self._channels))
-        self.thread.join(timeout)
+        trigger = self.server.trigger
         if self.thread.is_alive():
-            log.warning("the HTTP server's loop did not stop within %gs", timeout)
+            # The loop may run this before pull_trigger writes its wake-up byte, so the
+            # trigger's pipe stays open until the loop has ended.
+            trigger.pull_trigger(self._close_sockets)
+            self.thread.join(timeout)
+            if self.thread.is_alive():
+                log.warning("the HTTP server's loop did not stop within %gs", timeout)
+                return
+        else:  # the loop already ended: nothing races us
+            self._close_sockets()
+        trigger.close()
+
+    def _close_sockets(self) -> None:
+        """Close the listening socket and the connections, and take the trigger out of the
+        loop's map: the loop ends once its map is empty."""
+        from waitress import wasyncore
+
+        trigger = self.server.trigger
+        for channel in list(self._channels.values()):
+            try:
+                if channel is self.server:  # its own close() would close the trigger too
+                    wasyncore.dispatcher.close(channel)
+                elif channel is not trigger:
+                    channel.close()
+            except OSError:  # already closed by the peer
+                pass
+        trigger.del_channel()
 
 
 def _json_body() -> dict[str, Any]:
