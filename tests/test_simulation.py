@@ -242,8 +242,6 @@ def test_simulate_help_documents_every_option():
         assert option in out
 
 
-
-
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     folder = tmp_path_factory.mktemp("synthetic")
