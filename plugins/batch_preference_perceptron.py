@@ -21,17 +21,24 @@ class BatchPreferencePerceptron(CoactiveLearner):
     params = CoactiveLearner.params + (
         Param("batch_size", int, 10, "informative feedbacks per applied update", minimum=1),)
 
+    supports_growth = True
+
     def _initialize(self, n_features: int) -> None:
         self.w_ = np.zeros(n_features)  # Algorithm 2: w_1 = 0
         self.pending_ = np.zeros(n_features)  # sum of D since the last applied update
         self.pending_count_ = 0
+
+    def _grow(self, n_features: int) -> None:
+        extra = np.zeros(n_features - len(self.w_))  # new features start without influence
+        self.w_ = np.concatenate([self.w_, extra])
+        self.pending_ = np.concatenate([self.pending_, extra])
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         improved = self.improved(feedback)
         if improved is None:
             return False
         # A batch holds batch_size feedbacks that carry information: a round without any
-        # leaves the model exactly as it was (ALGORITHMS.md counts every round; with
+        # leaves the model exactly as it was (the paper counts every round; with
         # simulated coactive users the two agree).
         self.pending_ += self.feature_map.phi_difference(X, improved, feedback.ranking)
         self.pending_count_ += 1

@@ -22,16 +22,22 @@ class ConvexPreferencePerceptron(CoactiveLearner):
         Param("B", float, 10.0, "radius of the feasible ball", minimum=0.0,
               exclusive_minimum=True),)
 
+    supports_growth = True
+
     def _initialize(self, n_features: int) -> None:
         self.w_ = np.zeros(n_features)  # Algorithm 5: w_1 = 0
         self.t_ = 0
+
+    def _grow(self, n_features: int) -> None:
+        # a zero weight keeps ||w|| and every ranking as they were
+        self.w_ = np.concatenate([self.w_, np.zeros(n_features - len(self.w_))])
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         improved = self.improved(feedback)
         if improved is None:
             return False
         # t counts the feedbacks that carry information: a round without any leaves the
-        # model exactly as it was (ALGORITHMS.md counts every round; with simulated coactive
+        # model exactly as it was (the paper counts every round; with simulated coactive
         # users the two agree, since every round before the optimum is informative).
         self.t_ += 1
         # Algorithm 5: wbar = w_t + eta_t (phi(ybar) - phi(y)), eta_t = 1/sqrt(t);

@@ -20,14 +20,15 @@ class ExponentiatedPreferencePerceptron(CoactiveLearner):
                    "multiplicative updates on [phi; -phi], learning rate 1/(2 S sqrt(t)).")
 
     def _initialize(self, n_features: int) -> None:
-        # ALGORITHMS.md 2.3: we_1 = 1/(2m) on all 2m coordinates of the doubled map. Kept as
-        # logarithms: multiplicative updates would underflow tiny weights to zero.
+        # Coactive Learning, Algorithm 4 (docs/algorithms.md): we_1 = 1/(2m) on all 2m
+        # coordinates of the doubled map. Kept as logarithms: multiplicative updates would
+        # underflow tiny weights to zero.
         self.log_we_ = np.full(2 * n_features, -np.log(2 * n_features)) if n_features \
             else np.zeros(0)
         self.t_ = 0  # informative feedbacks so far
         self.S_ = 0.0  # running maximum of ||phi||_inf
 
-    def weights(self) -> np.ndarray:
+    def learned_weights(self) -> np.ndarray:
         """``w+ - w-``: the weights on the original feature map."""
         we = np.exp(self.log_we_)
         m = len(we) // 2
@@ -43,12 +44,12 @@ class ExponentiatedPreferencePerceptron(CoactiveLearner):
         if self.S_ == 0.0:
             return False
         # t counts the feedbacks that carry information: a round without any leaves the
-        # model exactly as it was (ALGORITHMS.md counts every round; with simulated coactive
+        # model exactly as it was (the paper counts every round; with simulated coactive
         # users the two agree, since every round before the optimum is informative).
         self.t_ += 1
         delta = better - worse
         doubled = np.concatenate([delta, -delta])  # De = phie(ybar) - phie(y)
-        # Algorithm 4 with the anytime rate of ALGORITHMS.md 2.3: eta_t = 1 / (2 S sqrt(t));
+        # Algorithm 4 with an anytime rate (docs/algorithms.md): eta_t = 1 / (2 S sqrt(t));
         # we_{t+1,i} = we_{t,i} exp(eta_t De_i) / Z_t, in logs: log Z_t = logsumexp.
         eta = 1.0 / (2.0 * self.S_ * math.sqrt(self.t_))
         log_w = self.log_we_ + eta * doubled

@@ -18,10 +18,17 @@ class PreferencePerceptron(CoactiveLearner):
                    "shown pairs perturbed (Raman et al. 2013), w += phi(ybar) - phi(y) on every "
                    "informative feedback.")
 
+    supports_growth = True
+
     def _initialize(self, n_features: int) -> None:
-        # Coactive Learning, Algorithm 1: w_1 = 0.
+        # Coactive Learning, Algorithm 1: w_1 = 0 (the starting ranking is kept apart, see
+        # LinearLearner).
         self.w_ = np.zeros(n_features)
         self.n_updates_ = 0
+
+    def _grow(self, n_features: int) -> None:
+        # A new feature starts without influence: a zero weight changes no ranking.
+        self.w_ = np.concatenate([self.w_, np.zeros(n_features - len(self.w_))])
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         improved = self.improved(feedback)

@@ -56,10 +56,24 @@ class SecondOrderPreferencePerceptron(CoactiveLearner):
               exclusive_minimum=True),
     )
 
+    supports_growth = True
+
     def _initialize(self, n_features: int) -> None:
         self.w_ = np.zeros(n_features)  # Algorithm 6: w_1 = 0
         self.A_ = self.epsilon * np.eye(n_features)  # A_0 = eps I
         self.A_inv_ = np.eye(n_features) / self.epsilon
+
+    def _grow(self, n_features: int) -> None:
+        # New features: zero weight, and A_0 = epsilon I on their block (as if they had been
+        # there from the start with no feedback touching them).
+        old = len(self.w_)
+        extra = n_features - old
+        self.w_ = np.concatenate([self.w_, np.zeros(extra)])
+        A = self.epsilon * np.eye(n_features)
+        A[:old, :old] = self.A_
+        A_inv = np.eye(n_features) / self.epsilon
+        A_inv[:old, :old] = self.A_inv_
+        self.A_, self.A_inv_ = A, A_inv
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         improved = self.improved(feedback)

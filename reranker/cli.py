@@ -254,15 +254,26 @@ class _GreedyCommand(click.Command):
 @click.option("--reveal", type=click.FloatRange(min=0, max=1, min_open=True), help="Growing "
               "library: share of the impressions after which all queries are available "
               "[default: 0.5].")
+@click.option("--start", type=click.Choice(["engine", "zero"]), help="The learners' first "
+              "model: engine (the backend feature's order, as the service starts from the "
+              "search engine's) or zero (w = 0, the papers' protocol, a random ranking) "
+              "[default: engine].")
+@click.option("--click-features/--no-click-features", default=None, help="Give the learners "
+              "the click features, counted from the simulated users' clicks on the training "
+              "queries (which repeat) [default: on, as in the service].")
+@click.option("--window", type=click.IntRange(min=1), help="Impressions per window of online "
+              "NDCG@10 for the worst-window report [default: 200].")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="YAML simulation plan with any of the options above as keys (train, test, "
                    "learners, params, click_model, ...); options given here win.")
 def simulate(**options) -> None:
     """Replay labelled learning-to-rank data through learners with simulated users.
 
-    Writes OUT/results.csv (one row per learner, run and checkpoint), OUT/summary.json (mean
-    and standard error over runs at the last checkpoint, impressions per second) and one
-    learning-curve plot per metric. Example (MQ2008, fold 1):
+    Writes OUT/results.csv (one row per learner, run and checkpoint), OUT/windows.csv (the
+    online NDCG@10 of every window of 200 impressions), OUT/summary.json (mean and standard
+    error over runs at the last checkpoint, the worst window and its gap to the engine's
+    order, impressions per second) and one learning-curve plot per metric. Example (MQ2008,
+    fold 1):
 
     \b
       reranker simulate --train S1.txt.gz S2.txt.gz S3.txt.gz --test S5.txt.gz \\

@@ -1,4 +1,5 @@
-"""Simulated users: click models over graded relevance labels (ALGORITHMS.md section 7).
+"""Simulated users: click models over graded relevance labels (docs/algorithms.md,
+"Simulated users").
 
 Used by the demo and the offline simulator; the clicks they produce go through the same
 clicks-to-feedback code as live traffic (:mod:`reranker.feedback`).

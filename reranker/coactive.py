@@ -3,18 +3,25 @@ ranking and which improved ranking ``ybar`` they learn from.
 
 With ``swap_probability`` 0 a coactive learner is exactly the paper's algorithm: it
 presents ``argmax_y w . phi(q, y)`` and learns from the coactive ``ybar`` (clicked results
-prepended, ALGORITHMS.md section 1). Clicks are position-biased, though: a user who scans
-top-down and clicks irrelevant results too (the ``informational`` click model) keeps
-demoting whatever the model ranks first, so that feedback is not alpha-informative at a good
-ranking and the perceptron's weights wander back toward random quality.
+prepended; docs/algorithms.md, "From clicks to feedback"). Clicks are position-biased,
+though: a user who scans top-down and clicks irrelevant results too (the ``informational``
+click model) keeps demoting whatever the model ranks first, so that feedback is not
+alpha-informative at a good ranking and the perceptron's weights wander back toward random
+quality.
 
 With ``swap_probability`` p > 0 the learner follows Raman, Joachims, Shivaswamy & Schnabel,
 *Stable Coactive Learning via Perturbation* (ICML 2013, the perturbed Preference Perceptron
-for ranking; Coactive Learning cites it in section 2): it swaps each pair of shown positions
-(1, 2), (3, 4), ... of the argmax with probability p, and learns from
+for ranking; Coactive Learning cites it in section 2): it cuts the argmax into pairs of
+adjacent positions and swaps each pair with probability p, then learns from
 :func:`reranker.feedback.pair_swapped_ranking`, which only compares the two results of a
-pair. The update rule of each learner is unchanged; only ``y`` (what was shown) and ``ybar``
-differ. The presentation is then random: the learner logs the probability of what it shows.
+pair. The pairing itself is drawn at random for every impression, (1, 2), (3, 4), ... or
+(2, 3), (4, 5), ... with equal chance, as in FairPairs (Radlinski & Joachims, AAAI 2006) and
+BubbleRank (Li et al., UAI 2019): every adjacent pair of the argmax, the first and second
+included, can then be compared, so a result clicked at any rank can rise. The update rule of
+each learner is unchanged; only ``y`` (what was shown) and ``ybar`` differ. The learner logs
+the probability of what it shows and, as the impression's context, the pairing and the
+swapped pairs (:func:`reranker.clicks.position_bias.randomized_pairs` reads them back: the
+position-bias estimate uses them as interventions).
 """
 
 from __future__ import annotations
@@ -23,22 +30,26 @@ import math
 
 import numpy as np
 
+from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .feedback import Feedback, pair_swapped_ranking
 from .learner import LinearLearner, Param, RankResult, argmax_ranking
 
 SWAP_PROBABILITY = Param(
     "swap_probability", float, 0.5,
-    "chance of swapping each shown pair of positions (1, 2), (3, 4), ... and learning only "
-    "within pairs (Raman et al. 2013), which keeps learning from position-biased clicks "
-    "stable; 0 presents the argmax and learns from prepended clicks (the paper's algorithm)",
+    "chance of swapping each shown pair of adjacent positions (the pairing (1, 2), (3, 4), "
+    "... or (2, 3), (4, 5), ... drawn at random per search) and learning only within pairs "
+    "(Raman et al. 2013), which keeps learning from position-biased clicks stable; 0 "
+    "presents the argmax and learns from prepended clicks (the paper's algorithm)",
     minimum=0.0, maximum=0.5)
+
+_LOG_HALF = math.log(0.5)
 
 
 class CoactiveLearner(LinearLearner):
     """A linear learner of the Preference Perceptron family. Subclasses implement
     ``_update`` with :meth:`improved` as their ``ybar`` and ``feedback.ranking`` as ``y``."""
 
-    params: tuple[Param, ...] = (SWAP_PROBABILITY,)
+    params: tuple[Param, ...] = (SWAP_PROBABILITY, *LinearLearner.params)
 
     @property  # type: ignore[override]
     def stochastic(self) -> bool:
@@ -55,22 +66,36 @@ class CoactiveLearner(LinearLearner):
         p = self.swap_probability
         if p == 0:
             return RankResult(ranking=ranking, scores=scores)
-        # Raman et al. 2013, perturbation: swap the pairs of shown positions (1, 2), (3, 4),
-        # ... each with probability p, independently. (A page holds a handful of pairs:
-        # plain Python on lists beats numpy's per-call overhead here.)
-        n_pairs = n_shown // 2
-        swapped = upper = 0
-        for coin in rng.random(n_pairs).tolist():
+        # FairPairs / BubbleRank pairing: (1, 2), (3, 4), ... or (2, 3), (4, 5), ... at random;
+        # Raman et al. 2013: each pair swapped with probability p, independently. (A page
+        # holds a handful of pairs: plain Python on lists beats numpy's per-call overhead.)
+        coins = rng.random(n_shown // 2 + 1).tolist()
+        offset = 1 if coins[0] < 0.5 else 0
+        swapped = []
+        for upper, coin in zip(range(offset, n_shown - 1, 2), coins[1:], strict=False):
             if coin < p:
                 ranking[upper], ranking[upper + 1] = ranking[upper + 1], ranking[upper]
-                swapped += 1
-            upper += 2
-        log_prob = swapped * math.log(p) + (n_pairs - swapped) * math.log1p(-p)
-        return RankResult(ranking=ranking, scores=scores, log_prob=log_prob)
+                swapped.append(upper)
+        n_pairs = max(0, (n_shown - offset) // 2)
+        log_prob = self._list_log_prob(n_shown, offset, len(swapped), n_pairs)
+        return RankResult(ranking=ranking, scores=scores, log_prob=log_prob,
+                          context={PAIR_OFFSET: offset, SWAPPED: swapped,
+                                   SWAP_PROBABILITY_KEY: p})
+
+    def _list_log_prob(self, k: int, offset: int, n_swapped: int, n_pairs: int) -> float:
+        """Log-probability of a shown top ``k`` made with pairing ``offset``: the pairing's
+        coin, the pairs' coins, and, for the argmax itself (nothing swapped), the other
+        pairing that also leaves it unchanged."""
+        p = self.swap_probability
+        log_p = _LOG_HALF + n_swapped * math.log(p) + (n_pairs - n_swapped) * math.log1p(-p)
+        if n_swapped == 0:
+            other = max(0, (k - (1 - offset)) // 2)
+            log_p = float(np.logaddexp(log_p, _LOG_HALF + other * math.log1p(-p)))
+        return log_p
 
     def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:
         """Log-probability of showing ``top`` as the whole shown list (``n_shown`` =
-        ``len(top)``): each pair of positions is the argmax's pair, in order (1 - p) or
+        ``len(top)``): the argmax's top with the pairs of one pairing each kept (1 - p) or
         swapped (p)."""
         if not self.stochastic:
             return super().log_probability(X, top)
@@ -78,24 +103,30 @@ class CoactiveLearner(LinearLearner):
         top = np.asarray(top, dtype=np.intp)
         k = len(top)
         best = argmax_ranking(X @ self.weights())[:k]
-        if k % 2 and top[-1] != best[-1]:
-            return -math.inf
-        upper, lower = top[0:k - 1:2], top[1:k:2]
-        kept = (upper == best[0:k - 1:2]) & (lower == best[1:k:2])
-        swapped = (upper == best[1:k:2]) & (lower == best[0:k - 1:2])
-        if not np.all(kept | swapped):
-            return -math.inf
-        n_swapped = int(swapped.sum())
-        p = self.swap_probability
-        return n_swapped * math.log(p) + (len(kept) - n_swapped) * math.log1p(-p)
+        if np.array_equal(top, best):
+            return self._list_log_prob(k, 0, 0, k // 2)
+        for offset in (0, 1):  # a list with a swap comes from one pairing only
+            if top[:offset].tolist() != best[:offset].tolist():
+                continue
+            end = offset + 2 * ((k - offset) // 2)
+            if end < k and top[end] != best[end]:
+                continue
+            upper, lower = top[offset:end:2], top[offset + 1:end:2]
+            kept = (upper == best[offset:end:2]) & (lower == best[offset + 1:end:2])
+            swapped = (upper == best[offset + 1:end:2]) & (lower == best[offset:end:2])
+            if np.all(kept | swapped):
+                return self._list_log_prob(k, offset, int(swapped.sum()), len(kept))
+        return -math.inf
 
     def improved(self, feedback: Feedback) -> np.ndarray | None:
         """``ybar`` of this feedback, or None when it carries no information: the coactive
         improved ranking when the learner presents the argmax, the pair-swapped ranking
-        when it perturbs. A ``ybar`` the feature map cannot tell from the shown ranking
-        (say, a swapped pair below ``depth``) carries no information either."""
+        (within the pairing the impression's context names) when it perturbs. A ``ybar`` the
+        feature map cannot tell from the shown ranking (say, a swapped pair below ``depth``)
+        carries no information either."""
         if self.swap_probability > 0:
-            improved = pair_swapped_ranking(feedback)
+            context = feedback.context or {}
+            improved = pair_swapped_ranking(feedback, int(context.get(PAIR_OFFSET, 0)))
         else:
             improved = feedback.improved if feedback.informative else None
         if improved is None or self.feature_map.same_phi(improved, feedback.ranking):

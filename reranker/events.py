@@ -9,6 +9,13 @@ passed it is *closed* and numbered with a strictly increasing ``closed_seq``; cl
 are refused from then on. The trainer applies closed impressions in ``closed_seq`` order and
 saves the highest number it applied inside the model file, so a restart neither loses nor
 repeats an impression. A click is durable (``synchronous=FULL``) before ``/click`` answers.
+
+The store also keeps what the click features are computed from (:mod:`reranker.clicks`):
+every logged impression adds its shown documents' position-weighted exposures, and every
+click adds one click and, when it fell in a pair the learner randomised, the counts of the
+position-bias estimate. Both are written in the same transaction as the impression or the
+click, so the counts always agree with the log, and a search only ever sees clicks made
+before it (the features it was ranked with are logged with it, never recomputed).
 """
 
 from __future__ import annotations
@@ -26,9 +33,16 @@ from typing import Any
 
 import numpy as np
 
+from .clicks import PositionBias, query_key, rates_from_counts
+from .clicks.position_bias import randomized_pairs
 from .errors import ConflictError, NotFoundError, StoreError, UnprocessableError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: ``click_stats.query_key`` of the counts over all queries (a normalised query never holds
+#: '*'), and ``doc_id`` of the counts over all documents.
+ALL_QUERIES = "*"
+ALL_DOCS = ""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -51,7 +65,8 @@ CREATE TABLE IF NOT EXISTS impressions (
     log_prob REAL,
     propensities BLOB,             -- float64 per candidate, when logged
     teams TEXT,                    -- JSON list: which learner contributed each shown hit
-    closed_seq INTEGER UNIQUE
+    closed_seq INTEGER UNIQUE,
+    context TEXT                   -- JSON: what the learner logged with the impression
 );
 CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) WHERE closed_seq IS NULL;
 CREATE TABLE IF NOT EXISTS clicks (
@@ -62,7 +77,27 @@ CREATE TABLE IF NOT EXISTS clicks (
     created REAL NOT NULL,
     UNIQUE (impression_id, doc_id)
 );
+""" + """
+CREATE TABLE IF NOT EXISTS click_stats (
+    query_key TEXT NOT NULL,       -- normalised query, or '*' for all queries
+    doc_id TEXT NOT NULL,          -- or '' for all documents
+    clicks REAL NOT NULL,
+    exposure REAL NOT NULL,        -- sum of the examination probabilities of where it was shown
+    PRIMARY KEY (query_key, doc_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS position_bias (
+    position INTEGER PRIMARY KEY,  -- 0-based upper position of a randomised adjacent pair
+    upper REAL NOT NULL,           -- inverse-propensity-weighted clicks at it
+    lower REAL NOT NULL            -- and at the position below it
+);
 """
+
+_UPSERT_STATS = ("INSERT INTO click_stats (query_key, doc_id, clicks, exposure) "
+                 "VALUES (?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
+                 "clicks = clicks + excluded.clicks, exposure = exposure + excluded.exposure")
+_UPSERT_BIAS = ("INSERT INTO position_bias (position, upper, lower) VALUES (?, ?, ?) "
+                "ON CONFLICT (position) DO UPDATE SET upper = upper + excluded.upper, "
+                "lower = lower + excluded.lower")
 
 
 @dataclass(eq=False)
@@ -83,6 +118,7 @@ class Impression:
     log_prob: float | None = None
     propensities: np.ndarray | None = None
     teams: list[str] | None = None  # per shown position, when an experiment mixes learners
+    context: dict | None = None  # what the learner logged with it (RankResult.context)
     closed_seq: int | None = None
     clicked: list[str] | None = None  # doc ids, filled when read for training
 
@@ -102,9 +138,13 @@ class EventStore:
     """Impressions and clicks in one SQLite file; safe to share between threads and
     processes (each thread gets its own connection)."""
 
+    #: Seconds a read of the position-bias counts is reused when logging exposures.
+    BIAS_REFRESH = 1.0
+
     def __init__(self, path: str | Path, busy_timeout: float = 10.0):
         self.path = Path(path)
         self.busy_timeout = busy_timeout
+        self._bias: tuple[float, PositionBias] | None = None
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
@@ -117,6 +157,9 @@ class EventStore:
                                "meta VALUES ('closed_seq', '0'); INSERT OR IGNORE INTO meta "
                                f"VALUES ('store_id', '{uuid.uuid4().hex}'); COMMIT;")
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            if int(meta["schema_version"]) == 1:
+                self._migrate_from_1(conn)
+                meta["schema_version"] = str(SCHEMA_VERSION)
         except sqlite3.Error as exc:
             self.close()  # never leave a half-run transaction holding the write lock
             raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
@@ -125,9 +168,38 @@ class EventStore:
             self.close()
             raise StoreError(f"store.path: {self.path} has event schema version "
                              f"{meta['schema_version']}, this version of reranker reads "
-                             f"{SCHEMA_VERSION}")
+                             f"{SCHEMA_VERSION} (and migrates 1); it was written by a newer "
+                             f"reranker")
         #: Identifies this event log; a model's cursor is only valid for the log it came from.
         self.store_id: str = meta["store_id"]
+
+    def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
+        """Schema 1 -> 2, in one transaction: the impressions' context column, and the click
+        counts rebuilt from the log (exposures weighted by the prior position weights, since
+        schema 1 kept no randomisation to estimate them from)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+                   .fetchone()[0]) == 1:  # another process may have migrated meanwhile
+                conn.execute("ALTER TABLE impressions ADD COLUMN context TEXT")
+                theta = PositionBias()
+                for query, doc_ids, ranking, n_shown in conn.execute(
+                        "SELECT query, doc_ids, ranking, n_shown FROM impressions "
+                        "ORDER BY seq").fetchall():
+                    ids = json.loads(doc_ids)
+                    shown = np.frombuffer(ranking, dtype=np.int32)[:n_shown]
+                    self._count_exposures(conn, query_key(query), [ids[i] for i in shown],
+                                          theta.weights(n_shown))
+                for query, doc_id in conn.execute(
+                        "SELECT i.query, c.doc_id FROM clicks c JOIN impressions i ON "
+                        "i.id = c.impression_id ORDER BY c.seq").fetchall():
+                    self._count_click(conn, query_key(query), doc_id)
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                             (str(SCHEMA_VERSION),))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     # -- connections ------------------------------------------------------------------------
 
@@ -179,22 +251,41 @@ class EventStore:
     # -- writing ----------------------------------------------------------------------------
 
     def log_impression(self, imp: Impression) -> None:
-        """Record a served page. Not fsynced by itself: the WAL is flushed by the next durable
-        write (any click), and a click always refers to an impression written before it."""
+        """Record a served page and its shown documents' exposures. Not fsynced by itself:
+        the WAL is flushed by the next durable write (any click), and a click always refers
+        to an impression written before it."""
         features = np.ascontiguousarray(imp.features, dtype=np.float64)
+        theta = self.position_bias().weights(imp.n_shown)
         conn = self._conn()
         with self._write(conn, durable=False):
             conn.execute(
                 "INSERT INTO impressions (id, created, query, user_id, learner, model_version, "
                 "doc_ids, feature_names, features, ranking, n_shown, log_prob, propensities, "
-                "teams) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "teams, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
                  json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
                  np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown,
                  imp.log_prob,
                  None if imp.propensities is None
                  else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
-                 None if imp.teams is None else json.dumps(imp.teams)))
+                 None if imp.teams is None else json.dumps(imp.teams),
+                 None if imp.context is None else json.dumps(imp.context)))
+            self._count_exposures(conn, query_key(imp.query), imp.shown_ids(), theta)
+
+    @staticmethod
+    def _count_exposures(conn: sqlite3.Connection, key: str, shown: list[str],
+                         theta: np.ndarray) -> None:
+        rows = []
+        for doc_id, weight in zip(shown, theta.tolist(), strict=True):
+            rows.append((key, doc_id, 0.0, weight))
+            rows.append((ALL_QUERIES, doc_id, 0.0, weight))
+        rows.append((ALL_QUERIES, ALL_DOCS, 0.0, float(theta.sum())))
+        conn.executemany(_UPSERT_STATS, rows)
+
+    @staticmethod
+    def _count_click(conn: sqlite3.Connection, key: str, doc_id: str) -> None:
+        conn.executemany(_UPSERT_STATS, [(key, doc_id, 1.0, 0.0), (ALL_QUERIES, doc_id, 1.0, 0.0),
+                                         (ALL_QUERIES, ALL_DOCS, 1.0, 0.0)])
 
     def record_click(self, impression_id: str, doc_id: str,
                      now: float | None = None) -> ClickResult:
@@ -204,8 +295,8 @@ class EventStore:
         now = time.time() if now is None else now
         conn = self._conn()
         with self._write(conn, durable=True):
-            row = conn.execute("SELECT doc_ids, ranking, n_shown, closed_seq FROM impressions "
-                               "WHERE id = ?", (impression_id,)).fetchone()
+            row = conn.execute("SELECT doc_ids, ranking, n_shown, closed_seq, query, context "
+                               "FROM impressions WHERE id = ?", (impression_id,)).fetchone()
             if row is None:
                 raise NotFoundError(f"unknown impression_id {impression_id!r}")
             doc_ids = json.loads(row[0])
@@ -225,7 +316,14 @@ class EventStore:
             cur = conn.execute("INSERT OR IGNORE INTO clicks (impression_id, doc_id, position, "
                                "created) VALUES (?, ?, ?, ?)",
                                (impression_id, doc_id, position, now))
-            return ClickResult(impression_id, doc_id, position, duplicate=cur.rowcount == 0)
+            if cur.rowcount == 0:
+                return ClickResult(impression_id, doc_id, position, duplicate=True)
+            self._count_click(conn, query_key(row[4]), doc_id)
+            pairs, p = randomized_pairs(json.loads(row[5]) if row[5] else None, row[2])
+            counts = PositionBias.pair_counts(pairs, p, [position - 1])
+            if counts:
+                conn.executemany(_UPSERT_BIAS, counts)
+            return ClickResult(impression_id, doc_id, position, duplicate=False)
 
     def close_impressions(self, before: float, limit: int | None = None) -> int:
         """Close open impressions created before ``before`` (oldest first, at most
@@ -283,6 +381,56 @@ class EventStore:
                     out[imp_id].append(doc_id)
         return out
 
+    def click_features(self, query: str, doc_ids: list[str], smoothing: float) -> np.ndarray:
+        """The click features of candidates ``doc_ids`` for ``query``, shape ``(n, 2)``
+        (:func:`reranker.clicks.rates_from_counts`), from the clicks and exposures logged so
+        far."""
+        key = query_key(query)
+        counts = np.zeros((len(doc_ids), 4))
+        where = {doc_id: i for i, doc_id in enumerate(doc_ids)}
+        total = (0.0, 0.0)
+        with self._sqlite_errors():
+            conn = self._conn()
+            # Documents shown for this query so far (usually fewer than the candidates).
+            for doc_id, clicks, exposure in conn.execute(
+                    "SELECT doc_id, clicks, exposure FROM click_stats WHERE query_key = ?",
+                    (key,)):
+                i = where.get(doc_id)
+                if i is not None:
+                    counts[i, 0], counts[i, 1] = clicks, exposure
+            for start in range(0, len(doc_ids), 500):
+                chunk = doc_ids[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for doc_id, clicks, exposure in conn.execute(
+                        f"SELECT doc_id, clicks, exposure FROM click_stats WHERE query_key = ? "
+                        f"AND doc_id IN ({marks})", (ALL_QUERIES, *chunk)):
+                    i = where[doc_id]
+                    counts[i, 2], counts[i, 3] = clicks, exposure
+            row = conn.execute("SELECT clicks, exposure FROM click_stats WHERE query_key = ? "
+                               "AND doc_id = ?", (ALL_QUERIES, ALL_DOCS)).fetchone()
+            if row is not None:
+                total = row
+        return rates_from_counts(counts, total[0], total[1], smoothing)
+
+    def position_bias(self, max_age: float | None = None) -> PositionBias:
+        """The position-bias estimate from the counts logged so far (a read at most
+        ``max_age`` seconds old, by default :attr:`BIAS_REFRESH`)."""
+        max_age = self.BIAS_REFRESH if max_age is None else max_age
+        now = time.monotonic()
+        cached = self._bias
+        if cached is not None and now - cached[0] <= max_age:
+            return cached[1]
+        with self._sqlite_errors():
+            rows = self._conn().execute("SELECT position, upper, lower FROM position_bias "
+                                        "ORDER BY position").fetchall()
+        size = rows[-1][0] + 1 if rows else 0
+        upper, lower = np.zeros(size), np.zeros(size)
+        for position, top, bottom in rows:
+            upper[position], lower[position] = top, bottom
+        bias = PositionBias(upper, lower)
+        self._bias = (now, bias)
+        return bias
+
     def last_closed_seq(self) -> int:
         """The highest ``closed_seq`` handed out so far."""
         with self._sqlite_errors():
@@ -312,7 +460,7 @@ class EventStore:
 
 
 _COLUMNS = ("id, created, query, user_id, learner, model_version, doc_ids, feature_names, "
-            "features, ranking, n_shown, log_prob, propensities, teams, closed_seq")
+            "features, ranking, n_shown, log_prob, propensities, teams, closed_seq, context")
 
 
 def _impression(row: tuple) -> Impression:
@@ -324,4 +472,5 @@ def _impression(row: tuple) -> Impression:
         features=features, ranking=np.frombuffer(row[9], dtype=np.int32).astype(np.intp),
         n_shown=row[10], log_prob=row[11],
         propensities=None if row[12] is None else np.frombuffer(row[12], dtype=np.float64),
-        teams=None if row[13] is None else json.loads(row[13]), closed_seq=row[14])
+        teams=None if row[13] is None else json.loads(row[13]), closed_seq=row[14],
+        context=None if row[15] is None else json.loads(row[15]))

@@ -1,10 +1,10 @@
 """The DCG-style joint feature map of a query and a ranking.
 
-ALGORITHMS.md section 0 (Coactive Learning, section 4; Online Learning with Preference
-Feedback, section 5): ``phi(q, y) = sum_{i=1..k} g_i * x_{y_i}`` with position discounts
-``g_i = 1 / log2(i + 1)`` for ``i <= k`` and 0 past the cut-off ``k``. The utility of a ranking
-is ``U = w . phi(q, y)``; because the discounts decrease, ``argmax_y w . phi(q, y)`` is the
-candidates sorted by ``w . x_i``.
+docs/algorithms.md, "The joint feature map" (Coactive Learning, section 4; Online Learning
+with Preference Feedback, section 5): ``phi(q, y) = sum_{i=1..k} g_i * x_{y_i}`` with
+position discounts ``g_i = 1 / log2(i + 1)`` for ``i <= k`` and 0 past the cut-off ``k``. The
+utility of a ranking is ``U = w . phi(q, y)``; because the discounts decrease,
+``argmax_y w . phi(q, y)`` is the candidates sorted by ``w . x_i``.
 """
 
 from __future__ import annotations

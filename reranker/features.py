@@ -2,11 +2,13 @@
 
 Every backend answers a search with a :class:`reranker.backends.Candidates`: the hits'
 overall scores, one score per searched field, and the numeric document fields named in
-config. :class:`FeatureSpec` turns that into the raw feature matrix, with the same feature
-names whichever backend served, so a model knows exactly what its weights mean.
+config. :class:`FeatureSpec` turns that, and the click features the event store counts
+(:mod:`reranker.clicks`), into the raw feature matrix, with the same feature names whichever
+backend served, so a model knows exactly what its weights mean.
 
-Normalisation (ALGORITHMS.md section 0) is part of the model: learners assume bounded
-features, and a model is only valid with the normalisation it was trained with.
+Normalisation (docs/algorithms.md, "The joint feature map") is part of the model: learners
+assume bounded features, and a model is only valid with the normalisation it was trained
+with.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .clicks import CLICK_FEATURES
+
+#: The feature that carries the search engine's own order.
+ENGINE_ORDER = "backend_reciprocal_rank"
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backends import Candidates
@@ -32,6 +39,8 @@ class FeatureSpec:
     #: Names of the per-hit query scores, one per column of ``Candidates.field_scores``;
     #: empty means one ``field_score:<field>`` per searched field.
     query_features: tuple[str, ...] = ()
+    #: Whether the click features (:data:`reranker.clicks.CLICK_FEATURES`) come last.
+    click_features: bool = False
 
     #: Largest magnitude of a raw feature value; larger ones are clipped.
     LIMIT = 1e12
@@ -48,7 +57,8 @@ class FeatureSpec:
         return cls(fields=tuple(backend.fields),
                    numeric_fields=tuple(config.features.numeric_fields),
                    missing_value=float(config.features.missing_value),
-                   query_features=query_features)
+                   query_features=query_features,
+                   click_features=bool(config.features.click_features))
 
     @functools.cached_property
     def query_names(self) -> tuple[str, ...]:
@@ -58,15 +68,18 @@ class FeatureSpec:
     def names(self) -> tuple[str, ...]:
         """Feature names, in column order: the same whichever backend serves, so that a
         model is refused where its features would mean something else."""
-        return (("backend_score", "backend_reciprocal_rank") + self.query_names
-                + tuple(f"field_value:{f}" for f in self.numeric_fields))
+        return (("backend_score", ENGINE_ORDER) + self.query_names
+                + tuple(f"field_value:{f}" for f in self.numeric_fields)
+                + (CLICK_FEATURES if self.click_features else ()))
 
-    def build(self, candidates: Candidates) -> np.ndarray:
-        """Raw feature matrix, shape ``(n, m)``, from a backend's candidates.
+    def build(self, candidates: Candidates, clicks: np.ndarray | None = None) -> np.ndarray:
+        """Raw feature matrix, shape ``(n, m)``, from a backend's candidates and, when the
+        click features are on, their click features ``clicks`` (shape ``(n, 2)``).
 
-        Columns: the backend's overall score, ``1 / backend rank``, each field's score, and
-        each numeric field (missing or non-finite values replaced by ``missing_value``).
-        Values are clipped to +-``LIMIT`` so that no normalisation can overflow.
+        Columns: the backend's overall score, ``1 / backend rank``, each field's score, each
+        numeric field (missing or non-finite values replaced by ``missing_value``), then the
+        click features. Values are clipped to +-``LIMIT`` so that no normalisation can
+        overflow.
         """
         n = len(candidates.ids)
         X = np.empty((n, len(self.names)))
@@ -76,9 +89,38 @@ class FeatureSpec:
         X[:, 2:2 + nf] = candidates.field_scores
         if self.numeric_fields:
             values = candidates.numeric
-            X[:, 2 + nf:] = np.where(np.isfinite(values), values, self.missing_value)
+            end = 2 + nf + len(self.numeric_fields)
+            X[:, 2 + nf:end] = np.where(np.isfinite(values), values, self.missing_value)
+        if self.click_features:
+            if clicks is None:
+                raise ValueError("the click features are on but no click counts were given")
+            X[:, -len(CLICK_FEATURES):] = clicks
         np.clip(X, -self.LIMIT, self.LIMIT, out=X)
         return X
+
+
+def raw_columns(names: tuple[str, ...] | list[str]) -> np.ndarray:
+    """Columns that normalisation leaves as they are: the click features, which are rates
+    on a common scale already, and whose differences between documents are the evidence
+    (min-max over a page would blow one stray click up to the full range)."""
+    return np.array([j for j, name in enumerate(names) if name in CLICK_FEATURES],
+                    dtype=np.intp)
+
+
+def engine_prior(names: tuple[str, ...] | list[str],
+                 engine_feature: str = ENGINE_ORDER) -> np.ndarray | None:
+    """The starting ranking as a weight vector (docs/algorithms.md, "Safe start"): weight 1
+    on the feature that carries the engine's order, and 1 on ``click_rate:query_doc``, so
+    that a document users clearly prefer for a query rises past the ones the engine put
+    just above it. None when the engine's feature is not among ``names``."""
+    names = list(names)
+    if engine_feature not in names:
+        return None
+    prior = np.zeros(len(names))
+    prior[names.index(engine_feature)] = 1.0
+    if CLICK_FEATURES[0] in names:
+        prior[names.index(CLICK_FEATURES[0])] = 1.0
+    return prior
 
 
 class Normalizer:

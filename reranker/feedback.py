@@ -1,4 +1,4 @@
-"""From clicks to feedback (ALGORITHMS.md section 1).
+"""From clicks to feedback (docs/algorithms.md, "From clicks to feedback").
 
 Live traffic and the offline simulator both turn what a user did into a :class:`Feedback`
 through the functions here, so every learner is trained by the same code either way.
@@ -42,7 +42,9 @@ class Feedback:
     the clicks for live traffic, or given directly by a simulated alpha-informative user.
     ``informative`` is False when ``ybar == y`` (no click, or only the top results clicked):
     there is nothing to learn. ``log_prob`` and ``propensities`` are what a stochastic policy
-    logged when it ranked. Arrays are integer arrays of candidate indices; treat them as
+    logged when it ranked, and ``context`` the small per-impression record the learner
+    logged with it (for the perceptrons, which pairs they randomised: see
+    :mod:`reranker.coactive`). Arrays are integer arrays of candidate indices; treat them as
     read-only.
     """
 
@@ -54,6 +56,7 @@ class Feedback:
     propensities: np.ndarray | None = None
     informative: bool | None = None
     positions: np.ndarray | None = None  # 0-based positions of ``clicked`` in ``ranking``
+    context: dict | None = None  # what the learner logged with the impression
 
     def __post_init__(self) -> None:
         if self.clicked is None:
@@ -88,7 +91,8 @@ def feedback_from_positions(ranking: np.ndarray, n_shown: int, positions: np.nda
 
 def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray, *,
                          log_prob: float | None = None,
-                         propensities: np.ndarray | None = None) -> Feedback:
+                         propensities: np.ndarray | None = None,
+                         context: dict | None = None) -> Feedback:
     """Feedback of an impression from its clicked candidate indices (any order, no repeats),
     as live traffic logs them: located in the ranking, then :func:`feedback_from_positions`."""
     ranking = np.asarray(ranking, dtype=np.intp)
@@ -100,6 +104,7 @@ def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray,
         positions = np.sort(position[clicked])
     feedback = feedback_from_positions(ranking, int(n_shown), positions, log_prob=log_prob)
     feedback.propensities = propensities
+    feedback.context = context
     return feedback
 
 
@@ -114,20 +119,24 @@ def click_positions(feedback: Feedback) -> np.ndarray:
     return np.sort(position[np.asarray(feedback.clicked, dtype=np.intp)])
 
 
-def pair_swapped_ranking(feedback: Feedback) -> np.ndarray | None:
+def pair_swapped_ranking(feedback: Feedback, offset: int = 0) -> np.ndarray | None:
     """The improved ranking of a pair-perturbed presentation, or None without information.
 
     Raman, Joachims, Shivaswamy & Schnabel, *Stable Coactive Learning via Perturbation*
     (ICML 2013; cited in Coactive Learning, section 2), the feedback of the perturbed
-    Preference Perceptron for ranking: the shown list is cut into the pairs of positions
-    (1, 2), (3, 4), ...; ``ybar`` is the presented ranking with every pair swapped whose
-    lower result was clicked and whose upper result was not. With swap probability 0.5 both
+    Preference Perceptron for ranking: the shown list is cut into pairs of adjacent
+    positions, (1, 2), (3, 4), ... with ``offset`` 0 or (2, 3), (4, 5), ... with ``offset`` 1
+    (the random pairing of FairPairs, Radlinski & Joachims 2006, so that every adjacent pair
+    can be compared); ``ybar`` is the presented ranking with every pair swapped whose lower
+    result was clicked and whose upper result was not. With swap probability 0.5 both
     results of a pair were equally likely to be shown on top, so the position bias of the
     clicks cancels in expectation (smaller probabilities leave part of it)."""
     positions = click_positions(feedback).tolist()  # a few clicks: plain Python is fastest
-    shown = feedback.n_shown - feedback.n_shown % 2  # positions that belong to a pair
     clicked = set(positions)
-    upper = [pos - 1 for pos in positions if pos % 2 and pos < shown and pos - 1 not in clicked]
+    # a lower position of a pair: offset + 1, offset + 3, ... (0-based), below the page's end
+    upper = [pos - 1 for pos in positions
+             if (pos - offset) % 2 == 1 and pos > offset and pos < feedback.n_shown
+             and pos - 1 not in clicked]
     if not upper:
         return None
     ranking = feedback.ranking

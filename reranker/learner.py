@@ -89,13 +89,16 @@ class RankResult:
     ``scores`` are the per-candidate scores the ranking is sorted or sampled from.
     A stochastic learner also reports ``log_prob``, the log-probability of the shown top
     ``n_shown`` under its policy, and may report ``propensities``, the per-candidate
-    marginal probability of being shown.
+    marginal probability of being shown. ``context`` is a small JSON-able record the
+    learner wants back with the feedback on this impression (for the perceptrons, which
+    pairs they randomised); it is logged with the impression.
     """
 
     ranking: np.ndarray
     scores: np.ndarray
     log_prob: float | None = None
     propensities: np.ndarray | None = None
+    context: dict | None = None
 
 
 class Learner(ABC):
@@ -150,16 +153,26 @@ class Learner(ABC):
     def initialized(self) -> bool:
         return hasattr(self, "n_features_in_")
 
-    def initialize(self, n_features: int, feature_names: list[str] | None = None) -> None:
+    def initialize(self, n_features: int, feature_names: list[str] | None = None,
+                   prior: np.ndarray | None = None) -> None:
         """Create the initial model for ``n_features`` features (``w_1`` of the papers).
-        ``feature_names`` (when known) are kept in ``feature_names_in_``."""
+        ``feature_names`` (when known) are kept in ``feature_names_in_``. ``prior`` is a
+        weight vector that ranks like the search engine (see :class:`LinearLearner`);
+        learners that cannot start from one ignore it."""
         if not self._validated:
             self.validate_params()
         if feature_names is not None and len(feature_names) != n_features:
             raise ValueError(f"{len(feature_names)} feature names for {n_features} features")
+        if prior is not None and np.shape(prior) != (n_features,):
+            raise ValueError(f"prior has shape {np.shape(prior)}, expected ({n_features},)")
         self.n_features_in_ = int(n_features)
         self.feature_names_in_ = list(feature_names) if feature_names is not None else None
         self._initialize(self.n_features_in_)
+        self._start_from(prior)
+
+    def _start_from(self, prior: np.ndarray | None) -> None:  # noqa: B027 -- optional
+        """Take the engine-like starting ranking ``prior`` into the initial state (learners
+        that support one)."""
 
     def get_state(self) -> dict[str, Any]:
         """Learned state: every attribute ending in ``_`` (arrays and numbers)."""
@@ -181,6 +194,8 @@ class Learner(ABC):
         template = type(self)(feature_map=self.feature_map, **self.get_params())
         template.initialize(int(state["n_features_in_"]), state.get("feature_names_in_"))
         expected = template.get_state()
+        state = {**{k: v for k, v in template._state_defaults().items() if k in expected},
+                 **state}
         missing = sorted(set(expected) - set(state))
         extra = sorted(set(state) - set(expected))
         if missing or extra:
@@ -203,6 +218,11 @@ class Learner(ABC):
                 restored[key] = type(ref)(value) if ref is not None else value
         for key, value in restored.items():
             setattr(self, key, value)
+
+    def _state_defaults(self) -> dict[str, Any]:
+        """Values of learned state that models saved by earlier versions of the learner may
+        lack (none by default): such a model loads with these."""
+        return {}
 
     # -- ranking and learning -------------------------------------------------------------
 
@@ -246,7 +266,12 @@ class Learner(ABC):
         if len(feedback.ranking) != n or len(feedback.improved) != n:
             raise ValueError(f"feedback ranks {len(feedback.ranking)} candidates but the "
                              f"features describe {n}")
-        return bool(self._update(X, feedback))
+        return bool(self._learn(X, feedback))
+
+    def _learn(self, X: np.ndarray, feedback: Feedback) -> bool:
+        """:meth:`_update` on validated input, with whatever bookkeeping the base class
+        keeps around it (the offline simulator calls this directly)."""
+        return self._update(X, feedback)
 
     @abstractmethod
     def _initialize(self, n_features: int) -> None:
@@ -261,7 +286,8 @@ class Learner(ABC):
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         """Apply one feedback; return True if the learned state changed."""
 
-    def grow(self, n_features: int, feature_names: list[str] | None = None) -> None:
+    def grow(self, n_features: int, feature_names: list[str] | None = None,
+             prior: np.ndarray | None = None) -> None:
         """Extend the model to ``n_features`` features, the new ones appended after the old
         (a new feature in the config, or a growing item library). Learners without
         :attr:`supports_growth` refuse with a ``ValueError``."""
@@ -274,6 +300,7 @@ class Learner(ABC):
             raise ValueError(f"learner {self.name!r} cannot shrink from {old} to {n_features} "
                              f"features")
         self._grow(n_features)
+        self._grow_prior(old, n_features, prior)
         self.n_features_in_ = int(n_features)
         if feature_names is not None:
             self.feature_names_in_ = list(feature_names)
@@ -285,6 +312,10 @@ class Learner(ABC):
         """Extend the learned state for new trailing features (learners with growth)."""
         raise NotImplementedError
 
+    def _grow_prior(self, old: int, n_features: int,  # noqa: B027 -- optional
+                    prior: np.ndarray | None) -> None:
+        """Extend the starting ranking for new trailing features (learners with one)."""
+
     def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:
         """Log-probability that a stochastic learner presents ``top`` (candidate indices) as
         the first ``len(top)`` results for these features, with its current model."""
@@ -295,13 +326,82 @@ class Learner(ABC):
         return cls.description
 
 
+def prior_steps_param(default: float) -> Param:
+    """The ``prior_steps`` parameter of a :class:`LinearLearner`, with its default."""
+    return Param(
+        "prior_steps", float, default,
+        "how much the starting ranking (the search engine's order, corrected by the click "
+        "features) weighs, in average learning steps of this learner: the learned weights "
+        "overrule it only once they agree over about this many updates, so learning never "
+        "starts by ranking worse than the engine; 0 starts from w = 0 as in the papers",
+        minimum=0.0)
+
+
+PRIOR_STEPS = prior_steps_param(300.0)
+
+
 class LinearLearner(Learner):
     """A learner that scores candidates with a weight vector, ``scores = X @ weights()``,
     and presents them sorted by score (``argmax_y w . phi(q, y)``); subclasses keep their
-    weights in ``w_`` or override :meth:`weights`."""
+    learned weights in ``w_`` or override :meth:`learned_weights`.
+
+    **Starting from the search engine** (docs/algorithms.md, "Safe start"). The weights
+    used for ranking are the learned weights plus a fixed starting ranking, ``prior_``, a
+    unit vector on the feature that carries the engine's order (plus the click features,
+    see :meth:`reranker.features.FeatureSpec.prior`), scaled to ``prior_steps`` times the
+    learner's average step: ``weights() = learned_weights() + prior_steps * s * prior_``
+    with ``s = (1 + sum of step norms) / (1 + steps)``. The first search is ranked in the
+    engine's order, and the learned weights take over only where many of their updates agree,
+    as a prior does for a Bayesian learner (BubbleRank, Li et al. 2019, keeps the same
+    promise by starting from the production ranker and changing it only on evidence). Being
+    a multiple of the learner's own step size makes it independent of the number and scale
+    of the features. The papers' learners are ``prior_steps: 0``.
+    """
+
+    params: tuple[Param, ...] = (PRIOR_STEPS,)
+
+    def learned_weights(self) -> np.ndarray:
+        """The weights the learner has learned (``w_t`` of the papers)."""
+        return self.w_
 
     def weights(self) -> np.ndarray:
-        return self.w_
+        """The weights it ranks with: learned, plus the starting ranking."""
+        learned = self.learned_weights()
+        if not self.prior_.any():
+            return learned
+        return learned + self.prior_weight() * self.prior_
+
+    def prior_weight(self) -> float:
+        """The starting ranking's current scale: ``prior_steps`` average steps."""
+        return self.prior_steps * (1.0 + self.step_sum_) / (1.0 + self.steps_)
+
+    def _start_from(self, prior: np.ndarray | None) -> None:
+        n = self.n_features_in_
+        self.prior_ = np.zeros(n) if prior is None or self.prior_steps == 0 \
+            else np.asarray(prior, dtype=np.float64).copy()
+        self.step_sum_ = 0.0  # sum of the norms of the learned weights' changes
+        self.steps_ = 0  # updates that changed them
+
+    def _state_defaults(self) -> dict[str, Any]:
+        # A model saved before starting rankings existed started from w = 0.
+        n = getattr(self, "n_features_in_", 0)
+        return {"prior_": np.zeros(n), "step_sum_": 0.0, "steps_": 0}
+
+    def _grow_prior(self, old: int, n_features: int, prior: np.ndarray | None) -> None:
+        extra = np.zeros(n_features - old)
+        if prior is not None and self.prior_.any():
+            extra = np.asarray(prior, dtype=np.float64)[old:n_features].copy()
+        self.prior_ = np.concatenate([self.prior_, extra])
+
+    def _learn(self, X: np.ndarray, feedback: Feedback) -> bool:
+        before = self.learned_weights().copy()
+        changed = self._update(X, feedback)
+        if changed:
+            step = float(np.linalg.norm(self.learned_weights() - before))
+            if step > 0:
+                self.step_sum_ += step
+                self.steps_ += 1
+        return changed
 
     def _rank(self, X: np.ndarray, n_shown: int,
               rng: np.random.Generator | None) -> RankResult:
@@ -321,6 +421,7 @@ def _fallback_rng() -> np.random.Generator:
 
 
 def argmax_ranking(scores: np.ndarray) -> np.ndarray:
-    """``argmax_y w . phi(q, y)``: candidates sorted by score, best first (ALGORITHMS.md
-    section 0). Ties keep the backend's order, so an all-zero model ranks like the backend."""
+    """``argmax_y w . phi(q, y)``: candidates sorted by score, best first
+    (docs/algorithms.md, "The joint feature map"). Ties keep the backend's order, so an
+    all-zero model ranks like the backend."""
     return (-scores).argsort(kind="stable")

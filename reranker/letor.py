@@ -1,6 +1,7 @@
 """Learning-to-rank data in LETOR / SVMlight format.
 
-``label qid:N 1:v 2:v ... # comment`` per line, gzip-compressed or plain. Files without
+``label qid:N 1:v 2:v ... # comment`` per line, gzip-compressed or plain; a comment holding
+``docid = ID`` (as in LETOR 4.0) names the document. Files without
 ``qid:`` take their query sizes from a ``.query`` file beside them (one count per line, the
 LightGBM convention). A malformed line raises :class:`reranker.errors.DataError` with the
 file name and line number.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,7 @@ class RankingData:
     sources: list[str]
     lines: np.ndarray | None = None  # line number of every row in its file
     files: np.ndarray | None = None  # index into ``sources`` of every row's file
+    doc_ids: list[str | None] | None = None  # from ``docid = ID`` comments, None without
 
     def where(self, row: int) -> str:
         """``FILE, line N`` of a row, for error messages."""
@@ -62,7 +65,10 @@ class RankingData:
             if f in column:
                 X[:, k] = self.X[:, column[f]]
         return RankingData(self.qids, self.offsets, X, self.labels, list(feature_ids),
-                           self.sources, self.lines, self.files)
+                           self.sources, self.lines, self.files, self.doc_ids)
+
+
+_DOCID = re.compile(r"docid\s*=\s*(\S+)")
 
 
 def _open_text(path: Path):
@@ -90,12 +96,16 @@ def load_letor(path: str | os.PathLike) -> RankingData:
     qids: list[str | None] = []
     rows: list[dict[int, float]] = []
     numbers: list[int] = []
+    docs: list[str | None] = []
     try:
         with _open_text(path) as handle:
             for number, line in enumerate(handle, start=1):
-                body = line.split("#", 1)[0].split()
+                body, _, comment = line.partition("#")
+                body = body.split()
                 if not body:
                     continue
+                match = _DOCID.search(comment)
+                docs.append(match.group(1) if match else None)
                 labels.append(_label(body[0], path, number))
                 qid = None
                 features: dict[int, float] = {}
@@ -128,7 +138,7 @@ def load_letor(path: str | os.PathLike) -> RankingData:
         line = next(i for i, q in enumerate(qids) if q is None)
         raise DataError(f"{path}: data line {line + 1} has no qid while others do")
     return _assemble([str(q) for q in qids], rows, np.array(labels, dtype=np.int64), [str(path)],
-                     np.array(numbers))
+                     np.array(numbers), docs)
 
 
 def _label(token: str, path: Path, number: int) -> int:
@@ -163,7 +173,7 @@ def _qids_from_query_file(path: Path, n_rows: int) -> list[str]:
 
 
 def _assemble(qids: list[str], rows: list[dict[int, float]], labels: np.ndarray,
-              sources: list[str], numbers: np.ndarray) -> RankingData:
+              sources: list[str], numbers: np.ndarray, docs: list[str | None]) -> RankingData:
     # Group rows by query, keeping the first-appearance order of queries and of rows.
     first: dict[str, int] = {}
     group = np.array([first.setdefault(q, len(first)) for q in qids])
@@ -178,7 +188,8 @@ def _assemble(qids: list[str], rows: list[dict[int, float]], labels: np.ndarray,
             X[i, column[k]] = v
     return RankingData(qids=list(first), offsets=offsets, X=X[order], labels=labels[order],
                        feature_ids=feature_ids, sources=sources, lines=numbers[order],
-                       files=np.zeros(len(rows), dtype=np.intp))
+                       files=np.zeros(len(rows), dtype=np.intp),
+                       doc_ids=[docs[i] for i in order])
 
 
 def load_many(paths: list[str | os.PathLike]) -> RankingData:
@@ -197,4 +208,5 @@ def load_many(paths: list[str | os.PathLike]) -> RankingData:
                        feature_ids=feature_ids, sources=[s for p in parts for s in p.sources],
                        lines=np.concatenate([p.lines for p in parts]),
                        files=np.concatenate([np.full(len(p.labels), i, dtype=np.intp)
-                                             for i, p in enumerate(parts)]))
+                                             for i, p in enumerate(parts)]),
+                       doc_ids=[d for p in parts for d in (p.doc_ids or [None] * len(p.labels))])

@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import ConfigError, ModelLoadError
 from .featuremap import FeatureMap
-from .features import FeatureSpec, Normalizer, make_normalizer
+from .features import FeatureSpec, Normalizer, engine_prior, make_normalizer, raw_columns
 from .feedback import Feedback
 from .learner import Learner, RankResult
 
@@ -52,21 +52,32 @@ class RankingModel:
     version: int = 0
     progress: TrainingProgress = field(default_factory=TrainingProgress)
 
+    def __post_init__(self) -> None:
+        self._raw = raw_columns(self.feature_names)
+
     @property
     def learner_name(self) -> str:
         return self.learner.name
 
+    def normalize(self, X_raw: np.ndarray) -> np.ndarray:
+        """This model's normalisation of raw features; the click features stay raw."""
+        X = self.normalizer.transform(X_raw)
+        if len(self._raw):
+            X = np.array(X, dtype=np.float64)  # never write into X_raw
+            X[:, self._raw] = X_raw[:, self._raw]
+        return X
+
     def rank(self, X_raw: np.ndarray, n_shown: int,
              rng: np.random.Generator | None = None) -> RankResult:
         """Rank raw features (normalised with this model's normalisation)."""
-        return self.learner.rank(self.normalizer.transform(X_raw), n_shown, rng)
+        return self.learner.rank(self.normalize(X_raw), n_shown, rng)
 
     def learn(self, X_raw: np.ndarray, feedback: Feedback) -> bool:
         """Update normalisation statistics and the learner from one impression. Raises
         ``ValueError`` (and may leave the model half updated: see :meth:`snapshot`) when the
         update produces non-finite state."""
         self.normalizer.partial_fit(X_raw)
-        changed = self.learner.update(self.normalizer.transform(X_raw), feedback)
+        changed = self.learner.update(self.normalize(X_raw), feedback)
         for key, value in vars(self.learner).items():  # the learned state, without copies
             if key.endswith("_") and isinstance(value, np.ndarray) and value.dtype.kind == "f" \
                     and not np.all(np.isfinite(value)):
@@ -120,12 +131,15 @@ class ModelFactory:
     normalisation and feature map."""
 
     def __init__(self, learner_cls: type[Learner], params: dict[str, Any],
-                 feature_map: FeatureMap, feature_names: list[str], normalization: str):
+                 feature_map: FeatureMap, feature_names: list[str], normalization: str,
+                 prior: np.ndarray | None = None):
         self.learner_cls = learner_cls
         self.params = dict(params)
         self.feature_map = feature_map
         self.feature_names = tuple(feature_names)
         self.normalization = normalization
+        #: The starting ranking (docs/algorithms.md, "Safe start"), or None.
+        self.prior = engine_prior(self.feature_names) if prior is None else prior
         self.new_learner().validate_params()  # a bad parameter fails at start-up
 
     @classmethod
@@ -149,7 +163,7 @@ class ModelFactory:
     def new(self) -> RankingModel:
         """Version 0: the learner's initial model (``w_1`` of the papers)."""
         learner = self.new_learner()
-        learner.initialize(len(self.feature_names), list(self.feature_names))
+        learner.initialize(len(self.feature_names), list(self.feature_names), self.prior)
         return RankingModel(learner=learner, normalizer=make_normalizer(self.normalization),
                             feature_names=self.feature_names)
 
@@ -219,7 +233,7 @@ class ModelFactory:
             learner.set_state(state)
             normalizer.set_state(norm.get("state") or {}, len(names))
             if grows:  # new features start with zero weight (Delage, section 4)
-                learner.grow(len(self.feature_names), list(self.feature_names))
+                learner.grow(len(self.feature_names), list(self.feature_names), self.prior)
             progress = TrainingProgress(**{k: int(training.get(k, 0))
                                            for k in TrainingProgress.COUNTERS},
                                         store_id=training.get("store_id"))

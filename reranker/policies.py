@@ -1,5 +1,5 @@
-"""Random ranking policies: Plackett-Luce sampling and its probabilities (ALGORITHMS.md
-section 3, Delage's K-logistic policies)."""
+"""Random ranking policies: Plackett-Luce sampling and its probabilities (docs/algorithms.md,
+"Plackett-Luce learners"; Delage's K-logistic policies)."""
 
 from __future__ import annotations
 

@@ -115,7 +115,11 @@ class RerankerService:
         """Rank the backend's candidates for ``query``; log and return the page."""
         query, size, user_id = self._check_search(query, size, user_id)
         candidates = self.backend.search(query, max(self.config.backend.candidates, size))
-        X = self.spec.build(candidates)
+        clicks = None
+        if self.spec.click_features:  # from clicks logged before this search only
+            clicks = self.events.click_features(query, candidates.ids,
+                                                self.config.features.click_smoothing)
+        X = self.spec.build(candidates, clicks)
         model = self.model
         rng = self._rng if model.learner.stochastic else None
         n = len(candidates)
@@ -124,15 +128,17 @@ class RerankerService:
             result = model.rank(X, n_shown, rng)
             ranking, scores = result.ranking, result.scores
             log_prob, propensities = result.log_prob, result.propensities
+            context = result.context
         else:
             ranking, scores, log_prob, propensities = np.empty(0, np.intp), np.empty(0), None, None
+            context = None
         shown = ranking[:n_shown]
         sources = candidates.load_sources(shown.tolist())
         impression = Impression(
             id=uuid.uuid4().hex, created=time.time(), query=query, user_id=user_id,
             learner=model.learner_name, model_version=model.version, doc_ids=candidates.ids,
             feature_names=list(model.feature_names), features=X, ranking=ranking,
-            n_shown=n_shown, log_prob=log_prob, propensities=propensities)
+            n_shown=n_shown, log_prob=log_prob, propensities=propensities, context=context)
         self.events.log_impression(impression)
         hits = [{"id": candidates.ids[i], "rank": rank, "score": _finite(scores[i]),
                  "source": source}

@@ -28,9 +28,9 @@ DEFAULTS: dict[str, Any] = {
     "click_model": "informational", "impressions": 10_000, "runs": 5, "seed": 0,
     "out": "simulation", "depth": None, "discount": "log2", "gain": "linear",
     "backend_feature": "best", "checkpoints": 40, "workers": None, "library": "fixed",
-    "reveal": 0.5,
+    "reveal": 0.5, "start": "engine", "click_features": True, "window": 200,
 }
-SHOWN = ("offline_ndcg@10", "online_ndcg@10", "utility_regret", "dcg_star_regret")
+SHOWN = ("offline_ndcg@10", "online_ndcg@10", "utility_regret")
 
 
 def merge_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -84,17 +84,26 @@ def run_simulate(options: dict[str, Any], console: Console | None = None) -> dic
                             click_model=plan["click_model"], depth=plan["depth"],
                             discount=plan["discount"], gain=plan["gain"],
                             checkpoints=plan["checkpoints"], library=plan["library"],
-                            reveal=plan["reveal"])
+                            reveal=plan["reveal"], start=plan["start"],
+                            click_features=bool(plan["click_features"]),
+                            window=plan["window"], backend_feature=feature)
     except TypeError as exc:  # pragma: no cover -- keys are fixed above
         raise ConfigError(str(exc)) from exc
     if settings.library not in ("fixed", "growing"):
         raise ConfigError(f"library must be 'fixed' or 'growing', got {settings.library!r}")
     if not 0 < settings.reveal <= 1:
         raise ConfigError(f"reveal must be in (0, 1], got {settings.reveal!r}")
+    if settings.start not in ("engine", "zero"):
+        raise ConfigError(f"start must be 'engine' or 'zero', got {settings.start!r}")
+    if not isinstance(settings.window, int) or settings.window < 1:
+        raise ConfigError(f"window must be a positive integer, got {settings.window!r}")
     console.print(f"{len(data.train)} training queries, {len(data.test)} test queries, "
                   f"{len(data.feature_names)} features (constant ones dropped), "
                   f"{data.grades}-grade labels; backend order = {feature}; {settings.library} "
-                  f"library. Users: {settings.click_model} (simulated).")
+                  f"library; learners start from "
+                  f"{'the backend order' if settings.start == 'engine' else 'w = 0'}, click "
+                  f"features {'on' if settings.click_features else 'off'}. Users: "
+                  f"{settings.click_model} (simulated).")
     total = settings.impressions * settings.runs * len(specs)
     try:
         with progress_bar("simulating impressions", total, console) as advance:
@@ -107,8 +116,8 @@ def run_simulate(options: dict[str, Any], console: Console | None = None) -> dic
             "learners": [s.key for s in specs], "wall_seconds": time.perf_counter() - started}
     document = write_reports(result, out, meta)
     _print_summary(console, document["learners"], settings.impressions)
-    console.print(f"Wrote {out / 'results.csv'}, {out / 'summary.json'} and "
-                  f"{len(METRICS)} plots in {out}.")
+    console.print(f"Wrote {out / 'results.csv'}, {out / 'windows.csv'}, "
+                  f"{out / 'summary.json'} and {len(METRICS) + 1} plots in {out}.")
     return document
 
 
@@ -117,17 +126,23 @@ def _print_summary(console: Console, summary: dict, impressions: int) -> None:
     table.add_column("learner", no_wrap=True)
     for metric in SHOWN:
         table.add_column(metric, justify="right")
+    table.add_column("worst window", justify="right")
+    table.add_column("worst gap to backend order", justify="right")
     table.add_column("impressions/s", justify="right")
     for learner, entry in summary.items():
         cells = []
-        for metric in (*SHOWN, "impressions_per_second"):
+        for metric in (*SHOWN, "worst_window", "worst_window_gap", "impressions_per_second"):
             value = entry[metric]
-            if value["mean"] is None:
+            if value is None or value["mean"] is None:
                 cells.append("-")
             elif value["mean"] == "inf":
                 cells.append("∞")
             elif metric == "impressions_per_second":
                 cells.append(f"{value['mean']:,.0f}")
+            elif metric == "worst_window":
+                cells.append(f"{value['mean']:.3f} (t={value['t']:,})")
+            elif metric == "worst_window_gap":
+                cells.append(f"{value['mean']:+.3f} ± {value['stderr']:.3f} (t={value['t']:,})")
             else:
                 cells.append(f"{value['mean']:.3f} ± {value['stderr']:.3f}")
         table.add_row(learner, *cells)

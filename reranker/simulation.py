@@ -1,13 +1,19 @@
 """Offline simulation: replay labelled learning-to-rank data through any registered learner
-with simulated users, and measure how it learns (ALGORITHMS.md section 7).
+with simulated users, and measure how it learns (docs/algorithms.md,
+"Simulated users").
 
 The learners are built by the same :class:`reranker.model.ModelFactory` as the service's,
 rank with the same joint feature map, and learn from :class:`reranker.feedback.Feedback`
 built by the same clicks-to-feedback code. Features follow the conventions of the online
 learning-to-rank literature: features constant over the training data are dropped and every
 feature is min-max normalised within each query (:class:`reranker.features.PerQueryMinMax`).
-The dataset is validated once, up front; the hot loop then calls each learner's own ranking
-and update rules (``_rank``, ``_update``) without re-checking every request.
+As in the service, by default the learners start from the engine's order (here the order of
+one feature, ``backend_feature``) and see the click features of :mod:`reranker.clicks`,
+counted from the simulated users' clicks on the training queries, which repeat; the
+literature's protocol (all-zero start, no click features) is ``start="zero"`` and
+``click_features=False``. The dataset is validated once, up front; the hot loop then calls
+each learner's own ranking and learning rules (``_rank``, ``_learn``) without re-checking
+every request.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .clicks import CLICK_FEATURES, PositionBias, click_rates, overall_rate
+from .clicks.position_bias import randomized_pairs
 from .errors import DataError
 from .featuremap import FeatureMap
-from .features import PerQueryMinMax
+from .features import PerQueryMinMax, engine_prior
 from .letor import RankingData, load_letor, load_many
 from .metrics import dcg
 from .model import ModelFactory
@@ -65,6 +73,7 @@ class QuerySet:
     ideal_utility: np.ndarray  # (queries,) U(y*) at depth 5
     ideal_dcg5: np.ndarray  # (queries,) DCG@5 of the label-ideal ranking, DCG* regret's gain
     ideal_dcg10: np.ndarray  # (queries,) DCG@10 of the label-ideal ranking, gain 2^r - 1
+    docs: np.ndarray | None = None  # (rows,) document number, shared by train and test
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -112,6 +121,11 @@ class Settings:
     checkpoints: int = 40
     library: str = "fixed"  # or "growing": queries (and their documents) appear over time
     reveal: float = 0.5  # growing library: share of the impressions until all are available
+    start: str = "engine"  # or "zero": the learners' first model (the papers' w = 0)
+    click_features: bool = True  # add the click features, counted from the users' clicks
+    click_smoothing: float = 5.0
+    window: int = 200  # impressions per window of online NDCG@10
+    backend_feature: str | None = None  # the engine's order; None: the best single feature
 
 
 def prepare(train_paths: list[str], test_path: str, gain: str = "linear") -> SimulationData:
@@ -141,6 +155,15 @@ def prepare(train_paths: list[str], test_path: str, gain: str = "linear") -> Sim
     max_label = int(y_all.max())
     grades = 3 if max_label <= 2 else 5
 
+    # Documents numbered across both files (rows without a docid comment are their own).
+    numbers: dict[str, int] = {}
+
+    def doc_numbers(raw: RankingData) -> np.ndarray:
+        ids = raw.doc_ids or [None] * len(raw.labels)
+        return np.array([numbers.setdefault(d if d is not None else f"\0{id(raw)}:{i}",
+                                            len(numbers)) for i, d in enumerate(ids)],
+                        dtype=np.intp)
+
     def query_set(raw: RankingData) -> QuerySet:
         utility = raw.X @ w_star
         labels = raw.labels.astype(np.intp)
@@ -153,7 +176,7 @@ def prepare(train_paths: list[str], test_path: str, gain: str = "linear") -> Sim
             ideal10.append(dcg(ideal, PAGE, "exp"))
         return QuerySet(X=raw.X, labels=labels, utility=utility, offsets=raw.offsets,
                         ideal_utility=np.array(ideal_u), ideal_dcg5=np.array(ideal5),
-                        ideal_dcg10=np.array(ideal10))
+                        ideal_dcg10=np.array(ideal10), docs=doc_numbers(raw))
 
     return SimulationData(train=query_set(train_raw), test=query_set(test_raw),
                           feature_names=[f"f{f}" for f in varying], w_star=w_star, grades=grades,
@@ -198,11 +221,17 @@ class _Metrics:
     BLOCK = 2048
     MAX_CLICKS = PAGE
 
-    def __init__(self, gain: str, width: int, policy: str, swap_probability: float = 0.0):
+    def __init__(self, gain: str, width: int, policy: str, swap_probability: float = 0.0,
+                 impressions: int = 0, window: int = 200):
         self.exp_gain = gain == "exp"
         self.policy = policy
         self.swap_probability = swap_probability  # of a "perturbed_pairs" policy
         B = self.BLOCK
+        self.time = np.zeros(B, dtype=np.intp)  # 1-based impression number
+        self.window = window
+        n_windows = -(-impressions // window) if impressions else 0
+        self.windows = np.zeros(n_windows)  # sums of online NDCG@10 per window
+        self.window_sizes = np.zeros(n_windows)
         self.query = np.zeros(B, dtype=np.intp)
         self.base = np.zeros(B, dtype=np.intp)  # first row of the query in the chunk arrays
         self.shown = np.zeros((B, PAGE), dtype=np.intp)  # shown candidates, local indices
@@ -250,9 +279,13 @@ class _Metrics:
         self.dcg_regret += float((train.ideal_dcg5[q] - gains5 @ g5).sum())
         ideal10 = train.ideal_dcg10[q]
         dcg10 = (np.exp2(labels) - 1.0) @ _DISCOUNTS
-        self.window_ndcg += float(np.divide(dcg10, ideal10, out=np.zeros(size),
-                                            where=ideal10 > 0).sum())
+        ndcg10 = np.divide(dcg10, ideal10, out=np.zeros(size), where=ideal10 > 0)
+        self.window_ndcg += float(ndcg10.sum())
         self.window_count += size
+        if len(self.windows):
+            which = (self.time[:size] - 1) // self.window
+            np.add.at(self.windows, which, ndcg10)
+            np.add.at(self.window_sizes, which, 1.0)
         with_click = np.flatnonzero(self.has_click[:size])
         if with_click.size:
             self._flush_clicks(with_click)
@@ -277,14 +310,16 @@ class _Metrics:
         elif self.policy == "uniform":
             policy_cost = np.log(self.n[rows])
         elif self.policy == "perturbed_pairs":
-            # The first shown item is the argmax's first (chance 1 - p) or its second (p);
-            # np.argmax picks the lowest index among ties, as the stable argmax ranking does.
+            # The first shown item is the argmax's first or its second: the pairing (1, 2),
+            # (3, 4), ... (chance 1/2) swaps them with chance p, the pairing (2, 3), (4, 5), ...
+            # never does, so the second comes first with chance p / 2. np.argmax picks the
+            # lowest index among ties, as the stable argmax ranking does.
             first = scores.argmax(axis=1)
             rest = scores.copy()
             rest[np.arange(len(rows)), first] = -np.inf
             second = rest.argmax(axis=1)
             items = self.click_items[rows]
-            p = self.swap_probability
+            p = self.swap_probability / 2
             paired = self.k[rows, None] >= 2  # a single shown result is never swapped
             chance = np.where(items == first[:, None], np.where(paired, 1.0 - p, 1.0),
                               np.where((items == second[:, None]) & paired, p, 0.0))
@@ -343,23 +378,117 @@ def query_stream(n_queries: int, start: int, count: int, settings: Settings,
     return (rng.random(count) * available).astype(np.intp)
 
 
+def simulation_features(data: SimulationData, settings: Settings) -> list[str]:
+    """The learners' feature names: the data's, then the click features when they are on."""
+    return list(data.feature_names) + (list(CLICK_FEATURES) if settings.click_features else [])
+
+
+def simulation_factory(data: SimulationData, spec: LearnerSpec,
+                       settings: Settings) -> ModelFactory:
+    """The factory of one simulated learner: the settings' feature map, the data's features
+    (already normalised, so no normalisation), and, with ``start="engine"``, the engine's
+    order (``backend_feature``) as its starting ranking."""
+    names = simulation_features(data, settings)
+    prior = None
+    if settings.start == "engine":
+        prior = engine_prior(names, settings.backend_feature or best_single_feature(data))
+    return ModelFactory(learner_class(get_plugin_manager(), spec.name), spec.params,
+                        FeatureMap(settings.depth, settings.discount), names, "none",
+                        prior=prior if prior is not None else np.zeros(len(names)))
+
+
+class _ClickLog:
+    """The click features of the simulated impressions (:mod:`reranker.clicks`): counts per
+    training row (a query and a document) and per document, exposures weighted by the
+    position bias estimated from the learner's randomised pairs, as the service's event
+    store keeps them. The rates are kept as arrays, updated for the shown candidates after
+    every impression; the overall rate ``mu`` they are smoothed toward, and the position
+    weights, are refreshed every :attr:`REFRESH` impressions (the service rereads its
+    position-bias counts every second). Counts are Python lists: a page is ten results, and
+    plain Python on them beats numpy's per-call overhead."""
+
+    REFRESH = 256
+
+    def __init__(self, data: SimulationData, smoothing: float):
+        n_docs = int(max(data.train.docs.max(), data.test.docs.max())) + 1
+        n_rows = len(data.train.labels)
+        self.smoothing = float(smoothing)
+        self.query_doc_clicks, self.query_doc_exposure = [0.0] * n_rows, [0.0] * n_rows
+        self.doc_clicks, self.doc_exposure = [0.0] * n_docs, [0.0] * n_docs
+        self.total = [0.0, 0.0]  # clicks, exposure
+        self.train_docs = data.train.docs
+        self.bias = PositionBias()
+        self.since = 0
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self.theta = self.bias.weights(PAGE).tolist()
+        self.mean = overall_rate(*self.total)
+        self.rate_query_doc = click_rates(self.query_doc_clicks, self.query_doc_exposure,
+                                          self.mean, self.smoothing)
+        self.rate_doc = click_rates(self.doc_clicks, self.doc_exposure, self.mean,
+                                    self.smoothing)
+        self.since = 0
+
+    def features(self, rows: np.ndarray, out: np.ndarray) -> None:
+        """Write the click features of the training ``rows`` into ``out`` (``(n, 2)``)."""
+        out[:, 0] = self.rate_query_doc[rows]
+        out[:, 1] = self.rate_doc[self.train_docs[rows]]
+
+    def test_features(self, docs: np.ndarray) -> np.ndarray:
+        """Held-out queries were never asked: only their documents' counts are known."""
+        return np.column_stack([np.full(len(docs), self.mean), self.rate_doc[docs]])
+
+    def add(self, rows: np.ndarray, shown: np.ndarray, positions: np.ndarray,
+            context: dict | None) -> None:
+        """An impression of the training ``rows`` (its candidates) showed ``shown``
+        (candidate indices) and got clicks at ``positions``."""
+        clicked = set(positions.tolist())
+        qd_clicks, qd_exposure = self.query_doc_clicks, self.query_doc_exposure
+        doc_clicks, doc_exposure = self.doc_clicks, self.doc_exposure
+        rate_query_doc, rate_doc = self.rate_query_doc, self.rate_doc
+        smoothing = self.smoothing
+        prior = smoothing * self.mean
+        theta, train_docs, total = self.theta, self.train_docs, self.total
+        picked = rows[shown[:len(theta)]].tolist()
+        docs = train_docs[picked].tolist()
+        for position, (row, d) in enumerate(zip(picked, docs, strict=True)):
+            click = 1.0 if position in clicked else 0.0
+            weight = theta[position]
+            qd_clicks[row] += click
+            qd_exposure[row] += weight
+            doc_clicks[d] += click
+            doc_exposure[d] += weight
+            total[0] += click
+            total[1] += weight
+            # click_rates, one value at a time
+            rate_query_doc[row] = (qd_clicks[row] + prior) / (qd_exposure[row] + smoothing)
+            rate_doc[d] = (doc_clicks[d] + prior) / (doc_exposure[d] + smoothing)
+        if clicked:
+            pairs, p = randomized_pairs(context, len(shown))
+            if pairs:
+                self.bias.add(PositionBias.pair_counts(pairs, p, clicked))
+        self.since += 1
+        if self.since == self.REFRESH:
+            self._refresh()
+
+
 def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: int,
             progress: Callable[[int], None] | None = None) -> tuple[list[dict], dict]:
     """Simulate ``settings.impressions`` impressions of one learner for run ``run``.
 
-    Returns the result rows (one per checkpoint) and timing information. The query stream,
-    the candidate orders and the users' randomness depend only on the seed and the run, so
+    Returns the result rows (one per checkpoint), the online NDCG@10 of every window of
+    ``settings.window`` impressions, and timing information. The query stream, the
+    candidate orders and the users' randomness depend only on the seed and the run, so
     every learner of a run sees the same queries in the same order.
     """
     streams = np.random.SeedSequence([settings.seed, run]).spawn(4)
     stream_rng, user_rng = np.random.default_rng(streams[0]), np.random.default_rng(streams[1])
     learner_rng, test_rng = np.random.default_rng(streams[2]), np.random.default_rng(streams[3])
-    factory = ModelFactory(learner_class(get_plugin_manager(), spec.name), spec.params,
-                           FeatureMap(settings.depth, settings.discount), data.feature_names,
-                           "none")
-    learner = factory.new().learner
-    rank, update = learner._rank, learner._update
+    learner = simulation_factory(data, spec, settings).new().learner
+    rank, learn = learner._rank, learner._learn
     respond = make_user(settings.click_model, data.grades).respond
+    clicks = _ClickLog(data, settings.click_smoothing) if settings.click_features else None
     train = data.train
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
@@ -367,8 +496,10 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     row_query = np.repeat(np.arange(n_train), train.sizes())
     checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints).tolist())
     metrics = _Metrics(settings.gain, int(train.sizes().max()), learner.policy,
-                       getattr(learner, "swap_probability", 0.0))
+                       getattr(learner, "swap_probability", 0.0), settings.impressions,
+                       settings.window)
     m_query, m_base, m_shown, m_k = metrics.query, metrics.base, metrics.shown, metrics.k
+    m_time = metrics.time
     add_clicks = metrics.add_clicks
     block = metrics.BLOCK
     rows: list[dict] = []
@@ -383,12 +514,17 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
         within = np.argsort(row_query + stream_rng.random(len(row_query)))
         X_chunk, labels_chunk = train.X[within], train.labels[within]
         utility_chunk = train.utility[within]
+        if clicks is not None:  # room for the click features after the data's own
+            X_chunk = np.hstack([X_chunk, np.zeros((len(within), len(CLICK_FEATURES)))])
         chunk = query_stream(n_train, t, min(n_train, settings.impressions - t), settings,
                              stream_rng)
         for qi in chunk.tolist():
             t += 1
             lo, hi = offsets[qi], offsets[qi + 1]
             X, labels, utility = X_chunk[lo:hi], labels_chunk[lo:hi], utility_chunk[lo:hi]
+            if clicks is not None:  # counted from earlier impressions only
+                candidates = within[lo:hi]
+                clicks.features(candidates, X[:, -len(CLICK_FEATURES):])
             n = hi - lo
             k = PAGE if n > PAGE else n
             t0 = clock()
@@ -396,16 +532,21 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             t1 = clock()
             y = result.ranking
             feedback = respond(y, k, labels, utility, ideal_utility[qi], user_rng)
+            feedback.context = result.context
             t2 = clock()
-            update(X, feedback)
+            learn(X, feedback)
             learner_seconds += (t1 - t0) + (clock() - t2)
+            positions = feedback.positions
+            if clicks is not None:
+                clicks.add(candidates, y[:k], positions if positions is not None
+                           else np.empty(0, dtype=np.intp), result.context)
 
             i = metrics.size
+            m_time[i] = t
             m_query[i] = qi
             m_base[i] = lo
             m_k[i] = k
             m_shown[i, :k] = y[:k]
-            positions = feedback.positions
             if positions is not None and len(positions):
                 add_clicks(i, n, result.scores, feedback.clicked, positions)
             metrics.size = i + 1
@@ -413,7 +554,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 metrics.flush(train, labels_chunk, utility_chunk)
             if t in checkpoints:
                 rows.append({"learner": spec.key, "run": run, "t": t, **metrics.row(t),
-                             "offline_ndcg@10": offline_ndcg(data, learner, test_rng),
+                             "offline_ndcg@10": offline_ndcg(data, learner, test_rng, clicks),
                              "seconds": round(clock() - started, 4)})
             if progress is not None and t - last_reported >= 2000:
                 progress(t - last_reported)
@@ -423,13 +564,16 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
         progress(settings.impressions - last_reported)
     total = clock() - started
     timing = {"seconds": total, "learner_seconds": learner_seconds,
-              "impressions_per_second": settings.impressions / total if total > 0 else math.inf}
+              "impressions_per_second": settings.impressions / total if total > 0 else math.inf,
+              "windows": (metrics.windows / np.maximum(metrics.window_sizes, 1)).tolist()}
     return rows, timing
 
 
-def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator) -> float:
+def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator,
+                 clicks: _ClickLog | None = None) -> float:
     """Mean NDCG@10 of the current model's argmax ranking (by its scores; ties in the
-    file's order) over the test queries that have at least one relevant document."""
+    file's order) over the test queries that have at least one relevant document. With
+    click features, the test queries' own counts are empty (they were never asked)."""
     test = data.test
     values = []
     for i in range(len(test)):
@@ -437,7 +581,10 @@ def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator) -> flo
             continue
         lo, hi = test.offsets[i], test.offsets[i + 1]
         labels = test.labels[lo:hi]
-        scores = learner._rank(test.X[lo:hi], min(PAGE, hi - lo), rng).scores
+        X = test.X[lo:hi]
+        if clicks is not None:
+            X = np.hstack([X, clicks.test_features(test.docs[lo:hi])])
+        scores = learner._rank(X, min(PAGE, hi - lo), rng).scores
         top = labels[np.argsort(-scores, kind="stable")[:PAGE]]
         values.append(float((np.exp2(top) - 1.0) @ _DISCOUNTS[: len(top)]) / test.ideal_dcg10[i])
     return float(np.mean(values)) if values else math.nan
@@ -468,6 +615,22 @@ class SimulationResult:
     rows: list[dict]
     timings: dict[str, list[dict]]
     learners: list[str]
+    window: int = 200  # impressions per window of online NDCG@10
+    floor: str | None = None  # the key of the engine's-order floor, backend_order
+
+    def windows(self, learner: str) -> np.ndarray:
+        """Online NDCG@10 per window, shape ``(runs, windows)``."""
+        return np.array([timing["windows"] for timing in self.timings[learner]])
+
+    def window_rows(self) -> list[dict]:
+        """One row per learner, run and window: ``t`` is the window's last impression."""
+        out = []
+        for learner in self.learners:
+            for run, values in enumerate(self.windows(learner)):
+                for j, value in enumerate(values):
+                    out.append({"learner": learner, "run": run, "t": (j + 1) * self.window,
+                                WINDOW_METRIC: float(value)})
+        return out
 
 
 def simulate(data: SimulationData, specs: list[LearnerSpec], settings: Settings,
@@ -475,9 +638,7 @@ def simulate(data: SimulationData, specs: list[LearnerSpec], settings: Settings,
              progress: Callable[[int], None] | None = None) -> SimulationResult:
     """Every (learner, run) pair, in parallel processes; results ordered by learner, run, t."""
     for spec in specs:  # fail before forking: unknown learner or bad parameter
-        ModelFactory(learner_class(get_plugin_manager(), spec.name), spec.params,
-                     FeatureMap(settings.depth, settings.discount), data.feature_names,
-                     "none").new()
+        simulation_factory(data, spec, settings).new()
     make_user(settings.click_model, data.grades)
     tasks = [(spec, run) for spec in specs for run in range(settings.runs)]
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
@@ -507,12 +668,15 @@ def simulate(data: SimulationData, specs: list[LearnerSpec], settings: Settings,
             for row in results[(spec.key, run)][0]]
     timings = {spec.key: [results[(spec.key, run)][1] for run in range(settings.runs)]
                for spec in specs}
-    return SimulationResult(rows=rows, timings=timings, learners=[s.key for s in specs])
+    floor = next((s.key for s in specs if s.name == "backend_order"), None)
+    return SimulationResult(rows=rows, timings=timings, learners=[s.key for s in specs],
+                            window=settings.window, floor=floor)
 
 
 # -- reports --------------------------------------------------------------------------------
 
 COLUMNS = ["learner", "run", "t", *METRICS, "clicks", "seconds"]  # results.csv, in order
+WINDOW_METRIC = "window_online_ndcg@10"  # windows.csv: online NDCG@10 of each window
 
 
 def summarize(result: SimulationResult) -> dict[str, dict[str, Any]]:
@@ -531,8 +695,31 @@ def summarize(result: SimulationResult) -> dict[str, dict[str, Any]]:
                                                         for t in timings])
         entry["learner_time_share"] = _mean_stderr([t["learner_seconds"] / t["seconds"]
                                                     for t in timings if t["seconds"] > 0])
+        entry.update(_worst_window(result, learner))
         summary[learner] = entry
     return summary
+
+
+def _worst_window(result: SimulationResult, learner: str) -> dict[str, Any]:
+    """The worst window of online NDCG@10 (mean over runs, per window), and the worst gap
+    to the engine's-order floor in the same window (the runs see the same queries, so the
+    difference is paired)."""
+    windows = result.windows(learner)
+    if windows.size == 0:
+        return {"worst_window": None, "worst_window_gap": None}
+    mean = windows.mean(axis=0)
+    worst = int(np.argmin(mean))
+    entry: dict[str, Any] = {"worst_window": {"mean": float(mean[worst]),
+                                              "t": (worst + 1) * result.window},
+                             "worst_window_gap": None}
+    if result.floor is not None:
+        gaps = windows - result.windows(result.floor)  # (runs, windows)
+        mean_gap = gaps.mean(axis=0)
+        j = int(np.argmin(mean_gap))
+        stderr = float(gaps[:, j].std(ddof=1) / math.sqrt(len(gaps))) if len(gaps) > 1 else 0.0
+        entry["worst_window_gap"] = {"mean": float(mean_gap[j]), "stderr": stderr,
+                                     "t": (j + 1) * result.window}
+    return entry
 
 
 def _mean_stderr(values: list[float]) -> dict[str, Any]:
@@ -548,14 +735,18 @@ def _mean_stderr(values: list[float]) -> dict[str, Any]:
 
 
 def write_reports(result: SimulationResult, out: Path, meta: dict[str, Any]) -> dict:
-    """results.csv, summary.json and one PNG per metric in ``out``."""
+    """results.csv, windows.csv, summary.json and one PNG per metric in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "results.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in result.rows:
-            writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)
-                             for k, v in row.items()})
+    window_rows = result.window_rows()
+    for name, columns, rows in (("results.csv", COLUMNS, result.rows),
+                                ("windows.csv", ["learner", "run", "t", WINDOW_METRIC],
+                                 window_rows)):
+        with open(out / name, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)
+                                 for k, v in row.items()})
     summary = summarize(result)
     document = {"settings": meta, "learners": summary}
     (out / "summary.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
@@ -565,6 +756,9 @@ def write_reports(result: SimulationResult, out: Path, meta: dict[str, Any]) -> 
         learning_curves(result.rows, result.learners, metric, title,
                         out / f"{metric.replace('@', '_at_')}.png",
                         log_time=metric in LOG_TIME)
+    learning_curves(window_rows, result.learners, WINDOW_METRIC,
+                    f"online NDCG@10 of the shown lists per window of {result.window} "
+                    f"impressions", out / "window_online_ndcg_at_10.png", log_time=False)
     return document
 
 
@@ -595,6 +789,9 @@ PLAN_KEYS = {
     "reveal": "growing library: share of the impressions after which all queries are "
               "available",
     "workers": "parallel processes (default: one per core)",
+    "start": "the learners' first model: engine (the backend feature's order) or zero (w = 0)",
+    "click_features": "give the learners the click features (true or false)",
+    "window": "impressions per window of online NDCG@10",
 }
 
 

@@ -140,7 +140,8 @@ class Trainer:
         index = {doc_id: i for i, doc_id in enumerate(imp.doc_ids)}
         clicked = np.array([index[d] for d in imp.clicked or [] if d in index], dtype=np.intp)
         feedback = feedback_from_clicks(imp.ranking, imp.n_shown, clicked,
-                                        log_prob=imp.log_prob, propensities=imp.propensities)
+                                        log_prob=imp.log_prob, propensities=imp.propensities,
+                                        context=imp.context)
         changed = False
         if len(imp.doc_ids):
             snapshot = model.snapshot()

@@ -1,4 +1,4 @@
-"""Simulated users for offline replay (ALGORITHMS.md section 7).
+"""Simulated users for offline replay (docs/algorithms.md, "Simulated users").
 
 A user sees a ranking of one query's candidates and answers with a :class:`Feedback`.
 Click-based users click (cascade or position-based click models) and their clicks go

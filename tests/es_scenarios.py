@@ -205,9 +205,18 @@ def scenario_service_uses_elasticsearch_features(tmp_path, url, corpus):
     try:
         assert list(service.model.feature_names) == [
             "backend_score", "backend_reciprocal_rank", "field_score:title", "field_score:body",
-            "field_value:popularity"]
+            "field_value:popularity", "click_rate:query_doc", "click_rate:doc"]
         page = service.search("espresso grinder", 10)
         imp = service.events.get_impression(page["impression_id"])
-        assert imp.features.shape[1] == 5 and imp.features[:, 2:4].max() > 0
+        assert imp.features.shape[1] == 7 and imp.features[:, 2:4].max() > 0
+        # the click features work on this backend too: a click raises the document's rates
+        clicked = page["hits"][3]["id"]
+        service.click(page["impression_id"], clicked)
+        again = service.search("espresso grinder", 10)
+        imp = service.events.get_impression(again["impression_id"])
+        row = imp.doc_ids.index(clicked)
+        others = [i for i in range(len(imp.doc_ids)) if i != row]
+        assert imp.features[row, 5] > imp.features[others, 5].max()
+        assert imp.features[row, 6] > imp.features[others, 6].max()
     finally:
         service.close()

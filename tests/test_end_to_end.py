@@ -55,21 +55,23 @@ def test_clicked_result_moves_up(tmp_path, corpus):
 
 
 def expected_weights(config, events):
-    """The default Preference Perceptron's weights recomputed from the event log,
+    """The default Preference Perceptron's learned weights recomputed from the event log,
     independently of the trainer: w = sum over impressions of phi(ybar) - phi(y) (Coactive
-    Learning, Alg. 1), where ybar swaps each shown pair of positions (1, 2), (3, 4), ... whose
-    lower result alone was clicked (Raman et al. 2013), with per-query min-max features and
-    log2 discounts at depth 10."""
+    Learning, Alg. 1), where ybar swaps each shown pair of the impression's random pairing,
+    (1, 2), (3, 4), ... or (2, 3), (4, 5), ..., whose lower result alone was clicked (Raman
+    et al. 2013), with per-query min-max features (the click features raw) and log2
+    discounts at depth 10."""
     g = 1.0 / np.log2(np.arange(2, 12))
-    w = np.zeros(5)  # backend score, reciprocal rank, title, body, popularity
+    w = np.zeros(7)  # score, reciprocal rank, title, body, popularity, two click features
     for imp in events.closed_since(0, 10**9):
         X = imp.features
         span = X.max(axis=0) - X.min(axis=0)
         Xn = np.where(span > 0, (X - X.min(axis=0)) / np.where(span > 0, span, 1), 0.0)
+        Xn[:, 5:] = X[:, 5:]
         y = list(imp.ranking)
         clicked = {i for i in y if imp.doc_ids[i] in set(imp.clicked)}
         ybar = list(y)
-        for upper in range(0, imp.n_shown - 1, 2):
+        for upper in range(imp.context["pair_offset"], imp.n_shown - 1, 2):
             if y[upper + 1] in clicked and y[upper] not in clicked:
                 ybar[upper], ybar[upper + 1] = y[upper + 1], y[upper]
         k = min(10, len(y))

@@ -50,8 +50,15 @@ def test_the_default_learner_logs_what_it_shows_and_a_seed_reproduces_it(workdir
             pages = [service.search(query, 10) for query in queries]
             for page in pages:
                 imp = service.events.get_impression(page["impression_id"])
-                # every shown pair is swapped or kept with probability 1/2
-                assert imp.log_prob == pytest.approx((imp.n_shown // 2) * np.log(0.5))
+                # a fair coin picks the pairing, then each pair of it is swapped or kept with
+                # probability 1/2; the unswapped argmax can come from either pairing
+                offset, k = imp.context["pair_offset"], imp.n_shown
+                pairs = {h: (k - h) // 2 for h in (0, 1)}
+                if imp.context["swapped"]:
+                    expected = 0.5 * 0.5 ** pairs[offset]
+                else:
+                    expected = 0.5 * 0.5 ** pairs[0] + 0.5 * 0.5 ** pairs[1]
+                assert imp.log_prob == pytest.approx(np.log(expected))
             runs.append([[hit["id"] for hit in page["hits"]] for page in pages])
         finally:
             service.close()
@@ -64,14 +71,15 @@ def test_the_default_learner_logs_what_it_shows_and_a_seed_reproduces_it(workdir
 
 @pytest.mark.parametrize("name", ["greedy_klrank", "online_ranknet", "noregret_klrank"])
 def test_a_new_feature_in_config_grows_the_model(workdir, name):
-    path = write_config(workdir, features={"numeric_fields": []}, learner={"name": name})
+    features = {"numeric_fields": [], "click_features": False}
+    path = write_config(workdir, features=features, learner={"name": name})
     service = serve(path)
     train_some(service)
     theta = service.model.learner.theta_.copy()
     page = service.search("tea kettle", 10)  # logged with the old features, not yet trained
     service.click(page["impression_id"], page["hits"][5]["id"])
     service.close()
-    path = write_config(workdir, features={"numeric_fields": ["popularity"]},
+    path = write_config(workdir, features={**features, "numeric_fields": ["popularity"]},
                         learner={"name": name})
     service = serve(path)
     try:
@@ -88,10 +96,33 @@ def test_a_new_feature_in_config_grows_the_model(workdir, name):
 
 
 def test_a_new_feature_is_refused_by_a_learner_without_growth(workdir):
-    path = write_config(workdir, features={"numeric_fields": []})
+    learner = {"name": "exponentiated_preference_perceptron"}
+    path = write_config(workdir, features={"click_features": False}, learner=learner)
     service = serve(path)
     train_some(service)
     service.close()
-    path = write_config(workdir, features={"numeric_fields": ["popularity"]})
+    path = write_config(workdir, features={"click_features": True}, learner=learner)
     with pytest.raises(ModelLoadError, match="does not support new features"):
         serve(path)
+
+
+def test_a_model_from_before_the_click_features_keeps_learning(workdir):
+    """An upgrade: a perceptron trained without click features grows to take them, with
+    zero weights, and keeps its learned weights."""
+    path = write_config(workdir, features={"click_features": False})
+    service = serve(path)
+    train_some(service)
+    w = service.model.learner.w_.copy()
+    service.close()
+    path = write_config(workdir, features={"click_features": True})
+    service = serve(path)
+    try:
+        model = service.model
+        assert model.feature_names[-2:] == ("click_rate:query_doc", "click_rate:doc")
+        np.testing.assert_array_equal(model.learner.w_, np.append(w, [0.0, 0.0]))
+        # the starting ranking takes the query's click rate in, as a new model's does
+        np.testing.assert_array_equal(model.learner.prior_[-2:], [1.0, 0.0])
+        report = train_some(service, clicks=4)
+        assert report.updates >= 1 and service.model.version == 2
+    finally:
+        service.close()

@@ -32,35 +32,50 @@ def test_update_rule_by_hand():
     np.testing.assert_allclose(learner.w_, w1 + D2)
 
 
-def test_perturbed_presentation_and_update_by_hand():
-    # Raman et al. 2013 on the Preference Perceptron: the argmax with each shown pair of
-    # positions swapped with probability p, and a step only within a pair.
+@pytest.mark.parametrize("seed", [0, 3, 7])  # pairing (1, 2), (3, 4); (2, 3); no swap
+def test_perturbed_presentation_and_update_by_hand(seed):
+    # Raman et al. 2013 on the Preference Perceptron, with the random pairing of FairPairs:
+    # a fair coin picks the pairs (1, 2), (3, 4), ... or (2, 3), (4, 5), ..., each pair of
+    # the argmax is swapped with probability p, and a step is taken only within a pair.
     X = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5], [0.2, 0.9], [0.3, 0.3]])
     p = 0.3
     learner = PreferencePerceptron(feature_map=FeatureMap(depth=4), swap_probability=p)
     assert learner.stochastic and learner.policy == "perturbed_pairs"
-    draws = np.random.default_rng(7).random(2)  # one coin per pair of the 4 shown
-    result = learner.rank(X, 4, np.random.default_rng(7))
+    draws = np.random.default_rng(seed).random(3)  # the pairing, then one coin per pair
+    result = learner.rank(X, 4, np.random.default_rng(seed))
+    offset = 1 if draws[0] < 0.5 else 0
+    uppers = [0, 2] if offset == 0 else [1]
     expected = [0, 1, 2, 3, 4]  # all-zero model: backend order
-    for pair, draw in enumerate(draws):
-        if draw < p:
-            i = 2 * pair
-            expected[i], expected[i + 1] = expected[i + 1], expected[i]
+    swapped = [i for i, draw in zip(uppers, draws[1:], strict=False) if draw < p]
+    for i in swapped:
+        expected[i], expected[i + 1] = expected[i + 1], expected[i]
     np.testing.assert_array_equal(result.ranking, expected)
-    swapped = int((draws < p).sum())
-    assert result.log_prob == pytest.approx(swapped * np.log(p) + (2 - swapped) * np.log(1 - p))
+    assert result.context == {"pair_offset": offset, "swapped": swapped,
+                              "swap_probability": p}
+    if swapped:
+        probability = 0.5 * p ** len(swapped) * (1 - p) ** (len(uppers) - len(swapped))
+    else:  # the argmax itself: either pairing with no swap
+        probability = 0.5 * (1 - p) ** 2 + 0.5 * (1 - p)
+    assert result.log_prob == pytest.approx(np.log(probability))
     assert learner.log_probability(X, result.ranking[:4]) == pytest.approx(result.log_prob)
     assert learner.log_probability(X, np.array([2, 0, 1, 3])) == -np.inf
 
     y = result.ranking
-    # clicks on the upper results only, or on both of a pair: nothing to learn
-    assert not learner.update(X, feedback_from_clicks(y, 4, y[[0, 2]]))
-    assert not learner.update(X, feedback_from_clicks(y, 4, y[[2, 3]]))
+
+    def clicks(*positions):
+        return feedback_from_clicks(y, 4, y[list(positions)], context=result.context)
+
+    # clicks on the upper results only, on both of a pair, or outside the pairs: nothing
+    assert not learner.update(X, clicks(*uppers))
+    assert not learner.update(X, clicks(uppers[0], uppers[0] + 1))
+    if offset == 1:
+        assert not learner.update(X, clicks(0)) and not learner.update(X, clicks(3))
     np.testing.assert_array_equal(learner.w_, [0.0, 0.0])
-    # a click on the lower result of the second pair: w = (g3 - g4) (x_{y4} - x_{y3})
-    assert learner.update(X, feedback_from_clicks(y, 4, y[[3]]))
-    g3, g4 = 1 / np.log2(4), 1 / np.log2(5)
-    np.testing.assert_allclose(learner.w_, (g3 - g4) * (X[y[3]] - X[y[2]]))
+    # a click on the lower result of the last pair: w = (g_k - g_k+1) (x_lower - x_upper)
+    k = uppers[-1]
+    assert learner.update(X, clicks(k + 1))
+    g = 1 / np.log2(np.arange(2, 7))
+    np.testing.assert_allclose(learner.w_, (g[k] - g[k + 1]) * (X[y[k + 1]] - X[y[k]]))
 
 
 def test_no_information_changes_nothing():

@@ -12,6 +12,7 @@ from reranker.simulation import (
     LearnerSpec,
     Settings,
     best_single_feature,
+    learner_specs,
     prepare,
     run_one,
     simulate,
@@ -47,13 +48,18 @@ def mq2008():
     return prepare([MQ2008 / f"S{i}.txt.gz" for i in (1, 2, 3)], MQ2008 / "S5.txt.gz")
 
 
+#: The papers' protocol: every learner starts from w = 0 (a random ranking) and sees the
+#: data's features only.
+PROTOCOL = {"start": "zero", "click_features": False}
+
+
 def regret_curve(data, click_model, runs=4, impressions=800):
     curves = []
     for run in range(runs):
         # the paper's Algorithm 1: the argmax shown, no perturbation
         rows, _ = run_one(data, LearnerSpec("preference_perceptron", {"swap_probability": 0.0}),
                           Settings(impressions=impressions, click_model=click_model, depth=5,
-                                   checkpoints=10), run)
+                                   checkpoints=10, **PROTOCOL), run)
         curves.append([row["utility_regret"] for row in rows])
     return np.mean(curves, axis=0)
 
@@ -81,7 +87,8 @@ LEARNING = COACTIVE + ["noregret_klrank", "greedy_klrank", "online_ranknet"]
 
 def final_offline_ndcg(data, specs, click_model, impressions=3000, runs=2):
     result = simulate(data, specs, Settings(impressions=impressions, runs=runs,
-                                            click_model=click_model, checkpoints=5), workers=1)
+                                            click_model=click_model, checkpoints=5,
+                                            **PROTOCOL), workers=1)
     final = {}
     for row in result.rows:
         if row["t"] == impressions:
@@ -94,11 +101,14 @@ def final_offline_ndcg(data, specs, click_model, impressions=3000, runs=2):
 def test_every_learner_beats_random_offline_from_clicks(mq2008, click_model):
     """With the noisiest cascade clicks (informational: 40% of irrelevant results clicked)
     and with perfect ones, every learner at its defaults (the perceptrons perturbed) ends
-    far above random on the test fold."""
+    far above random on the test fold, starting from random (the papers' protocol)."""
     final = final_offline_ndcg(mq2008, [LearnerSpec(n) for n in LEARNING]
                                + [LearnerSpec("random")], click_model)
     for name in LEARNING:
-        assert final[name] > final["random"] + 0.12, (name, final)
+        # (+0.10 within 3,000 impressions: the random pairing compares the first two
+        # results on half of the impressions only, so the variants with shrinking steps
+        # learn the top more slowly than with a fixed pairing)
+        assert final[name] > final["random"] + 0.10, (name, final)
 
 
 @needs_mq2008
@@ -109,6 +119,28 @@ def test_perturbation_is_what_makes_noisy_clicks_learnable(mq2008):
     final = final_offline_ndcg(mq2008, [LearnerSpec("preference_perceptron"), plain],
                                "informational")
     assert final["preference_perceptron"] > final[plain.key] + 0.08, final
+
+
+@needs_mq2008
+def test_the_default_learner_never_serves_worse_than_the_engine(mq2008):
+    """Requirement 2 at a small scale (3,000 impressions, 3 runs, informational clicks): as
+    configured by default (starting from the engine's order, with the click features) the
+    Preference Perceptron's worst window of 200 impressions is at most 0.02 below the
+    backend order's in the same window, and it ends above the backend order offline and
+    far above it online. From w = 0 without click features (the papers' protocol) the same
+    learner dips far below the engine first."""
+    feature = best_single_feature(mq2008)
+    specs = learner_specs(["preference_perceptron"], {}, feature)
+    settings = dict(impressions=3000, runs=3, click_model="informational", checkpoints=4,
+                    backend_feature=feature)
+    result = simulate(mq2008, specs, Settings(**settings), workers=1)
+    default = summarize(result)
+    protocol = summarize(simulate(mq2008, specs, Settings(**settings, **PROTOCOL), workers=1))
+    ours, floor = default["preference_perceptron"], default[result.floor]
+    assert ours["worst_window_gap"]["mean"] >= -0.02, ours["worst_window_gap"]
+    assert ours["offline_ndcg@10"]["mean"] > floor["offline_ndcg@10"]["mean"]
+    assert ours["online_ndcg@10"]["mean"] > floor["online_ndcg@10"]["mean"] + 0.03
+    assert protocol["preference_perceptron"]["worst_window_gap"]["mean"] < -0.05
 
 
 @needs_mq2008
@@ -188,7 +220,24 @@ def test_simulate_command(tiny, tmp_path):
     assert set(summary["learners"]) == {"preference_perceptron", "random",
                                         "backend_order(feature=f1)"}
     assert summary["settings"]["click_model"] == "perfect"
-    assert len(list(out.glob("*.png"))) == len(METRICS)
+    assert summary["settings"]["start"] == "engine" and summary["settings"]["click_features"]
+    assert len(list(out.glob("*.png"))) == len(METRICS) + 1  # and the windows' plot
+    # online NDCG@10 per window of 200 impressions: 2 windows (the second of 100) per run
+    with open(out / "windows.csv", newline="") as handle:
+        windows = list(csv.DictReader(handle))
+    assert len(windows) == 3 * 2 * 2 and {row["t"] for row in windows} == {"200", "400"}
+    floor = summary["learners"]["backend_order(feature=f1)"]
+    assert floor["worst_window_gap"]["mean"] == 0.0
+    ours = summary["learners"]["preference_perceptron"]
+    worst = min(float(row["window_online_ndcg@10"]) for row in windows
+                if row["learner"] == "preference_perceptron")
+    assert ours["worst_window"]["mean"] >= worst and "worst gap" in result.stdout
+    # the papers' protocol: all-zero start, no click features
+    run_cli("simulate", "--train", *map(str, train), "--test", str(test),
+            "--learner", "preference_perceptron", "--impressions", "100", "--runs", "1",
+            "--out", str(out), "--workers", "1", "--start", "zero", "--no-click-features")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["start"] == "zero" and not summary["settings"]["click_features"]
 
 
 def test_simulate_plan_file(tiny, tmp_path):
@@ -316,12 +365,22 @@ def test_table2_shape_on_a_growing_library(mq2008):
 
 
 def test_kl_cost_of_a_perturbed_presentation():
-    """The policy cost of a pair-perturbed argmax: the argmax's first is shown first with
-    chance 1 - p (1 when a single result is shown), its second with chance p, others never."""
+    """The policy cost of a pair-perturbed argmax is -log of the chance the learner shows
+    the clicked item first, as its own list probabilities give it: the argmax's first with
+    chance 1 - p/2 (1 when a single result is shown), its second with chance p/2 (the
+    pairing (1, 2), ... is drawn half of the time), any other never."""
+    import itertools
+
+    from reranker_plugins.preference_perceptron import PreferencePerceptron
+
     from reranker.simulation import _Metrics
 
     p = 0.25
     scores = np.array([3.0, 2.0, 1.0])  # argmax: candidate 0, then 1, then 2
+    learner = PreferencePerceptron(swap_probability=p)
+    learner.initialize(1)
+    learner.w_ = np.array([1.0])
+    X = scores[:, None]
 
     def cost(shown_length, clicked):
         metrics = _Metrics("exp", 3, "perturbed_pairs", p)
@@ -330,8 +389,13 @@ def test_kl_cost_of_a_perturbed_presentation():
         metrics._flush_clicks(np.array([0]))
         return metrics.kl
 
-    assert cost(1, 0) == 0.0
-    assert cost(3, 0) == pytest.approx(-np.log(1 - p))
-    assert cost(3, 1) == pytest.approx(-np.log(p))
-    assert cost(1, 1) == np.inf
-    assert cost(3, 2) == np.inf
+    def first_chance(shown_length, item):
+        return sum(np.exp(learner.log_probability(X, np.array(top)))
+                   for top in itertools.permutations(range(3), shown_length) if top[0] == item)
+
+    for k in (1, 2, 3):
+        for item in range(3):
+            chance = first_chance(k, item)
+            assert cost(k, item) == pytest.approx(-np.log(chance) if chance > 0 else np.inf)
+    assert cost(1, 0) == 0.0 and cost(3, 0) == pytest.approx(-np.log(1 - p / 2))
+    assert cost(3, 1) == pytest.approx(-np.log(p / 2)) and cost(3, 2) == np.inf

@@ -1,4 +1,4 @@
-"""Simulated users behave as ALGORITHMS.md section 7 says."""
+"""Simulated users behave as docs/algorithms.md says."""
 
 import numpy as np
 import pytest

@@ -1,0 +1,186 @@
+"""Click features and the position-bias estimate: recovered from the perceptrons' random
+pairs, kept in the event store, never leaking a click into an earlier impression."""
+
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+from reranker_plugins.preference_perceptron import PreferencePerceptron
+
+from reranker.clicks import PositionBias, click_rates, query_key, rates_from_counts
+from reranker.clicks.position_bias import randomized_pairs
+from reranker.config import load_config
+from reranker.errors import StoreError
+from reranker.events import EventStore, Impression
+from reranker.featuremap import FeatureMap
+from reranker.service import RerankerService
+
+
+def pbm_impressions(count, eta=1.0, seed=0):
+    """``count`` impressions of ten results shown by the default perceptron (its random
+    pairs) to users of a position-based click model, ``P(click at k) = k^-eta * a(d)``,
+    with the most attractive documents ranked first (as a good engine does, which is what
+    confounds a naive click-through rate per position). Yields (context, click positions)."""
+    rng = np.random.default_rng(seed)
+    learner = PreferencePerceptron(feature_map=FeatureMap(depth=10))
+    learner.initialize(1)
+    attractiveness = np.linspace(1.0, 0.6, 10)  # candidate i, in the engine's order
+    examination = np.arange(1, 11) ** -eta
+    X = np.zeros((10, 1))
+    coins = rng.random((count, 10))
+    for i in range(count):
+        result = learner.rank(X, 10, rng)
+        clicked = coins[i] < examination * attractiveness[result.ranking]
+        yield result.context, np.flatnonzero(clicked)
+
+
+def test_position_bias_recovers_the_weights_of_a_position_based_model():
+    bias, naive = PositionBias(), np.zeros(10)
+    for context, positions in pbm_impressions(150_000):
+        pairs, p = randomized_pairs(context, 10)
+        bias.add(PositionBias.pair_counts(pairs, p, positions.tolist()))
+        naive[positions] += 1
+    truth = 1.0 / np.arange(1, 11)
+    estimate = bias.weights(10)
+    np.testing.assert_allclose(estimate, truth, rtol=0.10)
+    # the swaps are what makes it work: clicks per position confound bias with relevance
+    assert (np.abs(naive / naive[0] - truth) / truth).max() > 0.25
+
+
+def test_position_bias_starts_from_the_discounts_and_never_rises_down_the_page():
+    np.testing.assert_allclose(PositionBias().weights(4), 1 / np.log2(np.arange(2, 6)))
+    # more clicks below than above a pair would mean a lower position is examined more
+    bias = PositionBias(upper=np.array([10.0]), lower=np.array([500.0]))
+    assert bias.weights(2)[1] == 1.0
+
+
+def test_the_event_store_counts_what_the_estimator_counts(tmp_path):
+    store = EventStore(tmp_path / "events.sqlite")
+    bias = PositionBias()
+    docs = [f"d{i}" for i in range(10)]
+    for i, (context, positions) in enumerate(pbm_impressions(300, seed=2)):
+        store.log_impression(Impression(
+            id=f"i{i}", created=0.0, query="Espresso  grinder!", user_id=None,
+            learner="preference_perceptron", model_version=0, doc_ids=docs,
+            feature_names=["x"], features=np.zeros((10, 1)),
+            ranking=np.arange(10), n_shown=10, context=context))
+        for position in positions.tolist():
+            store.record_click(f"i{i}", docs[position])
+        pairs, p = randomized_pairs(context, 10)
+        bias.add(PositionBias.pair_counts(pairs, p, positions.tolist()))
+    np.testing.assert_allclose(store.position_bias(max_age=0).weights(10), bias.weights(10))
+    # clicks and exposures per normalised query, per document and in total
+    with sqlite3.connect(store.path) as conn:
+        rows = conn.execute("SELECT query_key, doc_id, clicks FROM click_stats").fetchall()
+    clicks = {(q, d): c for q, d, c in rows}
+    assert {q for q, _ in clicks} == {"espresso grinder", "*"}
+    assert clicks[("*", "")] == sum(c for (q, d), c in clicks.items() if q == "*" and d)
+    assert clicks[("espresso grinder", "d0")] == clicks[("*", "d0")] > 0
+    store.close()
+
+
+def test_click_rates_smooth_toward_the_overall_rate():
+    # never shown: the overall rate; shown and never clicked: below; clicked: above
+    rates = click_rates(np.array([0.0, 0.0, 3.0]), np.array([0.0, 4.0, 4.0]), 0.25, 4.0)
+    np.testing.assert_allclose(rates, [0.25, 1.0 / 8, 4.0 / 8])
+    features = rates_from_counts(np.array([[1.0, 2.0, 5.0, 10.0]]), 9.0, 28.0, 5.0)
+    np.testing.assert_allclose(features, [[(1 + 5 / 3) / 7, (5 + 5 / 3) / 15]])
+
+
+def test_queries_are_counted_under_their_normal_form():
+    assert query_key("  Espresso\tGRINDER, burr? ") == "espresso grinder burr"
+    assert query_key("Ｃａｆé") == query_key("café")
+
+
+@pytest.fixture
+def service(workdir):
+    service = RerankerService(load_config(workdir / "config.yaml")).open()
+    yield service
+    service.close()
+
+
+def click_columns(service, page):
+    imp = service.events.get_impression(page["impression_id"])
+    return imp, {doc: tuple(imp.features[i, -2:].tolist()) for i, doc in enumerate(imp.doc_ids)}
+
+
+def test_no_leakage_a_click_never_changes_an_earlier_impression(service):
+    first = service.search("tea kettle", 10)
+    second = service.search("tea kettle", 10)
+    imp, before = click_columns(service, first)
+    _, second_before = click_columns(service, second)
+    target = first["hits"][4]["id"]
+    service.click(first["impression_id"], target)  # after both searches were served
+    for page, expected in ((first, before), (second, second_before)):
+        _, after = click_columns(service, page)
+        assert after == expected
+    _, third = click_columns(service, service.search("tea kettle", 10))
+    assert third[target][0] > second_before[target][0]  # the next search sees the click
+    assert third[target][1] > second_before[target][1]
+    rise = {doc: third[doc][0] - second_before[doc][0] for doc in third if doc in second_before}
+    assert rise.pop(target) > max(rise.values())  # others move only with the overall rate
+    # the trainer learns from the features as logged, not as they are now
+    service.trainer.run_once(close_all=True)
+    assert service.events.get_impression(first["impression_id"]).features.tolist() == \
+        imp.features.tolist()
+
+
+def test_the_click_features_can_be_switched_off(workdir):
+    from conftest import write_config
+
+    path = write_config(workdir, features={"click_features": False})
+    service = RerankerService(load_config(path)).open()
+    try:
+        assert not any(name.startswith("click_rate") for name in service.model.feature_names)
+        page = service.search("tea", 10)
+        assert service.events.get_impression(page["impression_id"]).features.shape[1] == 5
+    finally:
+        service.close()
+
+
+SCHEMA_1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE impressions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, created REAL NOT NULL,
+    query TEXT NOT NULL, user_id TEXT, learner TEXT NOT NULL, model_version INTEGER NOT NULL,
+    doc_ids TEXT NOT NULL, feature_names TEXT NOT NULL, features BLOB NOT NULL,
+    ranking BLOB NOT NULL, n_shown INTEGER NOT NULL, log_prob REAL, propensities BLOB,
+    teams TEXT, closed_seq INTEGER UNIQUE);
+CREATE TABLE clicks (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, impression_id TEXT NOT NULL REFERENCES impressions (id),
+    doc_id TEXT NOT NULL, position INTEGER NOT NULL, created REAL NOT NULL,
+    UNIQUE (impression_id, doc_id));
+INSERT INTO meta VALUES ('schema_version', '1'), ('closed_seq', '1'), ('store_id', 'abc');
+"""
+
+
+def test_an_event_store_of_schema_1_is_migrated(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA_1)
+        for i, closed in ((0, 1), (1, None)):
+            conn.execute("INSERT INTO impressions (id, created, query, learner, model_version, "
+                         "doc_ids, feature_names, features, ranking, n_shown, closed_seq) "
+                         "VALUES (?, 0, 'Tea Kettle', 'preference_perceptron', 0, ?, ?, ?, ?, "
+                         "2, ?)", (f"i{i}", json.dumps(["a", "b", "c"]), json.dumps(["x"]),
+                                   np.zeros(3).tobytes(),
+                                   np.array([2, 0, 1], dtype=np.int32).tobytes(), closed))
+        conn.execute("INSERT INTO clicks (impression_id, doc_id, position, created) "
+                     "VALUES ('i0', 'a', 2, 0)")
+    store = EventStore(path)
+    assert store.store_id == "abc" and store.last_closed_seq() == 1
+    imp = store.get_impression("i0")
+    assert imp.context is None and imp.clicked == ["a"]
+    # the counts are rebuilt from the log: c and a shown twice, a clicked once
+    features = store.click_features("tea  kettle", ["a", "b", "c"], smoothing=1.0)
+    assert features[0, 0] > features[2, 0] and features[1, 0] > features[2, 0]
+    store.record_click("i1", "c")  # the migrated store takes new events
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                            ).fetchone() == ("2",)
+    store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match="old.sqlite has event schema version 3.*newer"):
+        EventStore(path)
