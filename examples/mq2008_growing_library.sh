@@ -1,7 +1,8 @@
 #!/usr/bin/env sh
 # Delage's Table 2, in spirit: a library that grows as MQ2008's training queries (and their
 # documents) appear in file order, users who each come for one preferred document (drawn by
-# gain, clicked wherever it is ranked), 22,000 impressions, 10 runs.
+# gain, clicked wherever it is ranked), 22,000 impressions, 10 runs, under the paper's protocol
+# (every learner starts from w = 0 and sees the data's features only).
 #   sh examples/mq2008_growing_library.sh ../shared/data/letor4-mq2008
 set -eu
 D=${1:?usage: mq2008_growing_library.sh MQ2008_FOLDER}
@@ -10,4 +11,4 @@ reranker simulate --train "$D/S1.txt.gz" "$D/S2.txt.gz" "$D/S3.txt.gz" --test "$
             batch_preference_perceptron exponentiated_preference_perceptron \
             convex_preference_perceptron second_order_preference_perceptron \
   --click-model choice --library growing --impressions 22000 --runs 10 --seed 1 \
-  --out mq2008-growing
+  --start zero --no-click-features --out mq2008-growing

@@ -45,6 +45,13 @@ SWAP_PROBABILITY = Param(
 _LOG_HALF = math.log(0.5)
 
 
+def _pair_uppers(n_shown: int, n: int) -> tuple[range, range]:
+    """The 0-based upper positions of the pairs of each pairing, for a page of ``n_shown`` of
+    ``n`` candidates: every pair whose upper position is shown (its lower one may be the
+    first left out)."""
+    return range(0, min(n_shown, n - 1), 2), range(1, min(n_shown, n - 1), 2)
+
+
 class CoactiveLearner(LinearLearner):
     """A linear learner of the Preference Perceptron family. Subclasses implement
     ``_update`` with :meth:`improved` as their ``ybar`` and ``feedback.ranking`` as ``y``."""
@@ -67,29 +74,33 @@ class CoactiveLearner(LinearLearner):
         if p == 0:
             return RankResult(ranking=ranking, scores=scores)
         # FairPairs / BubbleRank pairing: (1, 2), (3, 4), ... or (2, 3), (4, 5), ... at random;
-        # Raman et al. 2013: each pair swapped with probability p, independently. (A page
-        # holds a handful of pairs: plain Python on lists beats numpy's per-call overhead.)
-        coins = rng.random(n_shown // 2 + 1).tolist()
+        # Raman et al. 2013: each pair swapped with probability p, independently. A pair whose
+        # upper position is the page's last one reaches one below it, so the first result
+        # the page leaves out is shown now and then and can earn clicks. (A page holds a
+        # handful of pairs: plain Python on lists beats numpy's per-call overhead.)
+        uppers = _pair_uppers(n_shown, len(ranking))
+        coins = rng.random(len(uppers[0]) + 1).tolist()  # pairing 0 never has fewer pairs
         offset = 1 if coins[0] < 0.5 else 0
         swapped = []
-        for upper, coin in zip(range(offset, n_shown - 1, 2), coins[1:], strict=False):
+        for upper, coin in zip(uppers[offset], coins[1:], strict=False):
             if coin < p:
                 ranking[upper], ranking[upper + 1] = ranking[upper + 1], ranking[upper]
                 swapped.append(upper)
-        n_pairs = max(0, (n_shown - offset) // 2)
-        log_prob = self._list_log_prob(n_shown, offset, len(swapped), n_pairs)
+        log_prob = self._list_log_prob(offset, len(swapped), uppers)
         return RankResult(ranking=ranking, scores=scores, log_prob=log_prob,
                           context={PAIR_OFFSET: offset, SWAPPED: swapped,
                                    SWAP_PROBABILITY_KEY: p})
 
-    def _list_log_prob(self, k: int, offset: int, n_swapped: int, n_pairs: int) -> float:
-        """Log-probability of a shown top ``k`` made with pairing ``offset``: the pairing's
-        coin, the pairs' coins, and, for the argmax itself (nothing swapped), the other
-        pairing that also leaves it unchanged."""
+    def _list_log_prob(self, offset: int, n_swapped: int,
+                       uppers: tuple[range, range]) -> float:
+        """Log-probability of a shown top made with pairing ``offset`` (whose pairs start at
+        ``uppers[offset]``): the pairing's coin, the pairs' coins, and, for the argmax
+        itself (nothing swapped), the other pairing that also leaves it unchanged."""
         p = self.swap_probability
+        n_pairs = len(uppers[offset])
         log_p = _LOG_HALF + n_swapped * math.log(p) + (n_pairs - n_swapped) * math.log1p(-p)
         if n_swapped == 0:
-            other = max(0, (k - (1 - offset)) // 2)
+            other = len(uppers[1 - offset])
             log_p = float(np.logaddexp(log_p, _LOG_HALF + other * math.log1p(-p)))
         return log_p
 
@@ -100,22 +111,21 @@ class CoactiveLearner(LinearLearner):
         if not self.stochastic:
             return super().log_probability(X, top)
         X = self.check_features(X)
-        top = np.asarray(top, dtype=np.intp)
+        top = np.asarray(top, dtype=np.intp).tolist()
         k = len(top)
-        best = argmax_ranking(X @ self.weights())[:k]
-        if np.array_equal(top, best):
-            return self._list_log_prob(k, 0, 0, k // 2)
+        best = argmax_ranking(X @ self.weights()).tolist()
+        uppers = _pair_uppers(k, len(best))
+        if top == best[:k]:
+            return self._list_log_prob(0, 0, uppers)
         for offset in (0, 1):  # a list with a swap comes from one pairing only
-            if top[:offset].tolist() != best[:offset].tolist():
-                continue
-            end = offset + 2 * ((k - offset) // 2)
-            if end < k and top[end] != best[end]:
-                continue
-            upper, lower = top[offset:end:2], top[offset + 1:end:2]
-            kept = (upper == best[offset:end:2]) & (lower == best[offset + 1:end:2])
-            swapped = (upper == best[offset + 1:end:2]) & (lower == best[offset:end:2])
-            if np.all(kept | swapped):
-                return self._list_log_prob(k, offset, int(swapped.sum()), len(kept))
+            shown = list(best)
+            n_swapped = 0
+            for upper in uppers[offset]:
+                if top[upper] != shown[upper]:  # this pair must have been swapped
+                    shown[upper], shown[upper + 1] = shown[upper + 1], shown[upper]
+                    n_swapped += 1
+            if shown[:k] == top:
+                return self._list_log_prob(offset, n_swapped, uppers)
         return -math.inf
 
     def improved(self, feedback: Feedback) -> np.ndarray | None:

@@ -93,10 +93,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "normalization": Key("str", "per_query_minmax", "How raw features are scaled before "
                              "ranking; recorded with the model.",
                              choices=("per_query_minmax", "zscore", "none")),
-        "click_features": Key("bool", True, "Add the click features click_rate:query_doc and "
-                              "click_rate:doc: each document's clicks per position-weighted "
-                              "exposure, for the normalised query and over all queries, "
-                              "counted in the event store from earlier searches."),
+        "click_features": Key("bool", True, "Add the click features click_lift:query_doc and "
+                              "click_lift:doc: each document's clicks per position-weighted "
+                              "exposure relative to the overall rate, for the normalised query "
+                              "and over the other queries, counted in the event store from "
+                              "earlier searches."),
         "click_smoothing": Key("float", 5.0, "Weight, in exposures, of the overall click rate "
                                "that the click features start from (more: slower to trust "
                                "a document's own clicks).", minimum=0.01),

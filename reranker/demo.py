@@ -184,17 +184,21 @@ def _evaluate(client: HttpClient, corpus) -> float:
     return float(np.mean(scores))
 
 
-def _weights(service) -> dict[str, float] | None:
-    """The learned weight of every feature, for learners that score with one weight vector."""
+def _weights(service) -> tuple[dict[str, float], dict[str, float]] | None:
+    """The learned weight of every feature, and the starting ranking's (the engine's order
+    and the click rate, at their current scale), for learners with one weight vector."""
     learner = service.model.learner
     if not isinstance(learner, LinearLearner):
         return None
-    return dict(zip(service.model.feature_names, (float(v) for v in learner.weights()),
-                    strict=True))
+    names = service.model.feature_names
+    learned = dict(zip(names, (float(v) for v in learner.learned_weights()), strict=True))
+    start = learner.weights() - learner.learned_weights()
+    return learned, {name: float(v) for name, v in zip(names, start, strict=True) if v}
 
 
 def _report(console: Console, checkpoints: list[Checkpoint], baseline: float, final: float,
-            final_version: int, weights: dict[str, float] | None) -> None:
+            final_version: int,
+            weights: tuple[dict[str, float], dict[str, float]] | None) -> None:
     table = Table(title="Ranking quality as clicks arrive (NDCG@10 of the pages users saw)")
     table.add_column("searches", justify="right")
     table.add_column("clicks", justify="right")
@@ -204,7 +208,12 @@ def _report(console: Console, checkpoints: list[Checkpoint], baseline: float, fi
         table.add_row(str(c.searches), str(c.clicks), str(c.model_version), f"{c.online_ndcg:.3f}")
     console.print(table)
     if weights:
-        console.print("Learned weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in weights.items()))
+        learned, start = weights
+        console.print("Learned weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in learned.items()))
+        if start:
+            console.print("Starting ranking (the engine's order and the query's click rate, "
+                          "worth learner.params.prior_steps average steps): "
+                          + ", ".join(f"{k} {v:+.2f}" for k, v in start.items()))
     change = final - baseline
     console.print(f"Backend order (BM25) NDCG@10 over all queries: [bold]{baseline:.3f}[/bold]")
     console.print(f"Learned ranking (model version {final_version}) NDCG@10 over all queries: "

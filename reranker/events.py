@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .clicks import PositionBias, query_key, rates_from_counts
+from .clicks import PositionBias, lifts_from_counts, query_key
 from .clicks.position_bias import randomized_pairs
 from .errors import ConflictError, NotFoundError, StoreError, UnprocessableError
 
@@ -383,7 +383,7 @@ class EventStore:
 
     def click_features(self, query: str, doc_ids: list[str], smoothing: float) -> np.ndarray:
         """The click features of candidates ``doc_ids`` for ``query``, shape ``(n, 2)``
-        (:func:`reranker.clicks.rates_from_counts`), from the clicks and exposures logged so
+        (:func:`reranker.clicks.lifts_from_counts`), from the clicks and exposures logged so
         far."""
         key = query_key(query)
         counts = np.zeros((len(doc_ids), 4))
@@ -410,7 +410,7 @@ class EventStore:
                                "AND doc_id = ?", (ALL_QUERIES, ALL_DOCS)).fetchone()
             if row is not None:
                 total = row
-        return rates_from_counts(counts, total[0], total[1], smoothing)
+        return lifts_from_counts(counts, total[0], total[1], smoothing)
 
     def position_bias(self, max_age: float | None = None) -> PositionBias:
         """The position-bias estimate from the counts logged so far (a read at most

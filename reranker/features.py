@@ -110,7 +110,7 @@ def raw_columns(names: tuple[str, ...] | list[str]) -> np.ndarray:
 def engine_prior(names: tuple[str, ...] | list[str],
                  engine_feature: str = ENGINE_ORDER) -> np.ndarray | None:
     """The starting ranking as a weight vector (docs/algorithms.md, "Safe start"): weight 1
-    on the feature that carries the engine's order, and 1 on ``click_rate:query_doc``, so
+    on the feature that carries the engine's order, and 1 on ``click_lift:query_doc``, so
     that a document users clearly prefer for a query rises past the ones the engine put
     just above it. None when the engine's feature is not among ``names``."""
     names = list(names)

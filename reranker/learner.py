@@ -337,7 +337,7 @@ def prior_steps_param(default: float) -> Param:
         minimum=0.0)
 
 
-PRIOR_STEPS = prior_steps_param(300.0)
+PRIOR_STEPS = prior_steps_param(1000.0)
 
 
 class LinearLearner(Learner):

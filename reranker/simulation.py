@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .clicks import CLICK_FEATURES, PositionBias, click_rates, overall_rate
+from .clicks import CLICK_FEATURES, PositionBias, lifts_from_counts
 from .clicks.position_bias import randomized_pairs
 from .errors import DataError
 from .featuremap import FeatureMap
@@ -311,16 +311,17 @@ class _Metrics:
             policy_cost = np.log(self.n[rows])
         elif self.policy == "perturbed_pairs":
             # The first shown item is the argmax's first or its second: the pairing (1, 2),
-            # (3, 4), ... (chance 1/2) swaps them with chance p, the pairing (2, 3), (4, 5), ...
-            # never does, so the second comes first with chance p / 2. np.argmax picks the
-            # lowest index among ties, as the stable argmax ranking does.
+            # (3, 4), ... (chance 1/2) swaps them with chance p, even when only the first is
+            # shown, the pairing (2, 3), (4, 5), ... never does, so the second comes first
+            # with chance p / 2. np.argmax picks the lowest index among ties, as the stable
+            # argmax ranking does.
             first = scores.argmax(axis=1)
             rest = scores.copy()
             rest[np.arange(len(rows)), first] = -np.inf
             second = rest.argmax(axis=1)
             items = self.click_items[rows]
             p = self.swap_probability / 2
-            paired = self.k[rows, None] >= 2  # a single shown result is never swapped
+            paired = self.n[rows, None] >= 2  # a single candidate is never swapped
             chance = np.where(items == first[:, None], np.where(paired, 1.0 - p, 1.0),
                               np.where((items == second[:, None]) & paired, p, 0.0))
             with np.errstate(divide="ignore"):
@@ -401,76 +402,52 @@ class _ClickLog:
     """The click features of the simulated impressions (:mod:`reranker.clicks`): counts per
     training row (a query and a document) and per document, exposures weighted by the
     position bias estimated from the learner's randomised pairs, as the service's event
-    store keeps them. The rates are kept as arrays, updated for the shown candidates after
-    every impression; the overall rate ``mu`` they are smoothed toward, and the position
-    weights, are refreshed every :attr:`REFRESH` impressions (the service rereads its
-    position-bias counts every second). Counts are Python lists: a page is ten results, and
-    plain Python on them beats numpy's per-call overhead."""
+    store keeps them, turned into features by the same :func:`lifts_from_counts`. The
+    position weights are refreshed every :attr:`REFRESH` impressions (the service rereads
+    its position-bias counts every second)."""
 
     REFRESH = 256
 
     def __init__(self, data: SimulationData, smoothing: float):
         n_docs = int(max(data.train.docs.max(), data.test.docs.max())) + 1
-        n_rows = len(data.train.labels)
         self.smoothing = float(smoothing)
-        self.query_doc_clicks, self.query_doc_exposure = [0.0] * n_rows, [0.0] * n_rows
-        self.doc_clicks, self.doc_exposure = [0.0] * n_docs, [0.0] * n_docs
-        self.total = [0.0, 0.0]  # clicks, exposure
+        self.query_doc = np.zeros((len(data.train.labels), 2))  # clicks, exposure
+        self.doc = np.zeros((n_docs, 2))
+        self.total = np.zeros(2)
         self.train_docs = data.train.docs
         self.bias = PositionBias()
         self.since = 0
-        self._refresh()
-
-    def _refresh(self) -> None:
-        self.theta = self.bias.weights(PAGE).tolist()
-        self.mean = overall_rate(*self.total)
-        self.rate_query_doc = click_rates(self.query_doc_clicks, self.query_doc_exposure,
-                                          self.mean, self.smoothing)
-        self.rate_doc = click_rates(self.doc_clicks, self.doc_exposure, self.mean,
-                                    self.smoothing)
-        self.since = 0
+        self.theta = self.bias.weights(PAGE)
 
     def features(self, rows: np.ndarray, out: np.ndarray) -> None:
         """Write the click features of the training ``rows`` into ``out`` (``(n, 2)``)."""
-        out[:, 0] = self.rate_query_doc[rows]
-        out[:, 1] = self.rate_doc[self.train_docs[rows]]
+        counts = np.hstack([self.query_doc[rows], self.doc[self.train_docs[rows]]])
+        out[:] = lifts_from_counts(counts, self.total[0], self.total[1], self.smoothing)
 
     def test_features(self, docs: np.ndarray) -> np.ndarray:
         """Held-out queries were never asked: only their documents' counts are known."""
-        return np.column_stack([np.full(len(docs), self.mean), self.rate_doc[docs]])
+        counts = np.hstack([np.zeros((len(docs), 2)), self.doc[docs]])
+        return lifts_from_counts(counts, self.total[0], self.total[1], self.smoothing)
 
     def add(self, rows: np.ndarray, shown: np.ndarray, positions: np.ndarray,
             context: dict | None) -> None:
         """An impression of the training ``rows`` (its candidates) showed ``shown``
         (candidate indices) and got clicks at ``positions``."""
-        clicked = set(positions.tolist())
-        qd_clicks, qd_exposure = self.query_doc_clicks, self.query_doc_exposure
-        doc_clicks, doc_exposure = self.doc_clicks, self.doc_exposure
-        rate_query_doc, rate_doc = self.rate_query_doc, self.rate_doc
-        smoothing = self.smoothing
-        prior = smoothing * self.mean
-        theta, train_docs, total = self.theta, self.train_docs, self.total
-        picked = rows[shown[:len(theta)]].tolist()
-        docs = train_docs[picked].tolist()
-        for position, (row, d) in enumerate(zip(picked, docs, strict=True)):
-            click = 1.0 if position in clicked else 0.0
-            weight = theta[position]
-            qd_clicks[row] += click
-            qd_exposure[row] += weight
-            doc_clicks[d] += click
-            doc_exposure[d] += weight
-            total[0] += click
-            total[1] += weight
-            # click_rates, one value at a time
-            rate_query_doc[row] = (qd_clicks[row] + prior) / (qd_exposure[row] + smoothing)
-            rate_doc[d] = (doc_clicks[d] + prior) / (doc_exposure[d] + smoothing)
-        if clicked:
+        k = min(len(shown), len(self.theta))
+        picked = rows[shown[:k]]
+        update = np.zeros((k, 2))
+        update[:, 1] = self.theta[:k]
+        update[positions[positions < k], 0] = 1.0
+        self.query_doc[picked] += update  # a query's rows are distinct
+        np.add.at(self.doc, self.train_docs[picked], update)
+        self.total += update.sum(axis=0)
+        if len(positions):
             pairs, p = randomized_pairs(context, len(shown))
             if pairs:
-                self.bias.add(PositionBias.pair_counts(pairs, p, clicked))
+                self.bias.add(PositionBias.pair_counts(pairs, p, positions.tolist()))
         self.since += 1
         if self.since == self.REFRESH:
-            self._refresh()
+            self.theta, self.since = self.bias.weights(PAGE), 0
 
 
 def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: int,

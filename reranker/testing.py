@@ -244,21 +244,50 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
             assert abs(result.log_prob - expected) < 1e-9, \
                 f"{cls.name}: logged log-probability {result.log_prob} of a top-{k} of {n}, " \
                 f"expected {expected}"
-    X = rng.random((4, N_FEATURES))
-    k = 2
-    space = list(itertools.permutations(range(4), k))
-    probs = np.array([math.exp(learner.log_probability(X, np.array(top))) for top in space])
-    counts: Counter = Counter()
-    for _ in range(samples):
-        counts[tuple(learner.rank(X, k, rng).ranking[:k].tolist())] += 1
     from scipy.stats import chisquare
 
-    observed = np.array([counts[top] for top in space])
-    impossible = probs == 0  # a policy may give some lists no chance at all
-    assert not observed[impossible].any(), f"{cls.name}: showed a list of probability 0"
-    p_value = chisquare(observed[~impossible], probs[~impossible] * samples).pvalue
-    assert p_value > 1e-3, f"{cls.name}: shown lists do not follow the probabilities " \
-                           f"(chi-square p = {p_value:.2g})"
+    for n, k in ((4, 2), (5, 3)):  # an even and an odd page, one candidate left out or more
+        X = rng.random((n, N_FEATURES))
+        space = list(itertools.permutations(range(n), k))
+        probs = np.array([math.exp(learner.log_probability(X, np.array(top)))
+                          for top in space])
+        counts: Counter = Counter()
+        for _ in range(samples):
+            counts[tuple(learner.rank(X, k, rng).ranking[:k].tolist())] += 1
+        observed = np.array([counts[top] for top in space])
+        impossible = probs == 0  # a policy may give some lists no chance at all
+        assert not observed[impossible].any(), \
+            f"{cls.name}: showed a top-{k} of {n} of probability 0"
+        p_value = chisquare(observed[~impossible], probs[~impossible] * samples).pvalue
+        assert p_value > 1e-3, f"{cls.name}: shown top-{k} lists of {n} do not follow the " \
+                               f"probabilities (chi-square p = {p_value:.2g})"
+
+
+def check_starts_from_the_prior(cls: type[Learner], params: dict | None = None) -> None:
+    """A learner given a starting ranking (a prior weight vector, the engine's order) ranks
+    by it before any update, and keeps it through get_state/set_state; a learner that takes
+    no prior ignores it."""
+    learner = cls(feature_map=FeatureMap(depth=5), **(params or {}))
+    learner.validate_params()
+    prior = np.zeros(N_FEATURES)
+    prior[0] = 1.0
+    learner.initialize(N_FEATURES, [f"x{i}" for i in range(N_FEATURES)], prior)
+    if not np.any(getattr(learner, "prior_", 0.0)):
+        return
+    rng = np.random.default_rng(3)
+    for n in (2, 5, 9):
+        X = rng.random((n, N_FEATURES))
+        scores = learner.rank(X, n, rng).scores
+        assert np.array_equal(np.argsort(-scores, kind="stable"),
+                              np.argsort(-X[:, 0], kind="stable")), \
+            f"{cls.name}: the first model does not rank by its starting ranking"
+    _train(learner, 5, 10)
+    restored = cls(feature_map=FeatureMap(depth=5), **(params or {}))
+    restored.set_state(copy.deepcopy(learner.get_state()))
+    X = rng.random((7, N_FEATURES))
+    assert np.allclose(restored.rank(X, 7, np.random.default_rng(1)).scores,
+                       learner.rank(X, 7, np.random.default_rng(1)).scores), \
+        f"{cls.name}: a restored model lost its starting ranking"
 
 
 LEARNER_CHECKS: list[Callable[..., None]] = [
@@ -270,6 +299,7 @@ LEARNER_CHECKS: list[Callable[..., None]] = [
     check_inputs_not_mutated,
     check_no_information_changes_nothing,
     check_probabilities,
+    check_starts_from_the_prior,
 ]
 
 

@@ -182,10 +182,14 @@ def scenario_clicked_result_moves_up(tmp_path, url, corpus):
                 break
         target = low[-1]["id"]
         before = {h["id"]: h["rank"] for h in page["hits"]}[target]
+        clicks = 0
         for _ in range(8):
             page = server.post("/search", {"query": query}).json()
-            assert server.post("/click", {"impression_id": page["impression_id"],
-                                          "doc_id": target}).status_code == 202
+            if target in {h["id"] for h in page["hits"]}:  # the 11th may take its place
+                assert server.post("/click", {"impression_id": page["impression_id"],
+                                              "doc_id": target}).status_code == 202
+                clicks += 1
+        assert clicks >= 5
         out = run_cli("train", "-c", str(path), "--close-all").stdout
         assert "saved model version 1" in out
         after_page = server.post("/search", {"query": query}).json()
@@ -205,11 +209,12 @@ def scenario_service_uses_elasticsearch_features(tmp_path, url, corpus):
     try:
         assert list(service.model.feature_names) == [
             "backend_score", "backend_reciprocal_rank", "field_score:title", "field_score:body",
-            "field_value:popularity", "click_rate:query_doc", "click_rate:doc"]
+            "field_value:popularity", "click_lift:query_doc", "click_lift:doc"]
         page = service.search("espresso grinder", 10)
         imp = service.events.get_impression(page["impression_id"])
         assert imp.features.shape[1] == 7 and imp.features[:, 2:4].max() > 0
-        # the click features work on this backend too: a click raises the document's rates
+        # the click features work on this backend too: a click raises the document's lift
+        # for the query, and for the other queries it is shown for
         clicked = page["hits"][3]["id"]
         service.click(page["impression_id"], clicked)
         again = service.search("espresso grinder", 10)
@@ -217,6 +222,10 @@ def scenario_service_uses_elasticsearch_features(tmp_path, url, corpus):
         row = imp.doc_ids.index(clicked)
         others = [i for i in range(len(imp.doc_ids)) if i != row]
         assert imp.features[row, 5] > imp.features[others, 5].max()
+        other_query = service.search("grinder", 100)
+        imp = service.events.get_impression(other_query["impression_id"])
+        row = imp.doc_ids.index(clicked)
+        others = [i for i in range(len(imp.doc_ids)) if i != row]
         assert imp.features[row, 6] > imp.features[others, 6].max()
     finally:
         service.close()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from reranker_plugins.preference_perceptron import PreferencePerceptron
 
-from reranker.clicks import PositionBias, click_rates, query_key, rates_from_counts
+from reranker.clicks import PositionBias, click_rates, lifts_from_counts, query_key
 from reranker.clicks.position_bias import randomized_pairs
 from reranker.config import load_config
 from reranker.errors import StoreError
@@ -37,11 +37,11 @@ def pbm_impressions(count, eta=1.0, seed=0):
 
 def test_position_bias_recovers_the_weights_of_a_position_based_model():
     bias, naive = PositionBias(), np.zeros(10)
-    for context, positions in pbm_impressions(150_000):
+    for context, positions in pbm_impressions(100_000, eta=0.5):
         pairs, p = randomized_pairs(context, 10)
         bias.add(PositionBias.pair_counts(pairs, p, positions.tolist()))
         naive[positions] += 1
-    truth = 1.0 / np.arange(1, 11)
+    truth = np.arange(1, 11) ** -0.5
     estimate = bias.weights(10)
     np.testing.assert_allclose(estimate, truth, rtol=0.10)
     # the swaps are what makes it work: clicks per position confound bias with relevance
@@ -84,8 +84,13 @@ def test_click_rates_smooth_toward_the_overall_rate():
     # never shown: the overall rate; shown and never clicked: below; clicked: above
     rates = click_rates(np.array([0.0, 0.0, 3.0]), np.array([0.0, 4.0, 4.0]), 0.25, 4.0)
     np.testing.assert_allclose(rates, [0.25, 1.0 / 8, 4.0 / 8])
-    features = rates_from_counts(np.array([[1.0, 2.0, 5.0, 10.0]]), 9.0, 28.0, 5.0)
-    np.testing.assert_allclose(features, [[(1 + 5 / 3) / 7, (5 + 5 / 3) / 15]])
+    # lifts: rates over the overall rate, mu = (9 + 1) / (28 + 2); the document's own rate
+    # over the other queries leaves this query's 1 click in 2 exposures out
+    features = lifts_from_counts(np.array([[1.0, 2.0, 5.0, 10.0]]), 9.0, 28.0, 5.0)
+    mu = 1 / 3
+    np.testing.assert_allclose(features, [[(1 + 5 * mu) / 7 / mu, (4 + 5 * mu) / 13 / mu]])
+    never_shown = lifts_from_counts(np.zeros((1, 4)), 9.0, 28.0, 5.0)
+    np.testing.assert_allclose(never_shown, [[1.0, 1.0]])
 
 
 def test_queries_are_counted_under_their_normal_form():
@@ -117,9 +122,16 @@ def test_no_leakage_a_click_never_changes_an_earlier_impression(service):
         assert after == expected
     _, third = click_columns(service, service.search("tea kettle", 10))
     assert third[target][0] > second_before[target][0]  # the next search sees the click
-    assert third[target][1] > second_before[target][1]
     rise = {doc: third[doc][0] - second_before[doc][0] for doc in third if doc in second_before}
     assert rise.pop(target) > max(rise.values())  # others move only with the overall rate
+    # click_lift:doc counts the other queries only: this query's own click is not in it ...
+    assert third[target][1] == pytest.approx(1.0)
+    # ... and a click under another query is
+    elsewhere = service.search("kettle", 100)
+    assert target in {hit["id"] for hit in elsewhere["hits"]}
+    service.click(elsewhere["impression_id"], target)
+    _, fourth = click_columns(service, service.search("TEA  kettle!", 10))  # the same query
+    assert fourth[target][1] > 1.0
     # the trainer learns from the features as logged, not as they are now
     service.trainer.run_once(close_all=True)
     assert service.events.get_impression(first["impression_id"]).features.tolist() == \
@@ -132,7 +144,7 @@ def test_the_click_features_can_be_switched_off(workdir):
     path = write_config(workdir, features={"click_features": False})
     service = RerankerService(load_config(path)).open()
     try:
-        assert not any(name.startswith("click_rate") for name in service.model.feature_names)
+        assert not any(name.startswith("click_lift") for name in service.model.feature_names)
         page = service.search("tea", 10)
         assert service.events.get_impression(page["impression_id"]).features.shape[1] == 5
     finally:

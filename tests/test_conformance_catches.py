@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from reranker.learner import Learner, RankResult, argmax_ranking
+from reranker.learner import Learner, LinearLearner, RankResult, argmax_ranking
 from reranker.policies import gumbel_top_k, plackett_luce_log_prob, plackett_luce_prefix_log_prob
 from reranker.testing import (
     check_bad_features_are_refused,
@@ -14,6 +14,7 @@ from reranker.testing import (
     check_ranks_are_permutations,
     check_save_load_round_trip,
     check_seeded_runs_reproduce,
+    check_starts_from_the_prior,
 )
 
 
@@ -140,6 +141,33 @@ class ForgetsWhenGrowing(Good):
 
     def _grow(self, n):
         self.w_ = np.zeros(n)
+
+
+class GoodLinear(LinearLearner):
+    name = "good_linear"
+    description = "a linear learner that starts from the prior"
+
+    def _initialize(self, n):
+        self.w_ = np.zeros(n)
+
+    def _update(self, X, fb):
+        if not fb.informative:
+            return False
+        self.w_ = self.w_ + self.feature_map.phi_difference(X, fb.improved, fb.ranking)
+        return True
+
+
+class IgnoresPrior(GoodLinear):
+    name = "ignores_prior"
+
+    def weights(self):
+        return self.learned_weights()
+
+
+def test_the_prior_check_catches_a_learner_that_ignores_its_starting_ranking():
+    check_starts_from_the_prior(GoodLinear)
+    with pytest.raises(AssertionError, match="starting ranking"):
+        check_starts_from_the_prior(IgnoresPrior)
 
 
 @pytest.mark.parametrize("check, broken", [

@@ -39,13 +39,17 @@ def test_clicked_result_moves_up(tmp_path, corpus):
                 break
         target = relevant_low[-1]["id"]
         before = ranks(page)[target]
+        clicks = 0
         for _ in range(8):
             page = server.post("/search", {"query": query}).json()
-            answer = server.post("/click", {"impression_id": page["impression_id"],
-                                            "doc_id": target})
-            assert answer.status_code == 202
+            if target in ranks(page):  # the perturbation may show the 11th in its place
+                answer = server.post("/click", {"impression_id": page["impression_id"],
+                                                "doc_id": target})
+                assert answer.status_code == 202
+                clicks += 1
+        assert clicks >= 5
         out = run_cli("train", "-c", str(config), "--close-all").stdout
-        assert "saved model version 1" in out and "8 clicks" in out
+        assert "saved model version 1" in out and f"{clicks} clicks" in out
         after_page = server.post("/search", {"query": query}).json()
         assert after_page["model_version"] == 1
         after = ranks(after_page).get(target, 99)

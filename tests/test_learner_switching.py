@@ -41,19 +41,21 @@ def test_switching_learner_name_switches_the_live_learner(workdir):
 
 
 def test_the_default_learner_logs_what_it_shows_and_a_seed_reproduces_it(workdir):
-    path = write_config(workdir, learner={"seed": 5})
     queries = ["tea", "tea kettle", "green tea", "kettle"] * 3
     runs = []
-    for _ in range(2):
+    for run in range(2):  # each on a new event store: the click features start alike
+        path = write_config(workdir, learner={"seed": 5},
+                            store={"path": f"events{run}.sqlite", "models": f"models{run}"})
         service = serve(path)
         try:
             pages = [service.search(query, 10) for query in queries]
             for page in pages:
                 imp = service.events.get_impression(page["impression_id"])
-                # a fair coin picks the pairing, then each pair of it is swapped or kept with
-                # probability 1/2; the unswapped argmax can come from either pairing
-                offset, k = imp.context["pair_offset"], imp.n_shown
-                pairs = {h: (k - h) // 2 for h in (0, 1)}
+                # a fair coin picks the pairing, then each pair of it whose upper result is
+                # shown is swapped or kept with probability 1/2 (the last may reach the first
+                # candidate left out); the unswapped argmax can come from either pairing
+                offset, k, n = imp.context["pair_offset"], imp.n_shown, len(imp.doc_ids)
+                pairs = {h: len(range(h, min(k, n - 1), 2)) for h in (0, 1)}
                 if imp.context["swapped"]:
                     expected = 0.5 * 0.5 ** pairs[offset]
                 else:
@@ -118,7 +120,7 @@ def test_a_model_from_before_the_click_features_keeps_learning(workdir):
     service = serve(path)
     try:
         model = service.model
-        assert model.feature_names[-2:] == ("click_rate:query_doc", "click_rate:doc")
+        assert model.feature_names[-2:] == ("click_lift:query_doc", "click_lift:doc")
         np.testing.assert_array_equal(model.learner.w_, np.append(w, [0.0, 0.0]))
         # the starting ranking takes the query's click rate in, as a new model's does
         np.testing.assert_array_equal(model.learner.prior_[-2:], [1.0, 0.0])

@@ -44,7 +44,8 @@ def test_perturbed_presentation_and_update_by_hand(seed):
     draws = np.random.default_rng(seed).random(3)  # the pairing, then one coin per pair
     result = learner.rank(X, 4, np.random.default_rng(seed))
     offset = 1 if draws[0] < 0.5 else 0
-    uppers = [0, 2] if offset == 0 else [1]
+    # pairing (2, 3), (4, 5) reaches the first result the page leaves out (the 5th)
+    uppers = [0, 2] if offset == 0 else [1, 3]
     expected = [0, 1, 2, 3, 4]  # all-zero model: backend order
     swapped = [i for i, draw in zip(uppers, draws[1:], strict=False) if draw < p]
     for i in swapped:
@@ -55,7 +56,7 @@ def test_perturbed_presentation_and_update_by_hand(seed):
     if swapped:
         probability = 0.5 * p ** len(swapped) * (1 - p) ** (len(uppers) - len(swapped))
     else:  # the argmax itself: either pairing with no swap
-        probability = 0.5 * (1 - p) ** 2 + 0.5 * (1 - p)
+        probability = 0.5 * (1 - p) ** 2 + 0.5 * (1 - p) ** 2
     assert result.log_prob == pytest.approx(np.log(probability))
     assert learner.log_probability(X, result.ranking[:4]) == pytest.approx(result.log_prob)
     assert learner.log_probability(X, np.array([2, 0, 1, 3])) == -np.inf
@@ -68,11 +69,12 @@ def test_perturbed_presentation_and_update_by_hand(seed):
     # clicks on the upper results only, on both of a pair, or outside the pairs: nothing
     assert not learner.update(X, clicks(*uppers))
     assert not learner.update(X, clicks(uppers[0], uppers[0] + 1))
-    if offset == 1:
+    if offset == 1:  # the first is in no pair, the 4th's partner was not shown
         assert not learner.update(X, clicks(0)) and not learner.update(X, clicks(3))
     np.testing.assert_array_equal(learner.w_, [0.0, 0.0])
-    # a click on the lower result of the last pair: w = (g_k - g_k+1) (x_lower - x_upper)
-    k = uppers[-1]
+    # a click on the lower result of the last pair shown whole:
+    # w = (g_k - g_k+1) (x_lower - x_upper)
+    k = 2 if offset == 0 else 1
     assert learner.update(X, clicks(k + 1))
     g = 1 / np.log2(np.arange(2, 7))
     np.testing.assert_allclose(learner.w_, (g[k] - g[k + 1]) * (X[y[k + 1]] - X[y[k]]))
