@@ -1,5 +1,6 @@
 """The time reranker adds on top of the Elasticsearch call, per search, for 100 candidates:
-turning the search response into features, ranking, and logging the impression.
+turning the search response into features (with the click features read from the event
+store), ranking, and logging the impression (with its exposures).
 
 The response is a realistic ``_search`` answer (100 hits with ``_source`` and the
 ``matched_queries`` score map of Elasticsearch 8.8+), built in memory so that the figure is
@@ -44,10 +45,6 @@ def response(rng: np.random.Generator, n: int) -> dict:
                      "hits": hits}}
 
 
-
-
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=5000)
@@ -69,7 +66,8 @@ def main() -> None:
 
         def features_and_rank():
             candidates = backend.candidates_from_response(answer)
-            X = spec.build(candidates)
+            clicks = events.click_features("q", candidates.ids, 5.0)
+            X = spec.build(candidates, clicks)
             result = model.rank(X, 10)
             candidates.load_sources(result.ranking[:10].tolist())
             return candidates, X, result
@@ -82,10 +80,9 @@ def main() -> None:
                 feature_names=list(spec.names), features=X, ranking=result.ranking,
                 n_shown=10))
 
-        X = spec.build(backend.candidates_from_response(answer))
-        w = model.learner.w_
+        X, w = features_and_rank()[1], model.learner.w_
         results = {
-            "features + ranking (response to ranked page)": median_p99_us(
+            "features (with click features) + ranking": median_p99_us(
                 time_calls(features_and_rank, args.requests)),
             "... + impression logging (SQLite): the layer": median_p99_us(
                 time_calls(layer, args.requests)),

@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -54,6 +52,7 @@ from reranker.console import progress_bar
 from reranker.demo import HttpClient
 from reranker.metrics import ndcg
 from reranker.plugins import backend_class, get_plugin_manager
+from reranker.testing import ServeProcess, cli_env, reranker_command
 
 K = 10
 WINDOW = 100
@@ -76,62 +75,18 @@ def run_config(seed: int) -> dict:
     }
 
 
-# -- the real command line -------------------------------------------------------------------
+# -- the real service ------------------------------------------------------------------------
 
-def reranker_command() -> list[str]:
-    """The `reranker` console script next to this Python, else `python -m reranker` (checked)."""
-    script = Path(sys.executable).parent / "reranker"
-    if script.exists():
-        return [str(script)]
-    fallback = [sys.executable, "-m", "reranker"]
-    check = subprocess.run(fallback + ["--version"], capture_output=True, text=True,
-                           env=cli_env())
-    if check.returncode != 0:
-        raise SystemExit(f"no `reranker` command next to {sys.executable}, and "
-                         f"`python -m reranker` fails: {check.stderr.strip()}")
-    return fallback
+class Server(ServeProcess):
+    """`reranker serve` in a subprocess on a free port, with a JSON client."""
 
-
-def cli_env() -> dict[str, str]:
-    """The environment without RERANKER_* overrides: the run's config file is the protocol."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RERANKER_")}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-class Server:
-    """`reranker serve` in a subprocess on a free port; its log goes to a file."""
-
-    def __init__(self, command: list[str], config_path: Path):
-        self.log_path = config_path.parent / "serve.log"
-        self.log = open(self.log_path, "w", encoding="utf-8")  # a pipe could fill up and block
-        self.proc = subprocess.Popen(command + ["serve", "-c", str(config_path), "--port", "0"],
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env=cli_env())
-        line = self.proc.stdout.readline()
-        match = re.search(r"http://[\d.]+:(\d+)", line)
-        if not match:
-            self.stop()
-            raise RuntimeError(f"reranker serve did not start: {line!r}\n"
-                               f"{self.log_path.read_text(encoding='utf-8')}")
-        self.url = f"http://127.0.0.1:{match.group(1)}"
+    def __init__(self, config_path: Path):
+        super().__init__(config_path)
         self.client = HttpClient(self.url)
 
     def health(self) -> dict:
         with urllib.request.urlopen(self.url + "/healthz", timeout=30) as response:
             return json.loads(response.read())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        self.log.close()
 
 
 # -- one run ---------------------------------------------------------------------------------
@@ -316,7 +271,7 @@ def one_run(run: int, seed: int, args: argparse.Namespace, data: Cranfield, comm
     console.print(f"[bold]run {run}[/bold] (seed {seed}): {indexed}; {len(train)} training "
                   f"queries, {len(heldout)} held out")
     result.heldout_before = new_deployment_ndcg(config_path, heldout)
-    server = Server(command, config_path)
+    server = Server(config_path)
     try:
         with progress_bar(f"run {run}: simulated searches", args.searches) as advance:
             for t in range(1, args.searches + 1):

@@ -270,7 +270,7 @@ def simulate(**options) -> None:
     """Replay labelled learning-to-rank data through learners with simulated users.
 
     Writes OUT/results.csv (one row per learner, run and checkpoint), OUT/windows.csv (the
-    online NDCG@10 of every window of 200 impressions), OUT/summary.json (mean and standard
+    online NDCG@10 of every window of --window impressions), OUT/summary.json (mean and standard
     error over runs at the last checkpoint, the worst window and its gap to the engine's
     order, impressions per second) and one learning-curve plot per metric. Example (MQ2008,
     fold 1):

@@ -186,7 +186,8 @@ def _evaluate(client: HttpClient, corpus) -> float:
 
 def _weights(service) -> tuple[dict[str, float], dict[str, float]] | None:
     """The learned weight of every feature, and the starting ranking's (the engine's order
-    and the click rate, at their current scale), for learners with one weight vector."""
+    and the query's click lift, at their current scale), for learners with one weight
+    vector."""
     learner = service.model.learner
     if not isinstance(learner, LinearLearner):
         return None
@@ -211,7 +212,7 @@ def _report(console: Console, checkpoints: list[Checkpoint], baseline: float, fi
         learned, start = weights
         console.print("Learned weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in learned.items()))
         if start:
-            console.print("Starting ranking (the engine's order and the query's click rate, "
+            console.print("Starting ranking (the engine's order and the query's click lift, "
                           "worth learner.params.prior_steps average steps): "
                           + ", ".join(f"{k} {v:+.2f}" for k, v in start.items()))
     change = final - baseline

@@ -182,18 +182,31 @@ class EventStore:
             if int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
                    .fetchone()[0]) == 1:  # another process may have migrated meanwhile
                 conn.execute("ALTER TABLE impressions ADD COLUMN context TEXT")
-                theta = PositionBias()
+                # Added up in memory and written once: the write lock is held for as short
+                # a time as the log allows.
+                bias = PositionBias()
+                counts: dict[tuple[str, str], list[float]] = {}
+
+                def count(key: str, doc_id: str, clicks: float, exposure: float) -> None:
+                    for cell in _stat_cells(key, doc_id):
+                        entry = counts.setdefault(cell, [0.0, 0.0])
+                        entry[0] += clicks
+                        entry[1] += exposure
+
                 for query, doc_ids, ranking, n_shown in conn.execute(
-                        "SELECT query, doc_ids, ranking, n_shown FROM impressions "
-                        "ORDER BY seq").fetchall():
+                        "SELECT query, doc_ids, ranking, n_shown FROM impressions"):
                     ids = json.loads(doc_ids)
-                    shown = np.frombuffer(ranking, dtype=np.int32)[:n_shown]
-                    self._count_exposures(conn, query_key(query), [ids[i] for i in shown],
-                                          theta.weights(n_shown))
+                    key = query_key(query)
+                    shown = np.frombuffer(ranking, dtype=np.int32)[:n_shown].tolist()
+                    for i, weight in zip(shown, bias.weights(n_shown).tolist(), strict=True):
+                        count(key, ids[i], 0.0, weight)
                 for query, doc_id in conn.execute(
                         "SELECT i.query, c.doc_id FROM clicks c JOIN impressions i ON "
-                        "i.id = c.impression_id ORDER BY c.seq").fetchall():
-                    self._count_click(conn, query_key(query), doc_id)
+                        "i.id = c.impression_id"):
+                    count(query_key(query), doc_id, 1.0, 0.0)
+                conn.executemany(_UPSERT_STATS, [(key, doc_id, clicks, exposure) for
+                                                 (key, doc_id), (clicks, exposure)
+                                                 in counts.items()])
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                              (str(SCHEMA_VERSION),))
         except BaseException:
@@ -232,6 +245,16 @@ class EventStore:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+            conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every statement in it sees the same state of the store."""
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
             conn.execute("COMMIT")
 
     @contextlib.contextmanager
@@ -275,17 +298,17 @@ class EventStore:
     @staticmethod
     def _count_exposures(conn: sqlite3.Connection, key: str, shown: list[str],
                          theta: np.ndarray) -> None:
-        rows = []
-        for doc_id, weight in zip(shown, theta.tolist(), strict=True):
-            rows.append((key, doc_id, 0.0, weight))
-            rows.append((ALL_QUERIES, doc_id, 0.0, weight))
+        """Count the exposures ``theta`` (the weights of the shown positions) of the shown
+        documents; the total gets one row instead of one per document."""
+        rows = [(cell[0], cell[1], 0.0, weight)
+                for doc_id, weight in zip(shown, theta.tolist(), strict=True)
+                for cell in _stat_cells(key, doc_id)[:2]]
         rows.append((ALL_QUERIES, ALL_DOCS, 0.0, float(theta.sum())))
         conn.executemany(_UPSERT_STATS, rows)
 
     @staticmethod
     def _count_click(conn: sqlite3.Connection, key: str, doc_id: str) -> None:
-        conn.executemany(_UPSERT_STATS, [(key, doc_id, 1.0, 0.0), (ALL_QUERIES, doc_id, 1.0, 0.0),
-                                         (ALL_QUERIES, ALL_DOCS, 1.0, 0.0)])
+        conn.executemany(_UPSERT_STATS, [(*cell, 1.0, 0.0) for cell in _stat_cells(key, doc_id)])
 
     def record_click(self, impression_id: str, doc_id: str,
                      now: float | None = None) -> ClickResult:
@@ -389,8 +412,7 @@ class EventStore:
         counts = np.zeros((len(doc_ids), 4))
         where = {doc_id: i for i, doc_id in enumerate(doc_ids)}
         total = (0.0, 0.0)
-        with self._sqlite_errors():
-            conn = self._conn()
+        with self._sqlite_errors(), self._snapshot() as conn:
             # Documents shown for this query so far (usually fewer than the candidates).
             for doc_id, clicks, exposure in conn.execute(
                     "SELECT doc_id, clicks, exposure FROM click_stats WHERE query_key = ?",
@@ -457,6 +479,12 @@ class EventStore:
                 "(SELECT COUNT(*) FROM clicks)").fetchone()
         return {"impressions": impressions, "open_impressions": open_, "clicks": clicks,
                 "closed_seq": self.last_closed_seq()}
+
+
+def _stat_cells(key: str, doc_id: str) -> tuple[tuple[str, str], ...]:
+    """The ``click_stats`` rows an event of ``doc_id`` under query ``key`` counts in: the
+    query's, the document's over all queries, and the total."""
+    return (key, doc_id), (ALL_QUERIES, doc_id), (ALL_QUERIES, ALL_DOCS)
 
 
 _COLUMNS = ("id, created, query, user_id, learner, model_version, doc_ids, feature_names, "

@@ -346,19 +346,23 @@ class LinearLearner(Learner):
     learned weights in ``w_`` or override :meth:`learned_weights`.
 
     **Starting from the search engine** (docs/algorithms.md, "Safe start"). The weights
-    used for ranking are the learned weights plus a fixed starting ranking, ``prior_``, a
-    unit vector on the feature that carries the engine's order (plus the click features,
-    see :meth:`reranker.features.FeatureSpec.prior`), scaled to ``prior_steps`` times the
-    learner's average step: ``weights() = learned_weights() + prior_steps * s * prior_``
-    with ``s = (1 + sum of step norms) / (1 + steps)``. The first search is ranked in the
-    engine's order, and the learned weights take over only where many of their updates agree,
-    as a prior does for a Bayesian learner (BubbleRank, Li et al. 2019, keeps the same
-    promise by starting from the production ranker and changing it only on evidence). Being
-    a multiple of the learner's own step size makes it independent of the number and scale
-    of the features. The papers' learners are ``prior_steps: 0``.
+    used for ranking are the learned weights plus a fixed starting ranking, ``prior_``
+    (:func:`reranker.features.engine_prior`: weight on the feature that carries the engine's
+    order and on the query's click lift), scaled to ``prior_steps`` times the learner's
+    average step: ``weights() = learned_weights() + prior_steps * s * prior_`` with
+    ``s = (1 + sum of step norms) / (1 + steps)``, a step being the change of the learned
+    weights per informative feedback (a batch learner's held-back feedbacks count as steps of
+    0). The first search is ranked in the engine's order, and the learned weights take over
+    only where many of their updates agree, as a prior does for a Bayesian learner
+    (BubbleRank, Li et al. 2019, keeps the same promise by starting from the production
+    ranker and changing it only on evidence). Being a multiple of the learner's own step size
+    makes it independent of the number and scale of the features. The papers' learners are
+    ``prior_steps: 0``.
     """
 
     params: tuple[Param, ...] = (PRIOR_STEPS,)
+    #: A subclass whose ``params`` leave ``prior_steps`` out starts from zero weights.
+    prior_steps: float = 0.0
 
     def learned_weights(self) -> np.ndarray:
         """The weights the learner has learned (``w_t`` of the papers)."""
@@ -380,7 +384,7 @@ class LinearLearner(Learner):
         self.prior_ = np.zeros(n) if prior is None or self.prior_steps == 0 \
             else np.asarray(prior, dtype=np.float64).copy()
         self.step_sum_ = 0.0  # sum of the norms of the learned weights' changes
-        self.steps_ = 0  # updates that changed them
+        self.steps_ = 0  # informative feedbacks
 
     def _state_defaults(self) -> dict[str, Any]:
         # A model saved before starting rankings existed started from w = 0.
@@ -394,13 +398,15 @@ class LinearLearner(Learner):
         self.prior_ = np.concatenate([self.prior_, extra])
 
     def _learn(self, X: np.ndarray, feedback: Feedback) -> bool:
+        if type(self).weights is not LinearLearner.weights:
+            # A subclass with its own weights() (the interface before the starting ranking)
+            # ranks without it: no steps to count.
+            return self._update(X, feedback)
         before = self.learned_weights().copy()
         changed = self._update(X, feedback)
-        if changed:
-            step = float(np.linalg.norm(self.learned_weights() - before))
-            if step > 0:
-                self.step_sum_ += step
-                self.steps_ += 1
+        if changed:  # a step per informative feedback, even one a batch holds back
+            self.step_sum_ += float(np.linalg.norm(self.learned_weights() - before))
+            self.steps_ += 1
         return changed
 
     def _rank(self, X: np.ndarray, n_shown: int,

@@ -25,7 +25,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -229,7 +229,7 @@ class _Metrics:
         B = self.BLOCK
         self.time = np.zeros(B, dtype=np.intp)  # 1-based impression number
         self.window = window
-        n_windows = -(-impressions // window) if impressions else 0
+        n_windows = impressions // window  # full windows only: a short one is noisier
         self.windows = np.zeros(n_windows)  # sums of online NDCG@10 per window
         self.window_sizes = np.zeros(n_windows)
         self.query = np.zeros(B, dtype=np.intp)
@@ -284,8 +284,9 @@ class _Metrics:
         self.window_count += size
         if len(self.windows):
             which = (self.time[:size] - 1) // self.window
-            np.add.at(self.windows, which, ndcg10)
-            np.add.at(self.window_sizes, which, 1.0)
+            full = which < len(self.windows)
+            np.add.at(self.windows, which[full], ndcg10[full])
+            np.add.at(self.window_sizes, which[full], 1.0)
         with_click = np.flatnonzero(self.has_click[:size])
         if with_click.size:
             self._flush_clicks(with_click)
@@ -379,6 +380,14 @@ def query_stream(n_queries: int, start: int, count: int, settings: Settings,
     return (rng.random(count) * available).astype(np.intp)
 
 
+def with_backend_feature(data: SimulationData, settings: Settings) -> Settings:
+    """``settings`` with the engine's stand-in feature chosen (the best single feature on the
+    training queries when none is given)."""
+    if settings.backend_feature is not None:
+        return settings
+    return replace(settings, backend_feature=best_single_feature(data))
+
+
 def simulation_features(data: SimulationData, settings: Settings) -> list[str]:
     """The learners' feature names: the data's, then the click features when they are on."""
     return list(data.feature_names) + (list(CLICK_FEATURES) if settings.click_features else [])
@@ -392,7 +401,7 @@ def simulation_factory(data: SimulationData, spec: LearnerSpec,
     names = simulation_features(data, settings)
     prior = None
     if settings.start == "engine":
-        prior = engine_prior(names, settings.backend_feature or best_single_feature(data))
+        prior = engine_prior(names, with_backend_feature(data, settings).backend_feature)
     return ModelFactory(learner_class(get_plugin_manager(), spec.name), spec.params,
                         FeatureMap(settings.depth, settings.discount), names, "none",
                         prior=prior if prior is not None else np.zeros(len(names)))
@@ -459,6 +468,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     candidate orders and the users' randomness depend only on the seed and the run, so
     every learner of a run sees the same queries in the same order.
     """
+    settings = with_backend_feature(data, settings)
     streams = np.random.SeedSequence([settings.seed, run]).spawn(4)
     stream_rng, user_rng = np.random.default_rng(streams[0]), np.random.default_rng(streams[1])
     learner_rng, test_rng = np.random.default_rng(streams[2]), np.random.default_rng(streams[3])
@@ -614,6 +624,7 @@ def simulate(data: SimulationData, specs: list[LearnerSpec], settings: Settings,
              workers: int | None = None,
              progress: Callable[[int], None] | None = None) -> SimulationResult:
     """Every (learner, run) pair, in parallel processes; results ordered by learner, run, t."""
+    settings = with_backend_feature(data, settings)
     for spec in specs:  # fail before forking: unknown learner or bad parameter
         simulation_factory(data, spec, settings).new()
     make_user(settings.click_model, data.grades)

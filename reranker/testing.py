@@ -1,4 +1,6 @@
-"""The learner conformance suite, shipped so that third-party plugins can run it too.
+"""The learner conformance suite, shipped so that third-party plugins can run it too, and
+:class:`ServeProcess`, the real ``reranker serve`` in a subprocess for integration tests and
+scripts.
 
 Every check takes a learner class (and optional parameters) and raises ``AssertionError``
 with a message naming the learner when it fails. Run them all with :func:`check_learner`,
@@ -19,8 +21,13 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
+import re
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -272,8 +279,10 @@ def check_starts_from_the_prior(cls: type[Learner], params: dict | None = None) 
     prior = np.zeros(N_FEATURES)
     prior[0] = 1.0
     learner.initialize(N_FEATURES, [f"x{i}" for i in range(N_FEATURES)], prior)
-    if not np.any(getattr(learner, "prior_", 0.0)):
+    if not getattr(learner, "prior_steps", 0):  # no starting ranking asked for
         return
+    assert np.array_equal(getattr(learner, "prior_", None), prior), \
+        f"{cls.name}: prior_steps is set but the starting ranking was not kept in prior_"
     rng = np.random.default_rng(3)
     for n in (2, 5, 9):
         X = rng.random((n, N_FEATURES))
@@ -307,3 +316,65 @@ def check_learner(cls: type[Learner], params: dict | None = None) -> None:
     """Run every check of the suite on ``cls``."""
     for check in LEARNER_CHECKS:
         check(cls, params)
+
+
+# -- the real service in a subprocess ---------------------------------------------------------
+
+
+def reranker_command() -> list[str]:
+    """The installed ``reranker`` console script next to this Python, else ``python -m
+    reranker.cli``."""
+    script = Path(sys.executable).parent / "reranker"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "reranker.cli"]
+
+
+def cli_env() -> dict[str, str]:
+    """This environment without ``RERANKER_*`` overrides (the config file alone decides) and
+    with unbuffered output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RERANKER_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class ServeProcess:
+    """``reranker serve -c CONFIG --port 0`` in a subprocess; :attr:`url` is where it
+    listens. Its log goes to ``serve.log`` beside the config (a pipe could fill up and block
+    it)."""
+
+    def __init__(self, config_path: str | os.PathLike, *extra: str):
+        config_path = Path(config_path)
+        self.log_path = config_path.parent / "serve.log"
+        self.log = open(self.log_path, "a", encoding="utf-8")
+        self.proc = subprocess.Popen(reranker_command() + ["serve", "-c", str(config_path),
+                                                           "--port", "0", *extra],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     env=cli_env())
+        line = self.proc.stdout.readline()
+        match = re.search(r"http://[\d.]+:(\d+)", line)
+        if not match:
+            self.kill()
+            raise RuntimeError(f"reranker serve did not start: {line!r}\n"
+                               f"{self.log_path.read_text(encoding='utf-8')}")
+        self.url = f"http://127.0.0.1:{match.group(1)}"
+
+    def kill(self) -> None:
+        """Stop it at once (SIGKILL), as a crash would."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self._close_pipes()
+
+    def stop(self) -> None:
+        """Stop it cleanly (SIGTERM), or kill it after 30 seconds."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self.log.close()

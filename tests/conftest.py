@@ -4,22 +4,21 @@ disk, a live HTTP server around the real Flask app, and helpers to run the real 
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import requests
 import yaml
 
+from reranker import testing
 from reranker.app import BackgroundServer, create_app
 from reranker.config import load_config
 from reranker.democorpus import generate_corpus
 from reranker.plugins import backend_class, get_plugin_manager
 from reranker.service import RerankerService
+from reranker.testing import cli_env, reranker_command
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -100,12 +99,6 @@ def live(workdir):
     server.stop()
 
 
-def reranker_command() -> list[str]:
-    """The installed ``reranker`` console script (or ``python -m reranker``)."""
-    script = Path(sys.executable).parent / "reranker"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "reranker"]
-
-
 def run_cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
     result = subprocess.run(reranker_command() + list(args), capture_output=True, text=True,
                             timeout=timeout, env=cli_env())
@@ -115,49 +108,8 @@ def run_cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.
     return result
 
 
-def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RERANKER_")}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-class ServeProcess:
-    """``reranker serve`` in a subprocess on a free port."""
-
-    def __init__(self, config_path: Path, *extra: str):
-        self.log_path = config_path.parent / "serve.log"
-        self.log = open(self.log_path, "a", encoding="utf-8")  # a pipe could fill and block
-        self.proc = subprocess.Popen(reranker_command() + ["serve", "-c", str(config_path),
-                                                           "--port", "0", *extra],
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env=cli_env())
-        line = self.proc.stdout.readline()
-        match = re.search(r"http://[\d.]+:(\d+)", line)
-        if not match:
-            self.proc.kill()
-            self.proc.wait()
-            self._close_pipes()
-            raise AssertionError(f"serve did not start: {line!r}\n{self.log_path.read_text()}")
-        self.url = f"http://127.0.0.1:{match.group(1)}"
+class ServeProcess(testing.ServeProcess):
+    """``reranker serve`` in a subprocess on a free port, with a JSON POST helper."""
 
     def post(self, path: str, body: dict) -> requests.Response:
         return requests.post(self.url + path, json=body, timeout=30)
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=30)
-        self._close_pipes()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-        self._close_pipes()
-
-    def _close_pipes(self) -> None:
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        self.log.close()

@@ -187,10 +187,21 @@ def test_an_event_store_of_schema_1_is_migrated(tmp_path):
     # the counts are rebuilt from the log: c and a shown twice, a clicked once
     features = store.click_features("tea  kettle", ["a", "b", "c"], smoothing=1.0)
     assert features[0, 0] > features[2, 0] and features[1, 0] > features[2, 0]
+    # exactly: i0 and i1 showed c then a (ranking [2, 0, 1], two shown), weighted 1 and 1/log2(3)
+    g2 = 1 / np.log2(3)
+    with sqlite3.connect(path) as conn:
+        rows = {f"{q}|{d}": [c, e] for q, d, c, e in conn.execute("SELECT * FROM click_stats")}
+    assert rows.keys() == {"tea kettle|c", "tea kettle|a", "*|c", "*|a", "*|"}
+    for cell, (clicks, exposure) in {"tea kettle|c": (0, 2), "tea kettle|a": (1, 2 * g2),
+                                     "*|c": (0, 2), "*|a": (1, 2 * g2),
+                                     "*|": (1, 2 + 2 * g2)}.items():
+        assert rows[cell] == pytest.approx([clicks, exposure]), cell
     store.record_click("i1", "c")  # the migrated store takes new events
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
                             ).fetchone() == ("2",)
+        assert conn.execute("SELECT clicks FROM click_stats WHERE query_key = 'tea kettle' "
+                            "AND doc_id = 'c'").fetchone() == (1.0,)
     store.close()
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")

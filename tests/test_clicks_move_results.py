@@ -1,8 +1,9 @@
 """Every position can move (through the real HTTP API): a result the learner ranks k-th,
 clicked on its impressions with nothing else clicked, ranks higher after training, for every
 k from 2 to 10 and every coactive learner at its defaults, also when the engine scores every
-candidate the same (then only the click features tell them apart). With the click features
-it already rises while the clicks arrive; the clicks' pages are those of a new deployment."""
+candidate the same (then only the click features tell them apart). With the starting
+ranking it already rises while the clicks arrive, through its click lift; without it (the
+default learner with prior_steps 0) it rises through what the learner learns alone."""
 
 import shutil
 
@@ -16,6 +17,9 @@ from reranker.plugins import backend_class, get_plugin_manager
 COACTIVE = ["preference_perceptron", "batch_preference_perceptron",
             "exponentiated_preference_perceptron", "convex_preference_perceptron",
             "second_order_preference_perceptron"]
+#: The default learner without its starting ranking: the click lifts move the result only
+#: through the weights it learns from the pair feedback.
+LEARNING_ALONE = ("preference_perceptron", {"prior_steps": 0})
 QUERY = "espresso grinder"
 SEARCHES = 20
 
@@ -52,12 +56,13 @@ def argmax_order(page):
     return [hit["id"] for hit in sorted(page["hits"], key=lambda h: -h["score"])]
 
 
-@pytest.mark.parametrize("learner", COACTIVE)
+@pytest.mark.parametrize("learner", COACTIVE + [LEARNING_ALONE])
 @pytest.mark.parametrize("k", range(2, 11))
 def test_a_result_clicked_at_rank_k_rises(tmp_path, index, learner, k):
     shutil.copytree(index, tmp_path / "index")
+    name, params = learner if isinstance(learner, tuple) else (learner, {})
     path = write_config(tmp_path, features={"numeric_fields": []},
-                        learner={"name": learner, "seed": k},
+                        learner={"name": name, "params": params, "seed": k},
                         trainer={"enabled": False, "feedback_window": 3600.0})
     live = LiveServer(path)
     try:
@@ -75,8 +80,11 @@ def test_a_result_clicked_at_rank_k_rises(tmp_path, index, learner, k):
         # it was first shown at rank k (give or take the pair perturbation), and clicked on
         # nearly every impression, nothing else ever
         assert abs(shown_at[0] - k) <= 1 and len(shown_at) >= SEARCHES - 2
+        if not params:  # with the starting ranking, its click lift lifts it at once
+            assert argmax_order(page).index(target) + 1 < k
         report = live.service.trainer.run_once(close_all=True)  # `reranker train`
         assert report.clicks == len(shown_at) and report.version == 1
+        assert report.updates > 0
         after = live.post("/search", {"query": QUERY, "size": 10}).json()
         assert after["model_version"] == 1
         assert argmax_order(after).index(target) + 1 < k, (k, argmax_order(after))

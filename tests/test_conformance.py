@@ -26,8 +26,20 @@ def test_unperturbed_coactive_learner_conforms(name, check):
     check(LEARNERS[name], {"swap_probability": 0.0})
 
 
+WITH_PRIOR = sorted(name for name, cls in LEARNERS.items()
+                    if any(p.name == "prior_steps" for p in cls.params))
+
+
+@pytest.mark.parametrize("check", LEARNER_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("name", WITH_PRIOR)
+def test_learner_conforms_with_a_starting_ranking(name, check):
+    """Every learner with the parameter conforms with a starting ranking too (the KLRank
+    family starts without one by default)."""
+    check(LEARNERS[name], {"prior_steps": 50.0})
+
+
 def test_every_paper_learner_is_registered():
-    assert len(COACTIVE) == 5
+    assert len(COACTIVE) == 5 and len(WITH_PRIOR) == 8
     assert set(LEARNERS) >= {
         "preference_perceptron", "batch_preference_perceptron",
         "exponentiated_preference_perceptron", "convex_preference_perceptron",

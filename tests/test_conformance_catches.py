@@ -146,15 +146,8 @@ class ForgetsWhenGrowing(Good):
 class GoodLinear(LinearLearner):
     name = "good_linear"
     description = "a linear learner that starts from the prior"
-
-    def _initialize(self, n):
-        self.w_ = np.zeros(n)
-
-    def _update(self, X, fb):
-        if not fb.informative:
-            return False
-        self.w_ = self.w_ + self.feature_map.phi_difference(X, fb.improved, fb.ranking)
-        return True
+    _initialize = Good._initialize
+    _update = Good._update
 
 
 class IgnoresPrior(GoodLinear):

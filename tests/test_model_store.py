@@ -15,7 +15,7 @@ def factory(names=("a", "b", "c"), normalization="per_query_minmax", depth=10):
 
 
 def trained_model(version=1):
-    model = factory().new()
+    model = factory().new()  # no engine feature among a, b, c: no starting ranking
     model.learner.w_ = np.array([0.1, -2.5, 1e-17])
     model.version = version
     model.progress.cursor = 7
@@ -96,3 +96,21 @@ def test_state_with_wrong_shape_is_refused(tmp_path):
     data["checksum"] = checksum(data)
     with pytest.raises(ModelLoadError, match="shape"):
         factory().from_dict(data, "m.json")
+
+
+def test_a_model_saved_before_the_starting_ranking_loads_and_ranks_as_it_did(tmp_path):
+    """A model file written before learners kept a starting ranking (no prior_, step_sum_,
+    steps_ in its state) loads with none: it ranks by its weights alone, as it did."""
+    from reranker.model import checksum
+
+    store = ModelStore(tmp_path, "preference_perceptron")
+    path = store.save(trained_model(1))
+    payload = json.loads(path.read_text())
+    for key in ("prior_", "step_sum_", "steps_"):
+        del payload["state"][key]
+    payload["checksum"] = checksum(payload)
+    path.write_text(json.dumps(payload))
+    loaded = store.load(1, factory())
+    np.testing.assert_array_equal(loaded.learner.prior_, [0.0, 0.0, 0.0])
+    X = np.random.default_rng(0).random((8, 3))
+    np.testing.assert_array_equal(loaded.learner.rank(X).scores, X @ [0.1, -2.5, 1e-17])

@@ -58,6 +58,7 @@ class PositionBias:
         self.upper = np.zeros(0) if upper is None else np.asarray(upper, dtype=np.float64)
         self.lower = np.zeros(0) if lower is None else np.asarray(lower, dtype=np.float64)
         self.prior_clicks = float(prior_clicks)
+        self._weights: dict[int, np.ndarray] = {}  # per page length, until the next add
 
     @staticmethod
     def pair_counts(pairs: Iterable[tuple[int, bool]], swap_probability: float,
@@ -77,6 +78,7 @@ class PositionBias:
 
     def add(self, counts: Iterable[tuple[int, float, float]]) -> None:
         """Add the :meth:`pair_counts` of one impression."""
+        self._weights = {}
         for upper, top, bottom in counts:
             if upper >= len(self.upper):
                 grow = upper + 1 - len(self.upper)
@@ -87,7 +89,10 @@ class PositionBias:
 
     def weights(self, n: int) -> np.ndarray:
         """``theta_1 .. theta_n``, shape ``(n,)``, with ``theta_1 = 1``; each ratio is kept
-        in (0, 1]: a lower position is never examined more than the one above it."""
+        in (0, 1]: a lower position is never examined more than the one above it. Read-only
+        (kept until the next :meth:`add`)."""
+        if n in self._weights:
+            return self._weights[n]
         theta = np.ones(n)
         lam = self.prior_clicks
         for k in range(n - 1):
@@ -96,4 +101,6 @@ class PositionBias:
             bottom = self.lower[k] if k < len(self.lower) else 0.0
             ratio = (bottom + lam * prior_ratio) / (top + lam)
             theta[k + 1] = theta[k] * min(max(ratio, 1e-3), 1.0)
+        theta.setflags(write=False)
+        self._weights[n] = theta
         return theta

@@ -1,0 +1,39 @@
+"""The README's example scripts run end to end (on a small scale here)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SHARED_DATA
+
+from reranker.testing import cli_env
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CRANFIELD = SHARED_DATA / "cranfield"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CRANFIELD.is_dir(),
+                    reason="shared Cranfield data not present beside the project")
+def test_cranfield_through_the_live_service(tmp_path):
+    """One run of 500 searches: `reranker index`, `reranker serve`, simulated users over
+    HTTP; the report names every measurement and the learning curve is drawn."""
+    out = tmp_path / "cranfield"
+    result = subprocess.run([sys.executable, str(EXAMPLES / "cranfield_live.py"), "--data",
+                             str(CRANFIELD), "--out", str(out), "--runs", "1",
+                             "--searches", "500"], capture_output=True, text=True, timeout=300,
+                            env=cli_env())
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    run = summary["runs"][0]
+    assert run["statuses"]["search 200"] >= 500 and run["clicks"] > 500
+    assert not run["errors"] and not run["log_problems"]
+    assert len(run["windows_served"]) == 5
+    for key in ("last_diff", "worst_window_diff", "heldout_before", "heldout_after",
+                "heldout_backend"):
+        assert -1 <= run[key] <= 1, key
+    # a new deployment serves the engine's order, give or take its randomised pairs
+    assert abs(run["heldout_before"] - run["heldout_backend"]) < 0.05
+    assert (out / "learning_curve.png").stat().st_size > 10_000
