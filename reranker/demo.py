@@ -50,6 +50,7 @@ class Checkpoint:
     clicks: int
     model_version: int
     online_ndcg: float  # mean NDCG@10 of the pages shown since the previous checkpoint
+    backend_ndcg: float  # the backend's own order on the same searches
 
 
 def demo_config(learner: str) -> dict:
@@ -111,8 +112,9 @@ def run_demo(workdir: Path, *, searches: int = 1500, seed: int = 7,
     console.print(f"Serving on {client.base_url}; learner: {learner}.")
 
     try:
-        baseline = _backend_order_ndcg(service, corpus)
-        checkpoints = _simulate_users(client, corpus, searches, seed, console)
+        floor = _backend_order_ndcg(service, corpus)
+        baseline = float(np.mean(list(floor.values())))
+        checkpoints = _simulate_users(client, floor, corpus, searches, seed, console)
         time.sleep(config.trainer.feedback_window + 2 * config.trainer.interval)
         final = _evaluate(client, corpus)
         final_version = service.model.version
@@ -130,26 +132,24 @@ def run_demo(workdir: Path, *, searches: int = 1500, seed: int = 7,
     return checkpoints
 
 
-def _backend_order_ndcg(service, corpus) -> float:
-    """Mean NDCG@10 of the backend's own (BM25) order over every query: the floor."""
-    scores = []
-    for query, topic in corpus.queries:
-        ids = service.backend.search(query, PAGE_SIZE).ids
-        scores.append(_ndcg(corpus, topic, ids))
-    return float(np.mean(scores))
+def _backend_order_ndcg(service, corpus) -> dict[str, float]:
+    """NDCG@10 of the backend's own (BM25) order for every query: the floor."""
+    return {query: _ndcg(corpus, topic, service.backend.search(query, PAGE_SIZE).ids)
+            for query, topic in corpus.queries}
 
 
 def _ndcg(corpus, topic: str, ids: list[str]) -> float:
     return ndcg(np.array([corpus.label(topic, d) for d in ids]), corpus.labels(topic), PAGE_SIZE)
 
 
-def _simulate_users(client: HttpClient, corpus, searches: int, seed: int,
-                    console: Console) -> list[Checkpoint]:
+def _simulate_users(client: HttpClient, floor: dict[str, float], corpus, searches: int,
+                    seed: int, console: Console) -> list[Checkpoint]:
     rng = np.random.default_rng(seed + 1)
     users = cascade_model(CLICK_MODEL, 3)
     every = max(1, searches // 15)
     checkpoints: list[Checkpoint] = []
     window: list[float] = []
+    window_floor: list[float] = []
     clicks = 0
     version = 0
     with progress_bar("simulated users searching", searches, console) as advance:
@@ -161,6 +161,7 @@ def _simulate_users(client: HttpClient, corpus, searches: int, seed: int,
             ids = [hit["id"] for hit in page["hits"]]
             labels = np.array([corpus.label(topic, d) for d in ids])
             window.append(ndcg(labels, corpus.labels(topic), PAGE_SIZE))
+            window_floor.append(floor[query])
             version = page["model_version"]
             for j in np.flatnonzero(users.clicks(labels, rng)):
                 status, answer = client.post("/click", {"impression_id": page["impression_id"],
@@ -169,8 +170,9 @@ def _simulate_users(client: HttpClient, corpus, searches: int, seed: int,
                     raise RuntimeError(f"/click answered {status}: {answer}")
                 clicks += 1
             if t % every == 0 or t == searches:
-                checkpoints.append(Checkpoint(t, clicks, version, float(np.mean(window))))
-                window = []
+                checkpoints.append(Checkpoint(t, clicks, version, float(np.mean(window)),
+                                              float(np.mean(window_floor))))
+                window, window_floor = [], []
             advance()
     return checkpoints
 
@@ -205,8 +207,10 @@ def _report(console: Console, checkpoints: list[Checkpoint], baseline: float, fi
     table.add_column("clicks", justify="right")
     table.add_column("model version", justify="right")
     table.add_column("NDCG@10", justify="right")
+    table.add_column("BM25, same searches", justify="right")
     for c in checkpoints:
-        table.add_row(str(c.searches), str(c.clicks), str(c.model_version), f"{c.online_ndcg:.3f}")
+        table.add_row(str(c.searches), str(c.clicks), str(c.model_version), f"{c.online_ndcg:.3f}",
+                      f"{c.backend_ndcg:.3f}")
     console.print(table)
     if weights:
         learned, start = weights
@@ -232,7 +236,10 @@ def _plot(path: Path, checkpoints: list[Checkpoint], baseline: float, final: flo
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     x = [c.searches for c in checkpoints]
     ax.plot(x, [c.online_ndcg for c in checkpoints], marker="o", label=f"{learner} (pages shown)")
-    ax.axhline(baseline, color="grey", linestyle="--", label="backend order (BM25)")
+    ax.plot(x, [c.backend_ndcg for c in checkpoints], color="grey", linestyle="--",
+            label="backend order (BM25), same searches")
+    ax.axhline(baseline, color="grey", linestyle=":", linewidth=1,
+               label="backend order (BM25), all queries")
     ax.scatter([x[-1]], [final], color="tab:green", zorder=3, label="learned, all queries")
     ax.set_xlabel("simulated searches")
     ax.set_ylabel("NDCG@10")

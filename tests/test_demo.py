@@ -14,7 +14,10 @@ def test_demo_shows_the_ranking_improving(tmp_path):
     assert (tmp_path / "demo" / "learning_curve.png").stat().st_size > 10_000
     assert checkpoints[-1].clicks > 100 and checkpoints[-1].model_version > 1
     first, last = checkpoints[0].online_ndcg, checkpoints[-1].online_ndcg
-    assert last > first + 0.15, (first, last)
+    assert last > first + 0.1, (first, last)
+    # the engine's order is the floor: no window of searches below BM25 on the same searches
+    assert all(c.online_ndcg >= c.backend_ndcg - 0.02 for c in checkpoints), checkpoints
+    assert "BM25, same searches" in text
     baseline = float(text.split("Backend order (BM25) NDCG@10 over all queries: ")[1].split()[0])
     final = float(text.split("NDCG@10 over all queries: ")[2].split()[0])
     assert final > baseline + 0.15, (baseline, final)
