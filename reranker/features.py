@@ -100,7 +100,7 @@ class FeatureSpec:
 
 
 def raw_columns(names: tuple[str, ...] | list[str]) -> np.ndarray:
-    """Columns that normalisation leaves as they are: the click features, which are rates
+    """Columns that normalisation leaves as they are: the click features, which are lifts
     on a common scale already, and whose differences between documents are the evidence
     (min-max over a page would blow one stray click up to the full range)."""
     return np.array([j for j, name in enumerate(names) if name in CLICK_FEATURES],
