@@ -34,13 +34,13 @@ class BatchPreferencePerceptron(CoactiveLearner):
         self.pending_ = np.concatenate([self.pending_, extra])
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
-        improved = self.improved(feedback)
-        if improved is None:
+        delta = self.direction(X, feedback)
+        if delta is None:
             return False
         # A batch holds batch_size feedbacks that carry information: a round without any
         # leaves the model exactly as it was (the paper counts every round; with
         # simulated coactive users the two agree).
-        self.pending_ += self.feature_map.phi_difference(X, improved, feedback.ranking)
+        self.pending_ += delta
         self.pending_count_ += 1
         if self.pending_count_ == self.batch_size:
             # Algorithm 2: w_{l+1} = w_l + sum over the batch of phi(ybar_j) - phi(y_j)

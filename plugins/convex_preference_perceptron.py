@@ -33,8 +33,8 @@ class ConvexPreferencePerceptron(CoactiveLearner):
         self.w_ = np.concatenate([self.w_, np.zeros(n_features - len(self.w_))])
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
-        improved = self.improved(feedback)
-        if improved is None:
+        delta = self.direction(X, feedback)
+        if delta is None:
             return False
         # t counts the feedbacks that carry information: a round without any leaves the
         # model exactly as it was (the paper counts every round; with simulated coactive
@@ -42,8 +42,7 @@ class ConvexPreferencePerceptron(CoactiveLearner):
         self.t_ += 1
         # Algorithm 5: wbar = w_t + eta_t (phi(ybar) - phi(y)), eta_t = 1/sqrt(t);
         # w_{t+1} = argmin_{||u|| <= B} ||u - wbar|| = wbar * min(1, B / ||wbar||).
-        wbar = self.w_ + self.feature_map.phi_difference(X, improved,
-                                                         feedback.ranking) / math.sqrt(self.t_)
+        wbar = self.w_ + delta / math.sqrt(self.t_)
         length = float(np.linalg.norm(wbar))
         self.w_ = wbar if length <= self.B else wbar * (self.B / length)
         return True

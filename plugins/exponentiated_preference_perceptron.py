@@ -47,7 +47,7 @@ class ExponentiatedPreferencePerceptron(CoactiveLearner):
         # model exactly as it was (the paper counts every round; with simulated coactive
         # users the two agree, since every round before the optimum is informative).
         self.t_ += 1
-        delta = better - worse
+        delta = self.direction(X, feedback, improved)  # better - worse, pairs weighted
         doubled = np.concatenate([delta, -delta])  # De = phie(ybar) - phie(y)
         # Algorithm 4 with an anytime rate (docs/algorithms.md): eta_t = 1 / (2 S sqrt(t));
         # we_{t+1,i} = we_{t,i} exp(eta_t De_i) / Z_t, in logs: log Z_t = logsumexp.

@@ -31,11 +31,11 @@ class PreferencePerceptron(CoactiveLearner):
         self.w_ = np.concatenate([self.w_, np.zeros(n_features - len(self.w_))])
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
-        improved = self.improved(feedback)
-        if improved is None:
+        delta = self.direction(X, feedback)
+        if delta is None:
             return False
         # Coactive Learning, Algorithm 1: w_{t+1} = w_t + phi(x_t, ybar_t) - phi(x_t, y_t).
-        self.w_ += self.feature_map.phi_difference(X, improved, feedback.ranking)
+        self.w_ += delta
         self.n_updates_ += 1
         return True
 

@@ -76,10 +76,9 @@ class SecondOrderPreferencePerceptron(CoactiveLearner):
         self.A_, self.A_inv_ = A, A_inv
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
-        improved = self.improved(feedback)
-        if improved is None:
+        delta = self.direction(X, feedback)
+        if delta is None:
             return False
-        delta = self.feature_map.phi_difference(X, improved, feedback.ranking)
         g = self.gamma
         # Algorithm 6: A_t = A_{t-1} + gamma D D^T; Sherman-Morrison for the inverse:
         # (A + g D D^T)^-1 = A^-1 - g (A^-1 D)(A^-1 D)^T / (1 + g D^T A^-1 D)

@@ -63,9 +63,10 @@ def expected_weights(config, events):
     independently of the trainer: w = sum over impressions of phi(ybar) - phi(y) (Coactive
     Learning, Alg. 1), where ybar swaps each shown pair of the impression's random pairing,
     (1, 2), (3, 4), ... or (2, 3), (4, 5), ..., whose lower result alone was clicked (Raman
-    et al. 2013), with per-query min-max features (the click features raw) and log2
-    discounts at depth 10."""
-    g = 1.0 / np.log2(np.arange(2, 12))
+    et al. 2013), each swap's part weighted by 1 / (2p) if the pair was shown swapped and
+    1 / (2 (1 - p)) if not, with per-query min-max features (the click features raw) and
+    log2 discounts at depth 10."""
+    g = np.append(1.0 / np.log2(np.arange(2, 12)), 0.0)  # 0 below depth 10
     w = np.zeros(7)  # score, reciprocal rank, title, body, popularity, two click features
     for imp in events.closed_since(0, 10**9):
         X = imp.features
@@ -74,12 +75,11 @@ def expected_weights(config, events):
         Xn[:, 5:] = X[:, 5:]
         y = list(imp.ranking)
         clicked = {i for i in y if imp.doc_ids[i] in set(imp.clicked)}
-        ybar = list(y)
+        p, swapped = imp.context["swap_probability"], set(imp.context["swapped"])
         for upper in range(imp.context["pair_offset"], imp.n_shown - 1, 2):
-            if y[upper + 1] in clicked and y[upper] not in clicked:
-                ybar[upper], ybar[upper + 1] = y[upper + 1], y[upper]
-        k = min(10, len(y))
-        w += g[:k] @ (Xn[ybar[:k]] - Xn[y[:k]])
+            if y[upper + 1] in clicked and y[upper] not in clicked and upper < 10:
+                weight = 0.5 / p if upper in swapped else 0.5 / (1 - p)
+                w += weight * (g[upper] - g[upper + 1]) * (Xn[y[upper + 1]] - Xn[y[upper]])
     return w
 
 

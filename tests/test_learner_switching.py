@@ -52,14 +52,16 @@ def test_the_default_learner_logs_what_it_shows_and_a_seed_reproduces_it(workdir
             for page in pages:
                 imp = service.events.get_impression(page["impression_id"])
                 # a fair coin picks the pairing, then each pair of it whose upper result is
-                # shown is swapped or kept with probability 1/2 (the last may reach the first
-                # candidate left out); the unswapped argmax can come from either pairing
+                # shown is swapped with probability p (the last may reach the first candidate
+                # left out); the unswapped argmax can come from either pairing
                 offset, k, n = imp.context["pair_offset"], imp.n_shown, len(imp.doc_ids)
+                p, swapped = imp.context["swap_probability"], len(imp.context["swapped"])
+                assert p == 0.25
                 pairs = {h: len(range(h, min(k, n - 1), 2)) for h in (0, 1)}
-                if imp.context["swapped"]:
-                    expected = 0.5 * 0.5 ** pairs[offset]
+                if swapped:
+                    expected = 0.5 * p ** swapped * (1 - p) ** (pairs[offset] - swapped)
                 else:
-                    expected = 0.5 * 0.5 ** pairs[0] + 0.5 * 0.5 ** pairs[1]
+                    expected = 0.5 * (1 - p) ** pairs[0] + 0.5 * (1 - p) ** pairs[1]
                 assert imp.log_prob == pytest.approx(np.log(expected))
             runs.append([[hit["id"] for hit in page["hits"]] for page in pages])
         finally:

