@@ -56,7 +56,7 @@ def test_the_default_learner_logs_what_it_shows_and_a_seed_reproduces_it(workdir
                 # left out); the unswapped argmax can come from either pairing
                 offset, k, n = imp.context["pair_offset"], imp.n_shown, len(imp.doc_ids)
                 p, swapped = imp.context["swap_probability"], len(imp.context["swapped"])
-                assert p == 0.25
+                assert p == 0.5
                 pairs = {h: len(range(h, min(k, n - 1), 2)) for h in (0, 1)}
                 if swapped:
                     expected = 0.5 * p ** swapped * (1 - p) ** (pairs[offset] - swapped)

@@ -103,11 +103,10 @@ def final_offline_ndcg(data, specs, click_model, impressions=3000, runs=2):
 def test_every_learner_beats_random_offline_from_clicks(mq2008, click_model):
     """With the noisiest cascade clicks (informational: 40% of irrelevant results clicked)
     and with perfect ones, every learner (the perceptrons perturbed with the paper's swap
-    probability) ends far above random on the test fold, starting from random (the papers'
-    protocol). (At the default 0.25 from a random start, the weighted feedback's extra
+    probability, the default) ends far above random on the test fold, starting from random
+    (the papers' protocol). (At 0.25 from a random start, the weighted feedback's extra
     variance slows the perceptrons whose steps shrink: the convex and exponentiated ones end
-    near 0.52 within 3,000 informational impressions; from the engine's order, as
-    configured by default, they do not suffer.)"""
+    near 0.52 within 3,000 informational impressions.)"""
     final = final_offline_ndcg(mq2008, [LearnerSpec(n, PAPERS.get(n, {})) for n in LEARNING]
                                + [LearnerSpec("random")], click_model)
     final = {name.split("(")[0]: value for name, value in final.items()}
