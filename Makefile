@@ -1,10 +1,12 @@
 # Two entry points: `make demo` (set up, then run the demo) and `make test` (set up, then test).
-# Both create a virtual environment in .venv and install the project with its test extras.
+# Both create a virtual environment in .venv and install the project with its test extras;
+# `make test` also installs Debian's chromium and chromium-driver for the dashboard's browser
+# tests when they are missing (as root, with apt-get; elsewhere those tests are skipped).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench setup clean
+.PHONY: demo test bench setup browser clean
 
 setup: $(VENV)/.installed
 
@@ -17,9 +19,20 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/reranker demo
 
-test: setup
+test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing chromium and chromium-driver for the browser tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else \
+	    echo "chromium or chromedriver missing: the browser tests will be skipped"; \
+	  fi; \
+	fi
 
 bench: setup
 	$(BIN)/python benchmarks/bench_rank.py

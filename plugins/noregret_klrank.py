@@ -7,7 +7,12 @@ import numpy as np
 from reranker import hookimpl
 from reranker.gper import GPERLearner, kl_cost_gradient
 from reranker.learner import RankResult
-from reranker.policies import gumbel_top_k, plackett_luce_log_prob, plackett_luce_prefix_log_prob
+from reranker.policies import (
+    gumbel_top_k,
+    log_softmax,
+    plackett_luce_log_prob,
+    plackett_luce_prefix_log_prob,
+)
 
 
 class NoRegretKLRank(GPERLearner):
@@ -32,6 +37,9 @@ class NoRegretKLRank(GPERLearner):
 
     def log_probability(self, X, top) -> float:
         return plackett_luce_prefix_log_prob(self.scores(self.check_features(X)), top)
+
+    def _first_log_probabilities(self, X) -> np.ndarray:
+        return log_softmax(self.scores(X))
 
 
 @hookimpl

@@ -32,6 +32,13 @@ class RandomRanking(Learner):
     def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:
         return uniform_log_prob(X.shape[0], len(top))
 
+    def _first_log_probabilities(self, X: np.ndarray) -> np.ndarray:
+        return np.full(X.shape[0], -np.log(X.shape[0]) if X.shape[0] else 0.0)
+
+    def marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray:
+        n = self.check_features(X).shape[0]
+        return np.full(n, min(n_shown, n) / n) if n else np.empty(0)
+
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         return False
 

@@ -1,4 +1,5 @@
-"""The HTTP API: ``POST /search``, ``POST /click``, ``GET /healthz``.
+"""The HTTP API: ``POST /search``, ``POST /click``, ``GET /healthz``, and for an experiment
+``GET /experiments`` (its results as JSON) and ``GET /dashboard`` (a live page of them).
 
 ``create_app(config)`` builds a Flask app around a :class:`RerankerService`; nothing is read
 at import time. Every error is answered as JSON ``{"error": {"status": N, "message": ...}}``.
@@ -14,7 +15,7 @@ from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from .config import Config, config_from_dict
-from .errors import BadRequestError, RerankerError
+from .errors import BadRequestError, NotFoundError, RerankerError
 from .service import RerankerService
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,9 @@ def create_app(config: Config | dict | None = None, *,
     @app.post("/search")
     def search():
         body = _json_body()
-        _reject_unknown(body, {"query", "size", "user_id"})
-        return jsonify(service.search(body.get("query"), body.get("size"), body.get("user_id")))
+        _reject_unknown(body, {"query", "size", "user_id", "session_id"})
+        return jsonify(service.search(body.get("query"), body.get("size"), body.get("user_id"),
+                                      body.get("session_id")))
 
     @app.post("/click")
     def click():
@@ -51,6 +53,19 @@ def create_app(config: Config | dict | None = None, *,
     @app.get("/healthz")
     def healthz():
         return jsonify(service.health())
+
+    @app.get("/experiments")
+    def experiments():
+        return jsonify(service.experiment_status())
+
+    @app.get("/dashboard")
+    def dashboard():
+        from .experiments.report import dashboard_page
+
+        if service.experiment is None:
+            raise NotFoundError("no experiment is configured (experiment.mode is null)")
+        return dashboard_page(), 200, {"Content-Type": "text/html; charset=utf-8",
+                                       "Cache-Control": "no-store"}
 
     return app
 

@@ -138,21 +138,21 @@ def train(config_path: str | None, close_all: bool) -> None:
     Safe to run while `reranker serve` is running.
     """
     from .events import EventStore
-    from .model import ModelFactory
-    from .plugins import get_plugin_manager
     from .trainer import Trainer
 
     config = load_config(config_path)
-    factory = ModelFactory.from_config(config, get_plugin_manager())
-    trainer = Trainer.from_config(config, factory, EventStore(config.store.path))
+    trainer = Trainer.from_config(config, EventStore(config.store.path))
     report = trainer.run_once(close_all=close_all)
     for error in report.model_errors:
         click.echo(f"warning: {error}", err=True)
-    if report.versions:
-        click.echo(f"applied {report.applied} impressions ({report.clicks} clicks, "
-                   f"{report.updates} model updates); saved model version {report.version}")
-    else:
-        click.echo("nothing to train: no impression is closed and unapplied")
+    for label, arm_report in report.arms.items():
+        prefix = f"{label}: " if len(report.arms) > 1 else ""
+        if arm_report.versions:
+            click.echo(f"{prefix}applied {arm_report.applied} impressions ({arm_report.clicks} "
+                       f"clicks, {arm_report.updates} model updates); saved model version "
+                       f"{arm_report.version}")
+        else:
+            click.echo(f"{prefix}nothing to train: no impression is closed and unapplied")
     if report.skipped:
         click.echo(f"skipped {report.skipped} impressions logged with another feature set",
                    err=True)
@@ -160,6 +160,67 @@ def train(config_path: str | None, close_all: bool) -> None:
     if stats["open_impressions"]:
         click.echo(f"{stats['open_impressions']} impressions are still inside their feedback "
                    f"window ({config.trainer.feedback_window:g}s); use --close-all to include them")
+
+
+@cli.command()
+@config_option
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write an HTML report with plots to this file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON (what "
+              "GET /experiments answers) instead of tables.")
+def report(config_path: str | None, html_path: str | None, as_json: bool) -> None:
+    """Results of the configured experiment: per pair of arms the wins, losses, ties, win
+    rate with its 95% interval, the sign test's and the always-valid p-value; per arm its
+    clicks, metrics and learning curve. Reads the event store; the service may be running.
+    """
+    import json
+
+    from rich.console import Console
+
+    from .experiments.experiment import offline_status
+    from .experiments.report import render_table, write_html
+    from .plugins import get_plugin_manager
+
+    status = offline_status(load_config(config_path), get_plugin_manager())
+    if as_json:
+        click.echo(json.dumps(status, indent=1))
+    else:  # piped or in a narrow terminal, the tables keep every column whole
+        console = Console()
+        render_table(status, Console(width=max(console.width, 160)))
+    if html_path:
+        click.echo(f"HTML report: {write_html(status, html_path)}", err=as_json)
+
+
+@cli.command()
+@config_option
+@click.argument("arm")
+def promote(config_path: str | None, arm: str) -> None:
+    """Make ARM (a label of experiment.arms) the sole learner: every search is ranked by its
+    model, which keeps learning; the other arms' models stay in their folders for a
+    rollback. Takes effect in a running service within a second."""
+    import yaml
+
+    from .arms import arms_from_config
+    from .events import EventStore
+    from .experiments.experiment import require_experiment
+    from .plugins import get_plugin_manager
+
+    config = load_config(config_path)
+    events = EventStore(config.store.path)
+    try:
+        experiment = require_experiment(config, events)
+        state = experiment.promote(arm, "promoted with `reranker promote`")
+    finally:
+        events.close()
+    chosen = next(a for a in arms_from_config(config, get_plugin_manager()) if arm in a.labels)
+    section = {"name": chosen.spec.learner,
+               "params": dict(config.experiment.arms[arm].get("params", {})),
+               "depth": chosen.spec.depth, "discount": chosen.spec.discount}
+    click.echo(f"promoted {state['promoted']!r} ({chosen.id}): it now ranks every search of "
+               f"experiment {experiment.spec.name!r}.")
+    click.echo("To make it permanent, replace the experiment section of the config with this "
+               "learner section (the model folder is the same, so the model carries on):")
+    click.echo(yaml.safe_dump({"learner": section}, sort_keys=False).rstrip())
 
 
 @cli.command()

@@ -132,6 +132,35 @@ class CoactiveLearner(LinearLearner):
                 return self._list_log_prob(offset, n_swapped, uppers)
         return -math.inf
 
+    def _first_log_probabilities(self, X: np.ndarray) -> np.ndarray:
+        """The argmax's first is shown first unless the pairing (1, 2), (3, 4), ... (chance
+        1/2) swaps its first pair (chance p), even when only one result is shown; the
+        pairing (2, 3), ... never moves it. A single candidate is never swapped."""
+        best = argmax_ranking(X @ self.weights())
+        out = np.full(len(best), -math.inf)
+        p = self.swap_probability / 2 if len(best) >= 2 else 0.0
+        if len(best):
+            out[best[0]] = math.log1p(-p)
+        if p > 0:
+            out[best[1]] = math.log(p)
+        return out
+
+    def marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray | None:
+        """Every result of the argmax's top is shown but the last, which the pair reaching
+        below the page (in one pairing of two, swapped with chance p) trades for the first
+        result left out."""
+        if not self.stochastic:
+            return super().marginals(X, n_shown)
+        X = self.check_features(X)
+        best = argmax_ranking(X @ self.weights())
+        n_shown = min(int(n_shown), len(best))
+        out = np.zeros(len(best))
+        out[best[:n_shown]] = 1.0
+        if 0 < n_shown < len(best):
+            out[best[n_shown - 1]] = 1.0 - self.swap_probability / 2
+            out[best[n_shown]] = self.swap_probability / 2
+        return out
+
     def improved(self, feedback: Feedback) -> np.ndarray | None:
         """``ybar`` of this feedback, or None when it carries no information: the coactive
         improved ranking when the learner presents the argmax, the pair-swapped ranking
@@ -163,7 +192,9 @@ class CoactiveLearner(LinearLearner):
             improved = self.improved(feedback)
         if improved is None:
             return None
-        p = self.swap_probability
+        # the chance the pairs were swapped with: logged with the impression (an experiment
+        # randomises the pairs of a mixed page itself), else the learner's own
+        p = float((feedback.context or {}).get(SWAP_PROBABILITY_KEY, self.swap_probability))
         if p == 0.0 or p == 0.5:
             return self.feature_map.phi_difference(X, improved, feedback.ranking)
         swapped = set((feedback.context or {}).get(SWAPPED, ()))

@@ -113,6 +113,43 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "seed": Key("int", None, "Seed of the learner's random generator (null: fresh "
                     "entropy).", nullable=True),
     },
+    "experiment": {
+        "mode": Key("str", None, "Compare learners on live traffic: interleave (team-draft "
+                    "interleaving of two arms), multileave (team-draft multileaving of two or "
+                    "more), split (each search shown by one arm, assigned by a sticky hash); "
+                    "null: no experiment, the learner section serves alone.", nullable=True,
+                    choices=("interleave", "multileave", "split")),
+        "name": Key("str", "experiment", "Name of the experiment: its results, promotion and "
+                    "held arms are kept under it (a new name starts afresh)."),
+        "arms": Key("mapping", {}, "The arms compared: label -> a learner section as "
+                    "`learner:` takes it (name, params, depth, discount, seed)."),
+        "shares": Key("mapping", {}, "Split mode: label -> relative traffic share (default: "
+                      "equal shares)."),
+        "assign_by": Key("list[str]", ["user_id", "session_id"], "Request fields that make "
+                         "the assignment sticky, first present wins (user_id, session_id); "
+                         "a search with neither is assigned at random."),
+        "control": Key("str", None, "Label of the arm that serves outside the experiment "
+                       "(before start, after stop, the traffic not in share) and that an "
+                       "automatic promotion must beat (default: the first arm).",
+                       nullable=True),
+        "share": Key("float", 1.0, "Share of the traffic in the experiment; the rest is "
+                     "served by the control arm alone.", minimum=0.0, maximum=1.0),
+        "promote": Key("str", "manual", "manual: `reranker promote ARM` ends the experiment; "
+                       "auto (guarded rollout): an arm that beats the control significantly "
+                       "is promoted, one that loses significantly is no longer served.",
+                       choices=("manual", "auto")),
+        "start": Key("str", None, "When the experiment starts (ISO 8601 date and time, UTC "
+                     "when no offset is given); null: at once.", nullable=True),
+        "stop": Key("str", None, "When it stops (ISO 8601); null: never.", nullable=True),
+        "alpha": Key("float", 0.05, "Significance level of the always-valid sequential test.",
+                     minimum=0.0001, maximum=0.5),
+        "mixture": Key("float", 10.0, "h of the Beta(h, h) mixture of the sequential test: "
+                       "larger tests small differences faster and large ones slower.",
+                       minimum=0.01),
+        "window": Key("int", 100, "Impressions per point of the arms' learning curves.",
+                      minimum=1),
+        "clicks_at": Key("int", 3, "k of the clicks@k metric reported per arm.", minimum=1),
+    },
     "store": {
         "path": Key("str", "reranker.sqlite", "SQLite file of impressions and clicks.",
                     path=True),
@@ -193,6 +230,7 @@ class Config:
     backend: Section
     features: Section
     learner: Section
+    experiment: Section
     store: Section
     trainer: Section
     server: Section
@@ -356,10 +394,64 @@ def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
     if config.backend.ltr_featureset and not config.backend.ltr_features:
         raise ConfigError(f"{label}: backend.ltr_featureset needs backend.ltr_features, the "
                           f"names of its features in order")
+    _check_experiment(config.experiment, label)
     if config.backend.id_field in config.backend.fields + config.features.numeric_fields:
         raise ConfigError(f"{label}: backend.id_field {config.backend.id_field!r} cannot also "
                           f"be a text or numeric feature field")
     return config
+
+
+def _check_experiment(experiment: Section, label: str) -> None:
+    """The experiment section's keys that depend on each other; the arms' learner sections
+    are checked when the arms are built (:func:`reranker.arms.arms_from_config`)."""
+    if experiment.mode is None:
+        return
+    labels = list(experiment.arms)
+    if len(labels) < 2:
+        raise ConfigError(f"{label}: experiment.arms must name at least two arms to compare "
+                          f"(mode {experiment.mode}), got {labels or 'none'}")
+    if experiment.mode == "interleave" and len(labels) != 2:
+        raise ConfigError(f"{label}: experiment.mode interleave compares exactly two arms, got "
+                          f"{len(labels)}; use multileave for more")
+    for name in labels:
+        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+            raise ConfigError(f"{label}: experiment.arms: label {name!r} must be letters, "
+                              f"digits, '-' and '_'")
+    for name, share in experiment.shares.items():
+        if name not in labels:
+            raise ConfigError(f"{label}: experiment.shares.{name}: no arm {name!r} (arms: "
+                              f"{', '.join(labels)})")
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not share > 0:
+            raise ConfigError(f"{label}: experiment.shares.{name} must be a positive number, "
+                              f"got {share!r}")
+    if experiment.control is not None and experiment.control not in labels:
+        raise ConfigError(f"{label}: experiment.control {experiment.control!r} is not one of "
+                          f"the arms ({', '.join(labels)})")
+    for key in experiment.assign_by:
+        if key not in ("user_id", "session_id"):
+            raise ConfigError(f"{label}: experiment.assign_by: {key!r} is not a request field "
+                              f"(user_id, session_id)")
+    for key in ("start", "stop"):
+        if experiment[key] is not None:
+            parse_time(experiment[key], f"{label}: experiment.{key}")
+    if experiment.start and experiment.stop and parse_time(experiment.start, "") >= \
+            parse_time(experiment.stop, ""):
+        raise ConfigError(f"{label}: experiment.stop must come after experiment.start")
+
+
+def parse_time(value: str, where: str) -> float:
+    """An ISO 8601 date and time as a Unix time (UTC when it gives no offset)."""
+    from datetime import datetime, timezone
+
+    try:
+        text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
+        moment = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be an ISO 8601 date and time such as "
+                          f"2026-12-01T09:00:00Z, got {value!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
 
 
 def _check_value(dotted: str, value: Any, spec: Key, label: str, base_dir: Path) -> Any:

@@ -37,7 +37,7 @@ from .clicks import PositionBias, lifts_from_counts, query_key
 from .clicks.position_bias import randomized_pairs
 from .errors import ConflictError, NotFoundError, StoreError, UnprocessableError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: ``click_stats.query_key`` of the counts over all queries (a normalised query never holds
 #: '*'), and ``doc_id`` of the counts over all documents.
@@ -66,7 +66,9 @@ CREATE TABLE IF NOT EXISTS impressions (
     propensities BLOB,             -- float64 per candidate, when logged
     teams TEXT,                    -- JSON list: which learner contributed each shown hit
     closed_seq INTEGER UNIQUE,
-    context TEXT                   -- JSON: what the learner logged with the impression
+    context TEXT,                  -- JSON: what the learner (or the experiment) logged
+    arm TEXT,                      -- id of the arm that showed it alone; NULL: a mixed list
+    experiment TEXT                -- name of the experiment it was part of, if any
 );
 CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) WHERE closed_seq IS NULL;
 CREATE TABLE IF NOT EXISTS clicks (
@@ -85,12 +87,21 @@ CREATE TABLE IF NOT EXISTS click_stats (
     exposure REAL NOT NULL,        -- sum of the examination probabilities of where it was shown
     PRIMARY KEY (query_key, doc_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS experiment_state (
+    name TEXT PRIMARY KEY,         -- the experiment's name
+    state TEXT NOT NULL,           -- JSON: promoted arm, held arms, with when and why
+    updated REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS position_bias (
     position INTEGER PRIMARY KEY,  -- 0-based upper position of a randomised adjacent pair
     upper REAL NOT NULL,           -- inverse-propensity-weighted clicks at it
     lower REAL NOT NULL            -- and at the position below it
 );
 """
+
+#: Indexes on columns that a migration adds: created after the migrations ran.
+_LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_experiment ON impressions "
+                 "(experiment, closed_seq) WHERE experiment IS NOT NULL")
 
 _UPSERT_STATS = ("INSERT INTO click_stats (query_key, doc_id, clicks, exposure) "
                  "VALUES (?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
@@ -119,6 +130,8 @@ class Impression:
     propensities: np.ndarray | None = None
     teams: list[str] | None = None  # per shown position, when an experiment mixes learners
     context: dict | None = None  # what the learner logged with it (RankResult.context)
+    arm: str | None = None  # id of the arm that showed it alone; None for a mixed list
+    experiment: str | None = None  # the experiment it belongs to
     closed_seq: int | None = None
     clicked: list[str] | None = None  # doc ids, filled when read for training
 
@@ -159,7 +172,12 @@ class EventStore:
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             if int(meta["schema_version"]) == 1:
                 self._migrate_from_1(conn)
+                meta["schema_version"] = "2"
+            if int(meta["schema_version"]) == 2:
+                self._migrate_from_2(conn)
                 meta["schema_version"] = str(SCHEMA_VERSION)
+            if int(meta["schema_version"]) == SCHEMA_VERSION:
+                conn.execute(_LATE_INDEXES)
         except sqlite3.Error as exc:
             self.close()  # never leave a half-run transaction holding the write lock
             raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
@@ -168,8 +186,9 @@ class EventStore:
             self.close()
             raise StoreError(f"store.path: {self.path} has event schema version "
                              f"{meta['schema_version']}, this version of reranker reads "
-                             f"{SCHEMA_VERSION} (and migrates 1); it was written by a newer "
-                             f"reranker")
+                             f"{SCHEMA_VERSION} (and migrates 1 and 2); it was written by a "
+                             f"newer reranker: upgrade reranker, or point store.path at a new "
+                             f"file to start a new event log")
         #: Identifies this event log; a model's cursor is only valid for the log it came from.
         self.store_id: str = meta["store_id"]
 
@@ -207,6 +226,24 @@ class EventStore:
                 conn.executemany(_UPSERT_STATS, [(key, doc_id, clicks, exposure) for
                                                  (key, doc_id), (clicks, exposure)
                                                  in counts.items()])
+                conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _migrate_from_2(self, conn: sqlite3.Connection) -> None:
+        """Schema 2 -> 3, in one transaction: which arm showed an impression (the impressions
+        logged before arms existed keep their learner's name, which the arm that takes over
+        that learner's model folder answers to: :meth:`reranker.arms.Arm.prepare`), the
+        experiment, and the experiments' state."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+                   .fetchone()[0]) == 2:
+                conn.execute("ALTER TABLE impressions ADD COLUMN arm TEXT")
+                conn.execute("ALTER TABLE impressions ADD COLUMN experiment TEXT")
+                conn.execute("UPDATE impressions SET arm = learner")
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                              (str(SCHEMA_VERSION),))
         except BaseException:
@@ -284,7 +321,8 @@ class EventStore:
             conn.execute(
                 "INSERT INTO impressions (id, created, query, user_id, learner, model_version, "
                 "doc_ids, feature_names, features, ranking, n_shown, log_prob, propensities, "
-                "teams, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "teams, context, arm, experiment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?)",
                 (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
                  json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
                  np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown,
@@ -292,7 +330,8 @@ class EventStore:
                  None if imp.propensities is None
                  else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
                  None if imp.teams is None else json.dumps(imp.teams),
-                 None if imp.context is None else json.dumps(imp.context)))
+                 None if imp.context is None else json.dumps(imp.context), imp.arm,
+                 imp.experiment))
             self._count_exposures(conn, query_key(imp.query), imp.shown_ids(), theta)
 
     @staticmethod
@@ -379,12 +418,19 @@ class EventStore:
         imp.clicked = self._clicks([imp.id])[imp.id]
         return imp
 
-    def closed_since(self, cursor: int, limit: int) -> list[Impression]:
-        """Closed impressions with ``closed_seq > cursor`` in order, with their clicks."""
+    def closed_since(self, cursor: int, limit: int,
+                     arms: tuple[str, ...] | None = None) -> list[Impression]:
+        """Closed impressions with ``closed_seq > cursor`` in order, with their clicks; with
+        ``arms``, only those one of these arm names showed alone, and the mixed lists."""
+        where, args = "closed_seq > ?", [cursor]
+        if arms is not None:
+            marks = ",".join("?" * len(arms))
+            where += f" AND (arm IN ({marks}) OR arm IS NULL)"
+            args.extend(arms)
         with self._sqlite_errors():
             rows = self._conn().execute(
-                f"SELECT {_COLUMNS} FROM impressions WHERE closed_seq > ? ORDER BY closed_seq "
-                f"LIMIT ?", (cursor, limit)).fetchall()
+                f"SELECT {_COLUMNS} FROM impressions WHERE {where} ORDER BY closed_seq "
+                f"LIMIT ?", (*args, limit)).fetchall()
         imps = [_impression(row) for row in rows]
         clicks = self._clicks([imp.id for imp in imps])
         for imp in imps:
@@ -453,6 +499,43 @@ class EventStore:
         self._bias = (now, bias)
         return bias
 
+    # -- experiments ------------------------------------------------------------------------
+
+    def experiment_rows(self, name: str, after: int, limit: int
+                        ) -> list[tuple[int, str | None, str | None, int, list[int]]]:
+        """The closed impressions of experiment ``name`` after ``closed_seq`` ``after``, in
+        order, as ``(closed_seq, arm, teams JSON, n_shown, clicked 1-based positions)``:
+        what its outcomes are counted from, without the features."""
+        with self._sqlite_errors():
+            rows = self._conn().execute(
+                "SELECT i.closed_seq, i.arm, i.teams, i.n_shown, (SELECT group_concat(position) "
+                "FROM clicks c WHERE c.impression_id = i.id) FROM impressions i WHERE "
+                "i.experiment = ? AND i.closed_seq > ? ORDER BY i.closed_seq LIMIT ?",
+                (name, after, limit)).fetchall()
+        return [(seq, arm, teams, n_shown,
+                 [int(p) for p in positions.split(",")] if positions else [])
+                for seq, arm, teams, n_shown, positions in rows]
+
+    def experiment_state(self, name: str) -> dict[str, Any]:
+        """The shared state of experiment ``name`` (promotion, held arms); {} when none."""
+        with self._sqlite_errors():
+            row = self._conn().execute("SELECT state FROM experiment_state WHERE name = ?",
+                                       (name,)).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def update_experiment_state(self, name: str, change, now: float) -> dict[str, Any]:
+        """Replace the state of experiment ``name`` by ``change(state)``, atomically (two
+        processes promoting at once see each other's change)."""
+        conn = self._conn()
+        with self._write(conn, durable=True):
+            row = conn.execute("SELECT state FROM experiment_state WHERE name = ?",
+                               (name,)).fetchone()
+            state = change(json.loads(row[0]) if row else {})
+            conn.execute("INSERT INTO experiment_state (name, state, updated) VALUES (?, ?, ?) "
+                         "ON CONFLICT (name) DO UPDATE SET state = excluded.state, "
+                         "updated = excluded.updated", (name, json.dumps(state), now))
+        return state
+
     def last_closed_seq(self) -> int:
         """The highest ``closed_seq`` handed out so far."""
         with self._sqlite_errors():
@@ -460,8 +543,8 @@ class EventStore:
                        .fetchone()[0])
 
     def pending(self, cursor: int) -> dict[str, int]:
-        """Impressions still open, and closed ones not yet applied by a model at ``cursor``
-        (both counts use indexes, so this is cheap enough for a health check)."""
+        """Impressions still open, and closed ones after ``cursor`` (a model's) not yet
+        applied (both counts use indexes, so this is cheap enough for a health check)."""
         with self._sqlite_errors():
             conn = self._conn()
             open_ = conn.execute("SELECT COUNT(*) FROM impressions WHERE closed_seq IS NULL"
@@ -488,7 +571,8 @@ def _stat_cells(key: str, doc_id: str) -> tuple[tuple[str, str], ...]:
 
 
 _COLUMNS = ("id, created, query, user_id, learner, model_version, doc_ids, feature_names, "
-            "features, ranking, n_shown, log_prob, propensities, teams, closed_seq, context")
+            "features, ranking, n_shown, log_prob, propensities, teams, closed_seq, context, "
+            "arm, experiment")
 
 
 def _impression(row: tuple) -> Impression:
@@ -501,4 +585,5 @@ def _impression(row: tuple) -> Impression:
         n_shown=row[10], log_prob=row[11],
         propensities=None if row[12] is None else np.frombuffer(row[12], dtype=np.float64),
         teams=None if row[13] is None else json.loads(row[13]), closed_seq=row[14],
-        context=None if row[15] is None else json.loads(row[15]))
+        context=None if row[15] is None else json.loads(row[15]), arm=row[16],
+        experiment=row[17])

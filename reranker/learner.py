@@ -13,6 +13,7 @@ rankings are arrays of candidate indices, best first, holding every candidate on
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,11 +24,13 @@ import numpy as np
 from .featuremap import FeatureMap
 from .feedback import Feedback
 
-#: The presentation policies evaluation knows: ``"argmax"`` (sorted by score),
-#: ``"plackett_luce"`` (sampled item by item with probabilities ``softmax(scores)``),
+#: Names of the presentation policies of the built-in learners: ``"argmax"`` (sorted by
+#: score), ``"plackett_luce"`` (sampled item by item with probabilities ``softmax(scores)``),
 #: ``"uniform"`` (a uniformly random permutation) and ``"perturbed_pairs"`` (the argmax with
-#: each pair of shown positions (1, 2), (3, 4), ... swapped with a probability, see
-#: :mod:`reranker.coactive`).
+#: adjacent pairs swapped at random, see :mod:`reranker.coactive`). The name is descriptive
+#: only: what a policy's probabilities are, only its learner says
+#: (:meth:`Learner.log_probability`, :meth:`Learner.first_log_probabilities`,
+#: :meth:`Learner.marginals`), so a new policy needs no change anywhere else.
 POLICIES = ("argmax", "plackett_luce", "uniform", "perturbed_pairs")
 
 
@@ -123,6 +126,12 @@ class Learner(ABC):
     policy: ClassVar[str] = "argmax"
     #: True when the learner extends its model with zeros for features that appear later.
     supports_growth: ClassVar[bool] = False
+    #: True when the learner's feedback rule is defined on a list mixed from several
+    #: learners' rankings (an interleaved experiment): it then learns from its own ranking
+    #: and the clicks on the results it contributed (:mod:`reranker.arms`). A learner whose
+    #: update needs the probability of the whole shown list under its own policy (an
+    #: off-policy estimator) sets it False and learns only from the lists it showed alone.
+    learns_from_mixed_lists: ClassVar[bool] = True
 
     def __init__(self, feature_map: FeatureMap | None = None, **params: Any):
         known = {p.name for p in self.params}
@@ -316,10 +325,47 @@ class Learner(ABC):
                     prior: np.ndarray | None) -> None:
         """Extend the starting ranking for new trailing features (learners with one)."""
 
+    # -- the probabilities of the policy (the one place that knows them) -------------------
+
     def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:
-        """Log-probability that a stochastic learner presents ``top`` (candidate indices) as
-        the first ``len(top)`` results for these features, with its current model."""
-        raise NotImplementedError(f"learner {self.name!r} is not stochastic")
+        """Log-probability that the learner presents ``top`` (candidate indices) as the first
+        ``len(top)`` results for these features, with its current model (``n_shown`` =
+        ``len(top)``). A deterministic learner: 0 for its own top, ``-inf`` for any other;
+        stochastic learners override it."""
+        if self.stochastic:
+            raise NotImplementedError(f"learner {self.name!r} is stochastic and does not say "
+                                      f"the probability of its rankings")
+        X = self.check_features(X)
+        top = np.asarray(top, dtype=np.intp)
+        shown = self._rank(X, len(top), None).ranking[: len(top)]
+        return 0.0 if np.array_equal(shown, top) else -math.inf
+
+    def first_log_probabilities(self, X: np.ndarray) -> np.ndarray:
+        """``log P(candidate i is shown first)`` for every candidate (the KL cost of
+        Delage's evaluation reads it)."""
+        return self._first_log_probabilities(self.check_features(X))
+
+    def _first_log_probabilities(self, X: np.ndarray) -> np.ndarray:
+        """:meth:`first_log_probabilities` of validated features; by default from
+        :meth:`log_probability` of every one-result list (learners override it with a closed
+        form)."""
+        if not self.stochastic:  # all the mass on its own first
+            out = np.full(X.shape[0], -math.inf)
+            if X.shape[0]:
+                out[self._rank(X, 1, None).ranking[0]] = 0.0
+            return out
+        return np.array([self.log_probability(X, np.array([i])) for i in range(X.shape[0])])
+
+    def marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray | None:
+        """The probability of each candidate to be among the first ``n_shown`` (its
+        propensity of being shown), or None where the learner cannot say it exactly. A
+        deterministic learner: 1 for its top ``n_shown``, 0 for the rest."""
+        if self.stochastic:
+            return None
+        X = self.check_features(X)
+        out = np.zeros(X.shape[0])
+        out[self._rank(X, n_shown, None).ranking[:n_shown]] = 1.0
+        return out
 
     @classmethod
     def describe(cls) -> str:

@@ -140,7 +140,10 @@ class ModelFactory:
         self.normalization = normalization
         #: The starting ranking (docs/algorithms.md, "Safe start"), or None.
         self.prior = engine_prior(self.feature_names) if prior is None else prior
-        self.new_learner().validate_params()  # a bad parameter fails at start-up
+        learner = self.new_learner()
+        learner.validate_params()  # a bad parameter fails at start-up
+        #: The learner's parameters with the defaults filled in: a saved model must match.
+        self.effective_params = learner.get_params()
 
     @classmethod
     def from_config(cls, config, pm) -> ModelFactory:
@@ -201,6 +204,13 @@ class ModelFactory:
         if learner_name != self.learner_cls.name:
             raise fail(f"it was trained by learner {learner_name!r}, the config asks for "
                        f"{self.learner_cls.name!r}")
+        saved_params = data["learner"].get("params") or {}
+        differ = sorted(k for k, v in saved_params.items()
+                        if k in self.effective_params and v != self.effective_params[k])
+        if differ:  # (a parameter the saved model lacks is one added since: its default)
+            raise fail(f"it was trained with learner parameter {differ[0]} = "
+                       f"{saved_params[differ[0]]!r}, the config asks for "
+                       f"{self.effective_params[differ[0]]!r}")
         if not isinstance(norm, dict) or not isinstance(state, dict) \
                 or not isinstance(training, dict):
             raise fail("sections 'features.normalization', 'state' and 'training' must be "

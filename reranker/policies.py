@@ -44,3 +44,11 @@ def plackett_luce_prefix_log_prob(scores: np.ndarray, top_items: np.ndarray) -> 
 def uniform_log_prob(n: int, k: int) -> float:
     """Log-probability of any ordered top-``k`` of a uniform random permutation of ``n``."""
     return -float(np.sum(np.log(np.arange(n - k + 1, n + 1)))) if n else 0.0
+
+
+def log_softmax(scores: np.ndarray) -> np.ndarray:
+    """``log P(first = i)`` of a Plackett-Luce ranking: ``s_i - logsumexp(s)``."""
+    if len(scores) == 0:
+        return np.empty(0)
+    top = scores.max()
+    return scores - (top + math.log(float(np.exp(scores - top).sum())))

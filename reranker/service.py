@@ -1,17 +1,17 @@
-"""The reranking service: search the backend, build features, rank with the current model,
-log the impression; record clicks; report health.
+"""The reranking service: search the backend, build features, rank with the current model
+(or the experiment's arms), log the impression; record clicks; report health and the
+experiment's results.
 
 The HTTP layer (:mod:`reranker.app`) and the demo call this object; it knows nothing about
-HTTP. It picks up model versions saved by any trainer (in this process or another) by
-watching the model folder, and keeps serving the last good model when a newer one fails to
-load.
+HTTP. Each arm picks up model versions saved by any trainer (in this process or another) by
+watching its model folder, and keeps serving the last good model when a newer one fails to
+load (:class:`reranker.arms.Arm`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 import uuid
 from typing import Any
@@ -19,9 +19,13 @@ from typing import Any
 import numpy as np
 import pluggy
 
+from .arms import Arm, arms_from_config
+from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import Config
-from .errors import BadRequestError, ModelLoadError, RerankerError
+from .errors import BadRequestError, NotFoundError, RerankerError
 from .events import ClickResult, EventStore, Impression
+from .experiments.experiment import Decision, Experiment, experiment_from_config
+from .experiments.interleaving import perturb_pairs, perturbed_list_log_probability, team_draft
 from .features import FeatureSpec
 from .model import ModelFactory, RankingModel
 from .model_store import ModelStore
@@ -30,25 +34,28 @@ from .trainer import Trainer
 
 log = logging.getLogger(__name__)
 
+#: Chance that each randomised pair of a mixed (interleaved) page is swapped: the papers'
+#: 0.5, for which the clicks on the pair's two results compare them without position bias.
+MIXED_SWAP_PROBABILITY = 0.5
+
 
 class RerankerService:
-    """Search, rank, log and learn for one configuration."""
+    """Search, rank, log and learn for one configuration: one arm (the ``learner:``
+    section), or the arms of an experiment."""
 
     def __init__(self, config: Config, pm: pluggy.PluginManager | None = None):
         self.config = config
         self.pm = pm or get_plugin_manager()
         self.spec = FeatureSpec.from_config(config)
-        self.factory = ModelFactory.from_config(config, self.pm)
+        self.arms: list[Arm] = arms_from_config(config, self.pm)
+        self.by_label: dict[str, Arm] = {label: arm for arm in self.arms
+                                         for label in arm.labels}
+        self.factory: ModelFactory = self.arms[0].factory
         self.backend = backend_class(self.pm, config.backend.type)(config)
         self.events: EventStore | None = None
         self.trainer: Trainer | None = None
-        self.models: ModelStore | None = None
-        self._model: RankingModel | None = None
-        self._model_stamp = -1
-        self._model_checked = 0.0
-        self._model_tried = -1  # newest version number a reload has looked at
-        self._model_errors: list[str] = []
-        self._reload_lock = threading.Lock()
+        self.models: ModelStore = self.arms[0].models
+        self.experiment: Experiment | None = None
         # One generator for every search: its bit generator serialises the threads' draws,
         # and building a generator per search would cost more than ranking does.
         self._rng = np.random.default_rng(config.learner.seed)
@@ -56,22 +63,17 @@ class RerankerService:
     # -- life cycle -------------------------------------------------------------------------
 
     def open(self) -> RerankerService:
-        """Start-up checks: the backend answers, the store opens, a model loads. Raises a
-        :class:`reranker.errors.RerankerError` naming the problem."""
+        """Start-up checks: the backend answers, the store opens, every arm's model loads.
+        Raises a :class:`reranker.errors.RerankerError` naming the problem."""
         self.backend.open()
         self.events = EventStore(self.config.store.path)
-        self.trainer = Trainer.from_config(self.config, self.factory, self.events)
-        self.models = self.trainer.models
-        stamp = self.models.stamp()
-        model, errors = self.models.load_latest(self.factory)
-        if model is None:
-            if errors:
-                raise ModelLoadError("no saved model of learner "
-                                     f"{self.config.learner.name!r} loads: " + "; ".join(errors))
-            model = self.factory.new()
-        self.trainer.check_store(model)
-        self._model, self._model_stamp, self._model_errors = model, stamp, errors
-        self._model_checked = time.monotonic()
+        self.trainer = Trainer.from_config(self.config, self.events, self.arms)
+        for arm in self.arms:
+            arm.prepare()
+            self.trainer.check_store(arm.load(), arm.models)
+        self.experiment = experiment_from_config(self.config, self.events)
+        if self.experiment is not None:
+            self.trainer.after_pass = self._guard
         return self
 
     def close(self) -> None:
@@ -79,75 +81,110 @@ class RerankerService:
             self.events.close()
         self.backend.close()
 
-    #: Seconds between full checks of the model folder, in case two saves fell into one tick
-    #: of a coarse file-system clock and left its modification time unchanged.
-    FULL_CHECK_INTERVAL = 1.0
-
     @property
     def model(self) -> RankingModel:
-        """The newest good model. Checks the model folder for new versions (one stat per
-        request); a version that fails to load is reported and the current one kept."""
-        stamp = self.models.stamp()
-        now = time.monotonic()
-        if stamp != self._model_stamp or now - self._model_checked > self.FULL_CHECK_INTERVAL:
-            with self._reload_lock:
-                self._model_checked = now
-                current = self._model.version
-                try:
-                    newest = max(self.models.versions(), default=-1)
-                    if stamp != self._model_stamp or newest > max(current, self._model_tried):
-                        self._model_tried = newest  # a refused version is not retried
-                        model, errors = self.models.load_latest(self.factory,
-                                                                newer_than=current)
-                        if model is not None:
-                            self._model = model
-                        if model is not None or errors:
-                            self._model_errors = errors
-                except RerankerError as exc:  # an unreadable folder: keep serving
-                    log.error("%s", exc.message)
-                    self._model_errors = [exc.message]
-                self._model_stamp = stamp
-        return self._model
+        """The newest good model of the first arm (the only one without an experiment)."""
+        return self.arms[0].model
+
+    def _guard(self, report) -> None:
+        action = self.experiment.guard()
+        if action:
+            log.warning("experiment %s: %s", self.experiment.spec.name, action)
 
     # -- requests ---------------------------------------------------------------------------
 
-    def search(self, query: Any, size: Any = None, user_id: Any = None) -> dict[str, Any]:
+    def search(self, query: Any, size: Any = None, user_id: Any = None,
+               session_id: Any = None) -> dict[str, Any]:
         """Rank the backend's candidates for ``query``; log and return the page."""
-        query, size, user_id = self._check_search(query, size, user_id)
+        query, size, user_id, session_id = self._check_search(query, size, user_id,
+                                                              session_id)
         candidates = self.backend.search(query, max(self.config.backend.candidates, size))
         clicks = None
         if self.spec.click_features:  # from clicks logged before this search only
             clicks = self.events.click_features(query, candidates.ids,
                                                 self.config.features.click_smoothing)
         X = self.spec.build(candidates, clicks)
-        model = self.model
-        rng = self._rng if model.learner.stochastic else None
         n = len(candidates)
         n_shown = min(size, n)
-        if n:
-            result = model.rank(X, n_shown, rng)
-            ranking, scores = result.ranking, result.scores
-            log_prob, propensities = result.log_prob, result.propensities
-            context = result.context
+        if self.experiment is None:
+            decision = Decision((self.arms[0].label,), False, False)
         else:
-            ranking, scores, log_prob, propensities = np.empty(0, np.intp), np.empty(0), None, None
-            context = None
-        shown = ranking[:n_shown]
+            decision = self.experiment.decide(user_id, session_id, self._rng)
+        if decision.mixed and n:
+            page = self._mixed(X, n_shown, decision.labels)
+        else:
+            page = self._single(X, n_shown, decision.labels[0])
+        shown = page["ranking"][:n_shown]
         sources = candidates.load_sources(shown.tolist())
+        in_experiment = decision.counted and self.experiment is not None
         impression = Impression(
             id=uuid.uuid4().hex, created=time.time(), query=query, user_id=user_id,
-            learner=model.learner_name, model_version=model.version, doc_ids=candidates.ids,
-            feature_names=list(model.feature_names), features=X, ranking=ranking,
-            n_shown=n_shown, log_prob=log_prob, propensities=propensities, context=context)
+            learner=page["learner"], model_version=page["model_version"],
+            doc_ids=candidates.ids, feature_names=list(self.spec.names), features=X,
+            ranking=page["ranking"], n_shown=n_shown, log_prob=page["log_prob"],
+            propensities=page["propensities"], context=page["context"], arm=page["arm"],
+            teams=page["teams"] if in_experiment else None,
+            experiment=self.experiment.spec.name if in_experiment else None)
         self.events.log_impression(impression)
+        scores = page["scores"]
         hits = [{"id": candidates.ids[i], "rank": rank, "score": _finite(scores[i]),
                  "source": source}
                 for rank, (i, source)
                 in enumerate(zip(shown.tolist(), sources, strict=True), start=1)]
-        return {"impression_id": impression.id, "learner": model.learner_name,
-                "model_version": model.version, "total": candidates.total, "hits": hits}
+        answer = {"impression_id": impression.id, "learner": page["learner"],
+                  "model_version": None if page["arm"] is None else page["model_version"],
+                  "total": candidates.total, "hits": hits}
+        if self.experiment is not None:
+            answer["experiment"] = impression.experiment
+            answer["arm"] = page["label"]
+        return answer
 
-    def _check_search(self, query: Any, size: Any, user_id: Any) -> tuple[str, int, str | None]:
+    def _single(self, X: np.ndarray, n_shown: int, label: str) -> dict[str, Any]:
+        """One arm ranks and is shown alone."""
+        arm = self.by_label[label]
+        model = arm.model
+        rng = self._rng if model.learner.stochastic else None
+        page = {"learner": model.learner_name, "model_version": model.version, "arm": arm.id,
+                "label": label, "teams": [label] * n_shown, "log_prob": None,
+                "propensities": None, "context": None}
+        if X.shape[0]:
+            result = model.rank(X, n_shown, rng)
+            page.update(ranking=result.ranking, scores=result.scores, log_prob=result.log_prob,
+                        propensities=result.propensities, context=result.context)
+        else:
+            page.update(ranking=np.empty(0, np.intp), scores=np.empty(0))
+        return page
+
+    def _mixed(self, X: np.ndarray, n_shown: int, labels: tuple[str, ...]) -> dict[str, Any]:
+        """Every arm ranks with its own policy; team-draft interleaving (two arms) or
+        multileaving (more) mixes their rankings, and randomised pairs on the mixed page let
+        every arm learn from it (:func:`reranker.experiments.interleaving.perturb_pairs`).
+        Each arm's own ranking and probability are logged with the impression."""
+        rankings, logged = [], {}
+        for label in labels:
+            arm = self.by_label[label]
+            model = arm.model
+            result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None)
+            rankings.append(result.ranking)
+            logged[label] = {"id": arm.id, "model_version": model.version,
+                             "ranking": result.ranking[: max(n_shown, arm.spec.depth)].tolist(),
+                             "log_prob": result.log_prob}
+        ranking, teams = team_draft(rankings, self._rng, length=n_shown)
+        ranking, teams, offset, swapped = perturb_pairs(ranking, teams, n_shown, self._rng,
+                                                        MIXED_SWAP_PROBABILITY)
+        return {"learner": self.experiment.spec.mode, "model_version": -1, "arm": None,
+                "label": None, "ranking": ranking,
+                "teams": [labels[t] for t in teams[:n_shown].tolist()],
+                "scores": -np.argsort(ranking).astype(np.float64),
+                "log_prob": perturbed_list_log_probability(rankings, ranking[:n_shown],
+                                                           MIXED_SWAP_PROBABILITY),
+                "propensities": None,
+                "context": {"arms": logged, "interleaving": "team_draft",
+                            PAIR_OFFSET: offset, SWAPPED: swapped,
+                            SWAP_PROBABILITY_KEY: MIXED_SWAP_PROBABILITY}}
+
+    def _check_search(self, query: Any, size: Any, user_id: Any, session_id: Any
+                      ) -> tuple[str, int, str | None, str | None]:
         if not isinstance(query, str) or not query.strip():
             raise BadRequestError("'query' must be a non-empty string")
         _check_text("query", query)
@@ -156,11 +193,12 @@ class RerankerService:
         max_size = self.config.server.max_size
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= max_size:
             raise BadRequestError(f"'size' must be an integer from 1 to {max_size}, got {size!r}")
-        if user_id is not None:
-            if not isinstance(user_id, str):
-                raise BadRequestError(f"'user_id' must be a string, got {user_id!r}")
-            _check_text("user_id", user_id)
-        return query, size, user_id
+        for field, value in (("user_id", user_id), ("session_id", session_id)):
+            if value is not None:
+                if not isinstance(value, str):
+                    raise BadRequestError(f"'{field}' must be a string, got {value!r}")
+                _check_text(field, value)
+        return query, size, user_id, session_id
 
     def click(self, impression_id: Any, doc_id: Any) -> ClickResult:
         """Record a click on a shown result; durable when this returns."""
@@ -174,8 +212,24 @@ class RerankerService:
         _check_text("doc_id", doc_id)
         return self.events.record_click(impression_id, doc_id)
 
+    def arm_info(self) -> dict[str, dict[str, Any]]:
+        """Per arm label: its id, learner, parameters and serving model version."""
+        out = {}
+        for arm in self.arms:
+            model = arm.model
+            for label in arm.labels:
+                out[label] = {"id": arm.id, "learner": arm.spec.learner,
+                              "params": dict(arm.spec.params), "model_version": model.version}
+        return out
+
+    def experiment_status(self) -> dict[str, Any]:
+        """What ``GET /experiments`` answers."""
+        if self.experiment is None:
+            raise NotFoundError("no experiment is configured (experiment.mode is null)")
+        return self.experiment.status(self.arm_info())
+
     def health(self) -> dict[str, Any]:
-        """State of the backend, the model, the trainer and the event store; ``status`` is
+        """State of the backend, the models, the trainer and the event store; ``status`` is
         ``degraded`` when any of them has a problem."""
         model = self.model
         backend = self.backend.health()
@@ -183,20 +237,27 @@ class RerankerService:
         problems = []
         if backend.get("status", "ok") != "ok":
             problems.append("backend")
-        if self._model_errors:
+        model_errors = [error for arm in self.arms for error in arm.model_errors]
+        if model_errors:
             problems.append("model")
         if trainer["last_error"]:
             problems.append("trainer")
         try:
-            events = {"status": "ok", **self.events.pending(model.progress.cursor)}
+            events = {"status": "ok", **self.events.pending(
+                min(arm.model.progress.cursor for arm in self.arms))}
         except RerankerError as exc:
             events = {"status": "unavailable", "error": exc.message}
             problems.append("events")
-        return {"status": "degraded" if problems else "ok", "problems": problems,
-                "learner": model.learner_name, "model_version": model.version,
-                "model": {"version": model.version, **model.progress.to_dict()},
-                "model_errors": list(self._model_errors), "backend": backend,
-                "trainer": trainer, "events": events}
+        answer = {"status": "degraded" if problems else "ok", "problems": problems,
+                  "learner": model.learner_name, "model_version": model.version,
+                  "model": {"version": model.version, **model.progress.to_dict()},
+                  "model_errors": model_errors, "backend": backend,
+                  "trainer": trainer, "events": events}
+        if len(self.arms) > 1 or self.experiment is not None:
+            answer["arms"] = {label: {"id": arm.id, "model_version": arm.model.version,
+                                      **arm.model.progress.to_dict()}
+                              for arm in self.arms for label in arm.labels}
+        return answer
 
 
 def _check_text(field: str, value: str) -> None:

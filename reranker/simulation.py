@@ -221,11 +221,8 @@ class _Metrics:
     BLOCK = 2048
     MAX_CLICKS = PAGE
 
-    def __init__(self, gain: str, width: int, policy: str, swap_probability: float = 0.0,
-                 impressions: int = 0, window: int = 200):
+    def __init__(self, gain: str, width: int, impressions: int = 0, window: int = 200):
         self.exp_gain = gain == "exp"
-        self.policy = policy
-        self.swap_probability = swap_probability  # of a "perturbed_pairs" policy
         B = self.BLOCK
         self.time = np.zeros(B, dtype=np.intp)  # 1-based impression number
         self.window = window
@@ -241,6 +238,7 @@ class _Metrics:
         self.click_items = np.zeros((B, self.MAX_CLICKS), dtype=np.intp)  # clicked candidates
         self.click_ranks = np.zeros((B, self.MAX_CLICKS))  # their 1-based ranks; 0 = none
         self.has_click = np.zeros(B, dtype=bool)
+        self.policy_cost = np.zeros(B)  # -log P(first = clicked) of the showing policy
         self.size = 0
         # running sums
         self.utility_regret = self.dcg_regret = 0.0
@@ -252,8 +250,12 @@ class _Metrics:
         self.clicks = 0
 
     def add_clicks(self, i: int, n: int, scores: np.ndarray, items: np.ndarray,
-                   positions: np.ndarray) -> None:
+                   positions: np.ndarray, first_log_probs: np.ndarray) -> None:
+        """Impression ``i`` got clicks on candidates ``items`` at ``positions``; its learner
+        gave every candidate the chance ``exp(first_log_probs)`` of being shown first."""
         c = min(len(items), self.MAX_CLICKS)
+        with np.errstate(divide="ignore"):
+            self.policy_cost[i] = -float(first_log_probs[items[:c]].mean())
         self.n[i] = n
         self.scores[i, :n] = scores
         self.click_items[i, :c] = items[:c]
@@ -305,30 +307,9 @@ class _Metrics:
         # KL cost of the softmax of the learner's scores: -log P(first = I) = lse - s_I
         cost = np.where(mask, lse[:, None] - chosen, 0.0)
         self.kl_scores += float((cost.sum(axis=1) / counts).sum())
-        # KL cost of the policy that presented the list (Delage, Table 2, column 1)
-        if self.policy == "plackett_luce":
-            policy_cost = cost.sum(axis=1) / counts
-        elif self.policy == "uniform":
-            policy_cost = np.log(self.n[rows])
-        elif self.policy == "perturbed_pairs":
-            # The first shown item is the argmax's first or its second: the pairing (1, 2),
-            # (3, 4), ... (chance 1/2) swaps them with chance p, even when only the first is
-            # shown, the pairing (2, 3), (4, 5), ... never does, so the second comes first
-            # with chance p / 2. np.argmax picks the lowest index among ties, as the stable
-            # argmax ranking does.
-            first = scores.argmax(axis=1)
-            rest = scores.copy()
-            rest[np.arange(len(rows)), first] = -np.inf
-            second = rest.argmax(axis=1)
-            items = self.click_items[rows]
-            p = self.swap_probability / 2
-            paired = self.n[rows, None] >= 2  # a single candidate is never swapped
-            chance = np.where(items == first[:, None], np.where(paired, 1.0 - p, 1.0),
-                              np.where((items == second[:, None]) & paired, p, 0.0))
-            with np.errstate(divide="ignore"):
-                policy_cost = np.where(mask, -np.log(chance), 0.0).sum(axis=1) / counts
-        else:  # a deterministic ranking puts all its mass on its first item
-            policy_cost = np.where((mask & (ranks != 1)).any(axis=1), np.inf, 0.0)
+        # KL cost of the policy that presented the list (Delage, Table 2, column 1), from the
+        # probabilities its learner gave the clicked results of being first
+        policy_cost = self.policy_cost[rows]
         self.kl += float(policy_cost.sum())
         safe = np.where(mask, ranks, 1.0)
         self.distance += float(((np.where(mask, safe, 0.0) / self.n[rows, None]).sum(axis=1)
@@ -474,6 +455,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     learner_rng, test_rng = np.random.default_rng(streams[2]), np.random.default_rng(streams[3])
     learner = simulation_factory(data, spec, settings).new().learner
     rank, learn = learner._rank, learner._learn
+    first_log_probabilities = learner._first_log_probabilities
     respond = make_user(settings.click_model, data.grades).respond
     clicks = _ClickLog(data, settings.click_smoothing) if settings.click_features else None
     train = data.train
@@ -482,8 +464,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     n_train = len(train)
     row_query = np.repeat(np.arange(n_train), train.sizes())
     checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints).tolist())
-    metrics = _Metrics(settings.gain, int(train.sizes().max()), learner.policy,
-                       getattr(learner, "swap_probability", 0.0), settings.impressions,
+    metrics = _Metrics(settings.gain, int(train.sizes().max()), settings.impressions,
                        settings.window)
     m_query, m_base, m_shown, m_k = metrics.query, metrics.base, metrics.shown, metrics.k
     m_time = metrics.time
@@ -520,10 +501,12 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             y = result.ranking
             feedback = respond(y, k, labels, utility, ideal_utility[qi], user_rng)
             feedback.context = result.context
+            positions = feedback.positions
+            if positions is not None and len(positions):  # before the model changes
+                first_log_probs = first_log_probabilities(X)
             t2 = clock()
             learn(X, feedback)
             learner_seconds += (t1 - t0) + (clock() - t2)
-            positions = feedback.positions
             if clicks is not None:
                 clicks.add(candidates, y[:k], positions if positions is not None
                            else np.empty(0, dtype=np.intp), result.context)
@@ -535,7 +518,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             m_k[i] = k
             m_shown[i, :k] = y[:k]
             if positions is not None and len(positions):
-                add_clicks(i, n, result.scores, feedback.clicked, positions)
+                add_clicks(i, n, result.scores, feedback.clicked, positions, first_log_probs)
             metrics.size = i + 1
             if metrics.size == block or t in checkpoints:
                 metrics.flush(train, labels_chunk, utility_chunk)

@@ -34,7 +34,7 @@ import numpy as np
 
 from .featuremap import FeatureMap
 from .feedback import Feedback, feedback_from_clicks
-from .learner import POLICIES, Learner
+from .learner import Learner
 
 N_FEATURES = 4
 
@@ -89,9 +89,7 @@ def check_declares_itself(cls: type[Learner], params: dict | None = None) -> Non
     assert cls.name and cls.name.isidentifier(), f"{cls.__name__}: name must be an identifier"
     assert cls.description and "\n" not in cls.description, f"{cls.name}: one-line description"
     learner = cls(**(params or {}))
-    assert learner.policy in POLICIES, f"{cls.name}: unknown policy {learner.policy!r}"
-    assert learner.stochastic == (learner.policy != "argmax"), \
-        f"{cls.name}: stochastic vs policy"
+    assert isinstance(learner.policy, str) and learner.policy, f"{cls.name}: a policy name"
     defaults = {p.name: p.default for p in cls.params}
     assert learner.get_params() == {**defaults, **(params or {})}, \
         f"{cls.name}: get_params() must return the constructor's parameters"
@@ -230,27 +228,43 @@ def check_no_information_changes_nothing(cls: type[Learner], params: dict | None
 
 def check_probabilities(cls: type[Learner], params: dict | None = None,
                         samples: int = 6000) -> None:
-    """Stochastic learners: the probabilities of all ordered top-k lists sum to one, the
-    logged probability is that of the shown list, and shown lists follow the probabilities
-    (chi-square test at p > 0.001)."""
+    """The learner is the one place that knows its policy's probabilities: those of all
+    ordered top-k lists sum to one, a stochastic learner logs the probability of the list it
+    shows, and shown lists follow the probabilities (chi-square test at p > 0.001); the
+    chance of each candidate to be first (:meth:`Learner.first_log_probabilities`) and to be
+    shown (:meth:`Learner.marginals`, where the learner gives it) agree with the list
+    probabilities, and with the frequencies observed."""
     learner = _make(cls, params)
-    if not learner.stochastic:
-        return
     _train(learner, 13, 15)
     rng = np.random.default_rng(21)
     for n, k in ((3, 1), (4, 3), (6, 2), (5, 5)):
         X = rng.random((n, N_FEATURES))
-        total = sum(math.exp(learner.log_probability(X, np.array(top)))
-                    for top in itertools.permutations(range(n), k))
-        assert abs(total - 1.0) < 1e-9, \
-            f"{cls.name}: probabilities of the top-{k} lists of {n} sum to {total}"
+        space = list(itertools.permutations(range(n), k))
+        probs = np.array([math.exp(learner.log_probability(X, np.array(top)))
+                          for top in space])
+        assert abs(probs.sum() - 1.0) < 1e-9, \
+            f"{cls.name}: probabilities of the top-{k} lists of {n} sum to {probs.sum()}"
+        first = np.exp(learner.first_log_probabilities(X))
+        expected_first = np.array([probs[[top[0] == i for top in space]].sum()
+                                   for i in range(n)])
+        assert np.allclose(first, expected_first, atol=1e-9), \
+            f"{cls.name}: first_log_probabilities disagree with log_probability (n={n})"
+        marginals = learner.marginals(X, k)
+        if marginals is not None:
+            expected = np.array([probs[[i in top for top in space]].sum() for i in range(n)])
+            assert np.allclose(marginals, expected, atol=1e-9), \
+                f"{cls.name}: marginals of a top-{k} of {n} disagree with log_probability"
+        if not learner.stochastic:
+            continue
         for _ in range(20):  # what it logs is the probability of what it shows
             result = learner.rank(X, k, rng)
             assert result.log_prob is not None, f"{cls.name}: no log_prob logged"
-            expected = learner.log_probability(X, result.ranking[:k])
-            assert abs(result.log_prob - expected) < 1e-9, \
+            expected_lp = learner.log_probability(X, result.ranking[:k])
+            assert abs(result.log_prob - expected_lp) < 1e-9, \
                 f"{cls.name}: logged log-probability {result.log_prob} of a top-{k} of {n}, " \
-                f"expected {expected}"
+                f"expected {expected_lp}"
+    if not learner.stochastic:
+        return
     from scipy.stats import chisquare
 
     for n, k in ((4, 2), (5, 3)):  # an even and an odd page, one candidate left out or more
@@ -259,8 +273,11 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
         probs = np.array([math.exp(learner.log_probability(X, np.array(top)))
                           for top in space])
         counts: Counter = Counter()
+        shown = np.zeros(n)
         for _ in range(samples):
-            counts[tuple(learner.rank(X, k, rng).ranking[:k].tolist())] += 1
+            top = tuple(learner.rank(X, k, rng).ranking[:k].tolist())
+            counts[top] += 1
+            shown[list(top)] += 1
         observed = np.array([counts[top] for top in space])
         impossible = probs == 0  # a policy may give some lists no chance at all
         assert not observed[impossible].any(), \
@@ -268,6 +285,12 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
         p_value = chisquare(observed[~impossible], probs[~impossible] * samples).pvalue
         assert p_value > 1e-3, f"{cls.name}: shown top-{k} lists of {n} do not follow the " \
                                f"probabilities (chi-square p = {p_value:.2g})"
+        marginals = learner.marginals(X, k)
+        if marginals is not None:  # each candidate's share of pages, within 5 sigma
+            sigma = np.sqrt(marginals * (1 - marginals) / samples) + 1e-9
+            assert np.all(np.abs(shown / samples - marginals) <= 5 * sigma + 1e-3), \
+                f"{cls.name}: how often each candidate is shown ({shown / samples}) does " \
+                f"not follow its marginals ({marginals})"
 
 
 def check_starts_from_the_prior(cls: type[Learner], params: dict | None = None) -> None:

@@ -1,5 +1,5 @@
 """The trainer: closes impressions whose feedback window has passed, turns their clicks into
-feedback, updates the model and saves a new version.
+feedback, updates each arm's model and saves a new version of it.
 
 Exactly-once: the model file records the ``closed_seq`` it has applied through (its
 cursor). A pass loads the newest good model, applies the closed impressions after its
@@ -18,21 +18,24 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import StoreError
 from .events import EventStore, Impression
-from .feedback import feedback_from_clicks
-from .model import ModelFactory, RankingModel
+from .model import RankingModel
 from .model_store import ModelStore
+
+if TYPE_CHECKING:
+    from .arms import Arm
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class TrainReport:
-    """What one training pass did."""
+    """What one training pass did (for every arm, with each arm's own report in ``arms``)."""
 
     closed: int = 0  # impressions whose window closed in this pass
     applied: int = 0  # impressions applied
@@ -41,40 +44,59 @@ class TrainReport:
     skipped: int = 0  # impressions passed over: another feature set, or a failed update
     versions: list[int] = field(default_factory=list)  # versions saved
     model_errors: list[str] = field(default_factory=list)  # newer versions that failed to load
+    arms: dict[str, TrainReport] = field(default_factory=dict)  # by arm label
 
     @property
     def version(self) -> int | None:
         return self.versions[-1] if self.versions else None
 
+    def add(self, label: str, report: TrainReport) -> None:
+        self.arms[label] = report
+        for key in ("applied", "clicks", "updates", "skipped"):
+            setattr(self, key, getattr(self, key) + getattr(report, key))
+        self.versions.extend(report.versions)
+        self.model_errors.extend(report.model_errors)
+
 
 class Trainer:
-    """Applies closed impressions to the model of one learner."""
+    """Applies closed impressions to the models of the arms, each arm only what it may learn
+    from (:meth:`reranker.arms.Arm.feedback`)."""
 
-    def __init__(self, factory: ModelFactory, events: EventStore, models: ModelStore, *,
-                 feedback_window: float, batch_size: int = 500,
-                 clock: Callable[[], float] = time.time):
-        self.factory = factory
+    def __init__(self, arms: list[Arm], events: EventStore, *, feedback_window: float,
+                 batch_size: int = 500, clock: Callable[[], float] = time.time):
+        self.arms = list(arms)
         self.events = events
-        self.models = models
         self.feedback_window = feedback_window
         self.batch_size = batch_size
         self.clock = clock
         self.last_report: TrainReport | None = None
         self.last_error: str | None = None
         self.last_run: float | None = None
+        #: Called after every pass that saved a version (the experiment's guard).
+        self.after_pass: Callable[[TrainReport], None] | None = None
+
+    @property
+    def models(self) -> ModelStore:
+        """The model store of the first arm (the only one without an experiment)."""
+        return self.arms[0].models
 
     @classmethod
-    def from_config(cls, config, factory: ModelFactory, events: EventStore) -> Trainer:
-        models = ModelStore(config.store.models, factory.learner_cls.name,
-                            keep=config.store.keep_models)
-        return cls(factory, events, models, feedback_window=config.trainer.feedback_window,
+    def from_config(cls, config, events: EventStore, arms: list[Arm] | None = None) -> Trainer:
+        if arms is None:
+            from .arms import arms_from_config
+            from .plugins import get_plugin_manager
+
+            arms = arms_from_config(config, get_plugin_manager())
+            for arm in arms:
+                arm.prepare()
+        return cls(arms, events, feedback_window=config.trainer.feedback_window,
                    batch_size=config.trainer.batch_size)
 
     @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        lock_path = self.models.dir / ".trainer.lock"
+    def _exclusive(self, models: ModelStore) -> Iterator[None]:
+        lock_path = models.dir / ".trainer.lock"
         try:
-            self.models.dir.mkdir(parents=True, exist_ok=True)
+            models.dir.mkdir(parents=True, exist_ok=True)
             handle = open(lock_path, "a+b")
         except OSError as exc:
             raise StoreError(f"store.models: cannot use {lock_path}: {exc}") from exc
@@ -85,51 +107,66 @@ class Trainer:
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
-    def check_store(self, model: RankingModel) -> None:
+    def check_store(self, model: RankingModel, models: ModelStore | None = None) -> None:
         """Refuse a model whose cursor belongs to another event log: continuing would skip
         or repeat impressions."""
+        folder = (models or self.models).dir
         progress = model.progress
         if progress.store_id is not None and progress.store_id != self.events.store_id:
             raise StoreError(
-                f"model version {model.version} in {self.models.dir} was trained from another "
+                f"model version {model.version} in {folder} was trained from another "
                 f"event store than {self.events.path}; point store.models at a new folder (to "
                 f"start afresh) or store.path at the event store it was trained from")
         if progress.cursor > self.events.last_closed_seq():
             raise StoreError(
-                f"model version {model.version} in {self.models.dir} has applied impressions "
+                f"model version {model.version} in {folder} has applied impressions "
                 f"up to number {progress.cursor}, but {self.events.path} has only "
                 f"{self.events.last_closed_seq()}; the event store was reset or replaced")
 
     def run_once(self, *, close_all: bool = False) -> TrainReport:
         """Close the impressions whose window has passed (all open ones with ``close_all``)
-        and apply every closed impression not yet in the model."""
+        and apply every closed impression not yet in each arm's model."""
         report = TrainReport()
-        with self._exclusive():
-            model, report.model_errors = self.models.load_latest(self.factory)
-            if model is None:
-                model = self.factory.new()
-            self.check_store(model)
-            model.progress.store_id = self.events.store_id
-            before = float("inf") if close_all else self.clock() - self.feedback_window
-            report.closed = self.events.close_impressions(before)
-            next_version = max(self.models.versions(), default=0) + 1
-            while True:
-                batch = self.events.closed_since(model.progress.cursor, self.batch_size)
-                if not batch:
-                    break
-                for imp in batch:
-                    self._apply(model, imp, report)
-                model.version = next_version
-                self.models.save(model)
-                report.versions.append(next_version)
-                next_version += 1
+        before = float("inf") if close_all else self.clock() - self.feedback_window
+        report.closed = self.events.close_impressions(before)
+        for arm in self.arms:
+            report.add(arm.label, self._train_arm(arm))
         self.last_report = report
         self.last_run = self.clock()
         return report
 
-    def _apply(self, model: RankingModel, imp: Impression, report: TrainReport) -> None:
+    def _train_arm(self, arm: Arm) -> TrainReport:
+        report = TrainReport()
+        with self._exclusive(arm.models):
+            model, report.model_errors = arm.models.load_latest(arm.factory)
+            if model is None:
+                model = arm.factory.new()
+            self.check_store(model, arm.models)
+            model.progress.store_id = self.events.store_id
+            next_version = max(arm.models.versions(), default=0) + 1
+            names = arm.names()
+            while True:
+                batch = self.events.closed_since(model.progress.cursor, self.batch_size,
+                                                 arms=names)
+                if not batch:
+                    break
+                for imp in batch:
+                    self._apply(arm, model, imp, report)
+                if not report.applied and not report.skipped:
+                    continue  # only other arms' mixed lists so far: nothing worth a version
+                model.version = next_version
+                arm.models.save(model)
+                report.versions.append(next_version)
+                next_version += 1
+        return report
+
+    def _apply(self, arm: Arm, model: RankingModel, imp: Impression,
+               report: TrainReport) -> None:
         progress = model.progress
         progress.cursor = imp.closed_seq
+        learned = arm.feedback(imp)
+        if learned is None:  # a mixed list this arm had no part in, or cannot learn from
+            return
         if tuple(imp.feature_names) != model.feature_names:
             # Logged under another feature configuration: its weights would mean nothing here.
             log.warning("impression %s skipped: logged with features %s, the model has %s",
@@ -137,17 +174,14 @@ class Trainer:
             progress.skipped += 1
             report.skipped += 1
             return
-        index = {doc_id: i for i, doc_id in enumerate(imp.doc_ids)}
-        clicked = np.array([index[d] for d in imp.clicked or [] if d in index], dtype=np.intp)
-        feedback = feedback_from_clicks(imp.ranking, imp.n_shown, clicked,
-                                        log_prob=imp.log_prob, propensities=imp.propensities,
-                                        context=imp.context)
+        X, feedback = learned
+        clicked = len(feedback.clicked)
         changed = False
         if len(imp.doc_ids):
             snapshot = model.snapshot()
             try:
                 with np.errstate(over="raise", invalid="raise", divide="raise"):
-                    changed = model.learn(imp.features, feedback)
+                    changed = model.learn(X, feedback)
             except (ValueError, ArithmeticError) as exc:
                 # One impression that breaks the update must not stop learning for good:
                 # undo it, count it, and go on.
@@ -157,10 +191,10 @@ class Trainer:
                 report.skipped += 1
                 return
         progress.impressions += 1
-        progress.clicks += len(clicked)
+        progress.clicks += clicked
         progress.updates += int(changed)
         report.applied += 1
-        report.clicks += len(clicked)
+        report.clicks += clicked
         report.updates += int(changed)
 
     def run_pass(self) -> TrainReport | None:
@@ -168,16 +202,19 @@ class Trainer:
         :attr:`last_error` (reported by ``/healthz``) instead of raised."""
         try:
             report = self.run_once()
+            if self.after_pass is not None:
+                self.after_pass(report)
         except Exception as exc:  # noqa: BLE001 -- the background loop must survive
             self.last_error = str(getattr(exc, "message", exc))
             self.last_run = self.clock()
             log.exception("training pass failed")
             return None
         self.last_error = None
-        if report.versions:
-            log.info("trained on %d impressions (%d clicks, %d updates, %d skipped): model "
-                     "version %d", report.applied, report.clicks, report.updates, report.skipped,
-                     report.version)
+        for label, arm_report in report.arms.items():
+            if arm_report.versions:
+                log.info("%s: trained on %d impressions (%d clicks, %d updates, %d skipped): "
+                         "model version %d", label, arm_report.applied, arm_report.clicks,
+                         arm_report.updates, arm_report.skipped, arm_report.version)
         return report
 
     def run_forever(self, stop: threading.Event, interval: float) -> None:

@@ -12,7 +12,7 @@ from reranker.clicks import PositionBias, click_rates, lifts_from_counts, query_
 from reranker.clicks.position_bias import randomized_pairs
 from reranker.config import load_config
 from reranker.errors import StoreError
-from reranker.events import EventStore, Impression
+from reranker.events import SCHEMA_VERSION, EventStore, Impression
 from reranker.featuremap import FeatureMap
 from reranker.service import RerankerService
 
@@ -199,11 +199,16 @@ def test_an_event_store_of_schema_1_is_migrated(tmp_path):
     store.record_click("i1", "c")  # the migrated store takes new events
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                            ).fetchone() == ("2",)
+                            ).fetchone() == (str(SCHEMA_VERSION),)
+        # schema 3: the migrated impressions keep their learner's name as their arm
+        assert conn.execute("SELECT DISTINCT arm FROM impressions").fetchall() == [
+            ("preference_perceptron",)]
         assert conn.execute("SELECT clicks FROM click_stats WHERE query_key = 'tea kettle' "
                             "AND doc_id = 'c'").fetchone() == (1.0,)
     store.close()
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
-    with pytest.raises(StoreError, match="old.sqlite has event schema version 3.*newer"):
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                     (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(StoreError, match=f"old.sqlite has event schema version "
+                                         f"{SCHEMA_VERSION + 1}.*newer.*upgrade reranker"):
         EventStore(path)

@@ -10,10 +10,9 @@ import numpy as np
 import requests
 from conftest import ServeProcess, cli_env, reranker_command, run_cli, write_config, write_docs
 
+from reranker.arms import arms_from_config
 from reranker.config import load_config
 from reranker.events import EventStore
-from reranker.model import ModelFactory
-from reranker.model_store import ModelStore
 from reranker.plugins import get_plugin_manager
 
 
@@ -126,8 +125,8 @@ def test_restarts_neither_lose_nor_repeat_clicks(tmp_path, corpus):
         n_impressions = conn.execute("SELECT COUNT(*) FROM impressions").fetchone()[0]
     assert len(accepted) > 20
     assert accepted <= stored, "a click answered with 202 was lost"
-    factory = ModelFactory.from_config(config, get_plugin_manager())
-    store = ModelStore(config.store.models, "preference_perceptron")
+    arm = arms_from_config(config, get_plugin_manager())[0]
+    factory, store = arm.factory, arm.models
     model, errors = store.load_latest(factory)
     assert not errors
     assert len(store.versions()) > 1

@@ -34,7 +34,9 @@ def test_switching_learner_name_switches_the_live_learner(workdir):
         assert imp.learner == "noregret_klrank" and imp.log_prob is not None and imp.log_prob < 0
         report = train_some(service)
         assert report.version == 1 and report.updates >= 3
-        assert (workdir / "models" / "noregret_klrank" / "model-000001.json").exists()
+        folder = service.arms[0].models.dir
+        assert folder.parent == workdir / "models" and folder.name.startswith("noregret_klrank-")
+        assert (folder / "model-000001.json").exists()
         assert service.search("tea", 5)["model_version"] == 1
     finally:
         service.close()
@@ -118,7 +120,7 @@ def test_a_model_from_before_the_click_features_keeps_learning(workdir):
     train_some(service)
     w = service.model.learner.w_.copy()
     service.close()
-    path = write_config(workdir, features={"click_features": True})
+    path = write_config(workdir, features={"click_features": True}, learner={"seed": 1})
     service = serve(path)
     try:
         model = service.model
@@ -126,7 +128,7 @@ def test_a_model_from_before_the_click_features_keeps_learning(workdir):
         np.testing.assert_array_equal(model.learner.w_, np.append(w, [0.0, 0.0]))
         # the starting ranking takes the query's click rate in, as a new model's does
         np.testing.assert_array_equal(model.learner.prior_[-2:], [1.0, 0.0])
-        report = train_some(service, clicks=4)
+        report = train_some(service, clicks=6)  # (each click informs with chance 1/2)
         assert report.updates >= 1 and service.model.version == 2
     finally:
         service.close()

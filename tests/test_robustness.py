@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import sqlite3
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import requests
 from conftest import run_cli, write_config, write_docs
 
+from reranker.arms import Arm
 from reranker.config import load_config
 from reranker.errors import ModelLoadError, StoreError
 from reranker.events import EventStore, Impression
@@ -16,7 +18,6 @@ from reranker.featuremap import FeatureMap
 from reranker.feedback import Feedback
 from reranker.learner import Learner, RankResult, argmax_ranking
 from reranker.model import ModelFactory, checksum
-from reranker.model_store import ModelStore
 from reranker.service import RerankerService
 from reranker.trainer import Trainer
 
@@ -44,12 +45,12 @@ class Fragile(Learner):
         return True
 
 
-def log_impression(store, imp_id, X, clicked_doc=None):
+def log_impression(store, imp_id, X, clicked_doc=None, arm="fragile"):
     n = len(X)
     store.log_impression(Impression(
         id=imp_id, created=0.0, query="q", user_id=None, learner="fragile", model_version=0,
         doc_ids=[f"d{i}" for i in range(n)], feature_names=["a", "b"], features=X,
-        ranking=np.arange(n), n_shown=n))
+        ranking=np.arange(n), n_shown=n, arm=arm))
     if clicked_doc:
         store.record_click(imp_id, clicked_doc)
 
@@ -57,8 +58,9 @@ def log_impression(store, imp_id, X, clicked_doc=None):
 def test_an_impression_whose_update_fails_is_skipped_and_learning_goes_on(tmp_path):
     events = EventStore(tmp_path / "e.sqlite")
     factory = ModelFactory(Fragile, {}, FeatureMap(5), ["a", "b"], "none")
-    trainer = Trainer(factory, events, ModelStore(tmp_path / "models", "fragile"),
-                      feedback_window=0.0)
+    arm = Arm.from_factory(factory, tmp_path / "models")
+    arm.aliases = ("fragile",)  # the name its impressions are logged under here
+    trainer = Trainer([arm], events, feedback_window=0.0)
     log_impression(events, "good1", np.array([[1.0, 0.0], [2.0, 1.0]]), "d1")
     log_impression(events, "poison", np.array([[-5.0, 7.0], [1.0, 1.0]]), "d0")
     log_impression(events, "good2", np.array([[1.0, 0.0], [0.5, 3.0]]), "d1")
@@ -132,9 +134,9 @@ def test_a_model_folder_that_is_a_file(workdir, live):
     assert result.returncode != 0 and "store.models" in result.stderr
     assert "Traceback" not in result.stderr
     # at run time: the folder becomes unreadable; the last good model keeps serving
-    live.service.models.dir.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(live.service.models.dir)
     live.service.models.dir.write_text("not a folder")
-    live.service.FULL_CHECK_INTERVAL = 0.0
+    live.service.arms[0].FULL_CHECK_INTERVAL = 0.0
     assert live.post("/search", {"query": "tea"}).status_code == 200
     health = live.get("/healthz").json()
     assert health["status"] == "degraded" and "model folder" in health["model_errors"][0]
@@ -209,9 +211,9 @@ def test_new_versions_are_found_even_when_the_folder_time_did_not_change(live):
     stamp = os.stat(service.models.dir).st_mtime_ns
     train_once()
     os.utime(service.models.dir, ns=(stamp, stamp))  # as if both saves fell in one clock tick
-    service.FULL_CHECK_INTERVAL = 3600.0
+    service.arms[0].FULL_CHECK_INTERVAL = 3600.0
     assert service.model.version == 1  # the folder's time alone does not reveal version 2
-    service.FULL_CHECK_INTERVAL = 0.0
+    service.arms[0].FULL_CHECK_INTERVAL = 0.0
     assert service.model.version == 2
 
 

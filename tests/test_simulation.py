@@ -395,9 +395,10 @@ def test_kl_cost_of_a_perturbed_presentation():
     X = scores[:, None]
 
     def cost(shown_length, clicked):
-        metrics = _Metrics("exp", 3, "perturbed_pairs", p)
+        metrics = _Metrics("exp", 3)
         metrics.k[0] = shown_length
-        metrics.add_clicks(0, 3, scores, np.array([clicked]), np.array([0]))
+        metrics.add_clicks(0, 3, scores, np.array([clicked]), np.array([0]),
+                           learner.first_log_probabilities(X))
         metrics._flush_clicks(np.array([0]))
         return metrics.kl
 

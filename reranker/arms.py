@@ -1,0 +1,328 @@
+"""Arms: a learner with its parameters and feature-map settings, and the model it serves.
+
+An arm's identity is its learner's name plus a stable hash of its settings (the learner's
+parameters with their defaults filled in, the joint feature map, the normalisation):
+``preference_perceptron-3f9c0a1b2e``. Each arm keeps its model versions in its own folder,
+``<store.models>/<arm id>/``, with an ``arm.json`` that says what the arm is, so two
+configurations that differ only in a learner parameter never share a model, and a saved
+model is refused by an arm with other settings (:meth:`reranker.model.ModelFactory.from_dict`).
+
+A configuration without an ``experiment:`` section has one arm, its ``learner:`` section;
+an experiment has one arm per entry of ``experiment.arms``.
+
+Which impressions an arm learns from (docs/algorithms.md, "Comparing learners"):
+
+* the impressions it showed alone (``Impression.arm`` is its id);
+* mixed lists (interleaving, multileaving) it took part in, when its learner's feedback
+  rule is defined on a list another policy showed
+  (:attr:`reranker.learner.Learner.learns_from_mixed_lists`): it learns from the page as
+  shown, with every click, and the adjacent pairs the experiment randomised on it
+  (:func:`reranker.experiments.interleaving.perturb_pairs`), which compare two results
+  without position bias whichever arm contributed them;
+* nothing else: never the pages of another learner, nor of itself with other settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
+from .errors import ConfigError, ModelLoadError, RerankerError
+from .events import Impression
+from .featuremap import FeatureMap
+from .features import FeatureSpec
+from .feedback import Feedback, feedback_from_clicks
+from .model import ModelFactory, RankingModel
+from .model_store import ModelStore
+
+log = logging.getLogger(__name__)
+
+ARM_FILE = "arm.json"
+#: Keys an arm's section takes, as the ``learner:`` section does.
+ARM_KEYS = ("name", "params", "depth", "discount", "seed")
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """What an arm is: a label (its name in the configuration) and its settings."""
+
+    label: str
+    learner: str
+    params: Mapping[str, Any]  # with defaults filled in, as the learner validated them
+    depth: int
+    discount: str
+    normalization: str
+    seed: int | None = None  # not part of the identity: it changes no model
+
+    def settings(self) -> dict[str, Any]:
+        """Everything that makes a model of this arm mean what it means."""
+        return {"learner": self.learner, "params": dict(self.params),
+                "feature_map": FeatureMap(self.depth, self.discount).to_dict(),
+                "normalization": self.normalization}
+
+    @property
+    def id(self) -> str:
+        """``<learner>-<10 hex digits of the settings' SHA-256>``, stable across runs."""
+        text = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
+        return f"{self.learner}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:10]}"
+
+
+def arm_section(label: str, section: Any, defaults: Mapping[str, Any], where: str
+                ) -> dict[str, Any]:
+    """An arm's learner section with the ``learner:`` section's depth, discount and seed as
+    defaults; a typo or a wrong type is a :class:`ConfigError` naming ``where``."""
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{where}: must be a mapping like the learner section "
+                          f"({{name: ..., params: {{...}}}}), got {section!r}")
+    unknown = sorted(set(section) - set(ARM_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(ARM_KEYS)})")
+    merged = {"name": None, "params": {}, "depth": defaults["depth"],
+              "discount": defaults["discount"], "seed": defaults["seed"], **section}
+    if not isinstance(merged["name"], str) or not merged["name"]:
+        raise ConfigError(f"{where}.name must name a learner (`reranker learners` lists them)")
+    if not isinstance(merged["params"], Mapping):
+        raise ConfigError(f"{where}.params must be a mapping, got {merged['params']!r}")
+    depth = merged["depth"]
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ConfigError(f"{where}.depth must be an integer of at least 1, got {depth!r}")
+    if merged["discount"] not in ("log2", "reciprocal", "none"):
+        raise ConfigError(f"{where}.discount must be one of log2, reciprocal, none, got "
+                          f"{merged['discount']!r}")
+    seed = merged["seed"]
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"{where}.seed must be an integer or null, got {seed!r}")
+    return {**merged, "params": dict(merged["params"])}
+
+
+def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str
+              ) -> tuple[ArmSpec, ModelFactory]:
+    """The spec and model factory of an arm described by a learner ``section``."""
+    from .plugins import learner_class
+
+    try:
+        learner_cls = learner_class(pm, section["name"])
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.name: {exc.message.split(': ', 1)[-1]}") from None
+    try:
+        factory = ModelFactory(learner_cls, dict(section["params"]),
+                               FeatureMap(section["depth"], section["discount"]),
+                               FeatureSpec.from_config(config).names,
+                               config.features.normalization)
+    except ValueError as exc:
+        raise ConfigError(f"{where}.params: {exc}") from exc
+    learner = factory.new_learner()
+    learner.validate_params()
+    spec = ArmSpec(label=label, learner=learner_cls.name, params=learner.get_params(),
+                   depth=section["depth"], discount=section["discount"],
+                   normalization=config.features.normalization, seed=section["seed"])
+    factory.arm_settings = spec.settings()
+    return spec, factory
+
+
+class Arm:
+    """An arm at run time: its spec, model factory and model folder, and the newest good
+    model, which it picks up from the folder as any trainer (in this process or another)
+    saves versions."""
+
+    #: Seconds between full checks of the model folder, in case two saves fell into one tick
+    #: of a coarse file-system clock and left its modification time unchanged.
+    FULL_CHECK_INTERVAL = 1.0
+
+    def __init__(self, spec: ArmSpec, factory: ModelFactory, models_root: str | os.PathLike,
+                 keep: int = 20):
+        self.spec = spec
+        self.factory = factory
+        #: The labels this arm has in the configuration (two when an experiment gives two
+        #: arms identical settings, as an A/A test does: they share one model).
+        self.labels: list[str] = [spec.label]
+        self.models = ModelStore(models_root, spec.id, keep=keep)
+        #: Older names of this arm's impressions (the learner's name, for impressions logged
+        #: before arms existed, when this arm took over that learner's model folder).
+        self.aliases: tuple[str, ...] = ()
+        self._model: RankingModel | None = None
+        self._stamp = -1
+        self._checked = 0.0
+        self._tried = -1  # newest version number a reload has looked at
+        self.model_errors: list[str] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_factory(cls, factory: ModelFactory, models_root: str | os.PathLike,
+                     label: str | None = None, keep: int = 20) -> Arm:
+        """An arm of a model factory built directly (for embedding and tests)."""
+        learner = factory.new_learner()
+        learner.validate_params()
+        spec = ArmSpec(label=label or learner.name, learner=learner.name,
+                       params=learner.get_params(), depth=factory.feature_map.depth,
+                       discount=factory.feature_map.discount,
+                       normalization=factory.normalization)
+        return cls(spec, factory, models_root, keep=keep)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    # -- the model folder -------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Create the arm's folder with its ``arm.json``, taking over the model folder of the
+        learner's name that versions before arms wrote (``<models>/<learner>/``) when its
+        newest model has exactly this arm's settings; read the aliases."""
+        folder = self.models.dir
+        legacy = folder.parent / self.spec.learner
+        if not folder.exists() and legacy.is_dir() and not (legacy / ARM_FILE).exists():
+            legacy_store = ModelStore(folder.parent, self.spec.learner)
+            settings = _legacy_settings(legacy_store)
+            if settings is None and legacy_store.versions():
+                _, errors = legacy_store.load_latest(self.factory)
+                raise ModelLoadError(f"no saved model of learner {self.spec.learner!r} "
+                                     f"loads: {'; '.join(errors)}; move {legacy} away to "
+                                     f"start a new model")
+            if settings == self.spec.settings():
+                try:
+                    os.rename(legacy, folder)
+                    log.warning("model folder %s is now %s (arm %s)", legacy, folder, self.id)
+                    self._write_arm_file(aliases=[self.spec.learner])
+                except OSError as exc:
+                    log.warning("could not take over %s: %s", legacy, exc)
+            elif settings is not None:
+                log.warning("the models in %s were trained with other settings than arm %r; "
+                            "it starts a new model in %s", legacy, self.label, folder)
+        path = folder / ARM_FILE
+        if not path.exists():
+            self._write_arm_file(aliases=[])
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            self.aliases = tuple(str(a) for a in data.get("aliases", []))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ModelLoadError(f"{path} is not readable: {exc}") from exc
+
+    def _write_arm_file(self, aliases: list[str]) -> None:
+        folder = self.models.dir
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".{ARM_FILE}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps({"id": self.id, **self.spec.settings(),
+                                       "aliases": aliases}, indent=1) + "\n",
+                           encoding="utf-8")
+            os.replace(tmp, folder / ARM_FILE)
+        except OSError as exc:
+            raise ModelLoadError(f"store.models: cannot write {folder / ARM_FILE}: {exc}") \
+                from exc
+
+    def load(self) -> RankingModel:
+        """Load the newest good model (a fresh one when there is none); raise when saved
+        versions exist and none loads."""
+        stamp = self.models.stamp()
+        model, errors = self.models.load_latest(self.factory)
+        if model is None:
+            if errors:
+                raise ModelLoadError(f"no saved model of arm {self.label!r} ({self.id}) "
+                                     f"loads: " + "; ".join(errors))
+            model = self.factory.new()
+        self._model, self._stamp, self.model_errors = model, stamp, errors
+        self._checked = time.monotonic()
+        return model
+
+    @property
+    def model(self) -> RankingModel:
+        """The newest good model. Checks the model folder for new versions (one stat per
+        request); a version that fails to load is reported and the current one kept."""
+        stamp = self.models.stamp()
+        now = time.monotonic()
+        if stamp != self._stamp or now - self._checked > self.FULL_CHECK_INTERVAL:
+            with self._lock:
+                self._checked = now
+                current = self._model.version
+                try:
+                    newest = max(self.models.versions(), default=-1)
+                    if stamp != self._stamp or newest > max(current, self._tried):
+                        self._tried = newest  # a refused version is not retried
+                        model, errors = self.models.load_latest(self.factory,
+                                                                newer_than=current)
+                        if model is not None:
+                            self._model = model
+                        if model is not None or errors:
+                            self.model_errors = errors
+                except RerankerError as exc:  # an unreadable folder: keep serving
+                    log.error("%s", exc.message)
+                    self.model_errors = [exc.message]
+                self._stamp = stamp
+        return self._model
+
+    # -- what it learns from ----------------------------------------------------------------
+
+    def names(self) -> tuple[str, ...]:
+        """The values of ``Impression.arm`` that are this arm's own impressions."""
+        return (self.id, *self.aliases)
+
+    def feedback(self, imp: Impression) -> tuple[np.ndarray, Feedback] | None:
+        """The features and feedback this arm learns from in ``imp``, or None when the
+        impression is not one it may learn from (module docstring)."""
+        index = {doc_id: i for i, doc_id in enumerate(imp.doc_ids)}
+        clicked = np.array([index[d] for d in imp.clicked or [] if d in index], dtype=np.intp)
+        if imp.arm in self.names():
+            return imp.features, feedback_from_clicks(
+                imp.ranking, imp.n_shown, clicked, log_prob=imp.log_prob,
+                propensities=imp.propensities, context=imp.context)
+        logged = (imp.context or {}).get("arms", {})
+        if imp.arm is not None or not any(entry.get("id") in self.names()
+                                           for entry in logged.values()) \
+                or not self.factory.learner_cls.learns_from_mixed_lists:
+            return None
+        # A mixed list it took part in: the page as shown, with every click, and the pairs
+        # the experiment randomised on it (the arms' own perturbations are not what was
+        # shown), as if the arm had shown it.
+        context = {key: imp.context[key] for key in (PAIR_OFFSET, SWAPPED, SWAP_PROBABILITY_KEY)
+                   if key in imp.context}
+        return imp.features, feedback_from_clicks(imp.ranking, imp.n_shown, clicked,
+                                                  context=context)
+
+
+def _legacy_settings(store: ModelStore) -> dict[str, Any] | None:
+    """The arm settings of the newest readable model in a pre-arm model folder."""
+    for version in reversed(store.versions()):
+        try:
+            data = json.loads(store.path(version).read_text(encoding="utf-8"))
+            return {"learner": data["learner"]["name"], "params": data["learner"]["params"],
+                    "feature_map": data["feature_map"],
+                    "normalization": data["features"]["normalization"]["method"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def arms_from_config(config, pm) -> list[Arm]:
+    """The configured arms: the experiment's, or the one ``learner:`` section."""
+    experiment = getattr(config, "experiment", None)
+    defaults = {k: config.learner[k] for k in ("depth", "discount", "seed")}
+    if experiment is None or experiment.mode is None:
+        sections = {config.learner.name: ("learner", dict(config.learner))}
+    else:
+        sections = {label: (f"experiment.arms.{label}", section)
+                    for label, section in experiment.arms.items()}
+    where = f"{config.source}: " if config.source else ""
+    arms: dict[str, Arm] = {}
+    for label, (key, section) in sections.items():
+        section = arm_section(label, section, defaults, f"{where}{key}")
+        spec, factory = build_arm(label, section, config, pm, f"{where}{key}")
+        if spec.id in arms:  # identical settings (an A/A test): one model serves both labels
+            arms[spec.id].labels.append(label)
+            continue
+        arms[spec.id] = Arm(spec, factory, config.store.models, keep=config.store.keep_models)
+    return list(arms.values())

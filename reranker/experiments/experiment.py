@@ -1,0 +1,288 @@
+"""An experiment at run time: which arm (or arms) serve a search, its state (promotion, held
+arms), and its guard (docs/algorithms.md, "Comparing learners").
+
+A search is served, in order of precedence:
+
+* by the promoted arm alone, once an arm is promoted (``reranker promote`` or the guard);
+* by the control arm alone outside the experiment's time window, or when the search falls
+  outside ``experiment.share``;
+* otherwise, in ``split`` mode, by one arm chosen by a sticky hash of the assignment key
+  (``user_id``, else ``session_id``: the same user always sees the same arm), and in
+  ``interleave`` and ``multileave`` modes by a team-draft mix of every arm not held.
+
+The state lives in the event store, so every process serving the configuration, and
+``reranker promote`` run from a shell, share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..config import parse_time
+from ..errors import ConfigError, NotFoundError
+from ..events import EventStore
+from .outcomes import Tally
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """The ``experiment:`` section, checked."""
+
+    name: str
+    mode: str  # interleave | multileave | split
+    labels: tuple[str, ...]
+    shares: dict[str, float]
+    assign_by: tuple[str, ...] = ("user_id", "session_id")
+    control: str = ""
+    share: float = 1.0
+    promote: str = "manual"
+    start: float | None = None
+    stop: float | None = None
+    alpha: float = 0.05
+    mixture: float = 10.0
+    window: int = 100
+    clicks_at: int = 3
+
+    @property
+    def mixed(self) -> bool:
+        """True when the arms' results are mixed in one list (interleave, multileave)."""
+        return self.mode != "split"
+
+    @classmethod
+    def from_config(cls, config) -> ExperimentSpec | None:
+        section = config.experiment
+        if section.mode is None:
+            return None
+        labels = tuple(section.arms)
+        shares = {label: float(section.shares.get(label, 1.0)) for label in labels}
+        where = f"{config.source}: " if config.source else ""
+        return cls(name=section.name, mode=section.mode, labels=labels, shares=shares,
+                   assign_by=tuple(section.assign_by), control=section.control or labels[0],
+                   share=section.share, promote=section.promote,
+                   start=parse_time(section.start, f"{where}experiment.start")
+                   if section.start else None,
+                   stop=parse_time(section.stop, f"{where}experiment.stop")
+                   if section.stop else None,
+                   alpha=section.alpha, mixture=section.mixture, window=section.window,
+                   clicks_at=section.clicks_at)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Who serves one search: one arm, or a mix of several; and whether the search counts
+    in the experiment."""
+
+    labels: tuple[str, ...]
+    mixed: bool
+    counted: bool
+
+
+def _unit_hash(*parts: str) -> float:
+    """A stable number in [0, 1) from ``parts`` (the same user always lands alike)."""
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0 ** 64
+
+
+@dataclass
+class _StateCache:
+    read_at: float = -1e18
+    state: dict = field(default_factory=dict)
+
+
+class Experiment:
+    """The running experiment of one configuration."""
+
+    #: Seconds a read of the shared state (promotion, held arms) is reused.
+    STATE_REFRESH = 1.0
+
+    def __init__(self, spec: ExperimentSpec, events: EventStore,
+                 clock: Callable[[], float] = time.time):
+        self.spec = spec
+        self.events = events
+        self.clock = clock
+        self._cache = _StateCache()
+        self._tally = Tally(spec)
+        self._tally_lock = threading.Lock()
+
+    # -- state --------------------------------------------------------------------------------
+
+    def state(self, fresh: bool = False) -> dict[str, Any]:
+        """``{"promoted": label or None, "held": {label: why}, ...}``, shared by every
+        process through the event store."""
+        now = time.monotonic()
+        if fresh or now - self._cache.read_at > self.STATE_REFRESH:
+            self._cache = _StateCache(now, self.events.experiment_state(self.spec.name))
+        return self._cache.state
+
+    def promote(self, label: str, reason: str) -> dict[str, Any]:
+        """Make ``label`` the sole arm that serves (its model keeps learning; the others'
+        models stay in their folders)."""
+        self._check_label(label)
+
+        def change(state: dict) -> dict:
+            return {**state, "promoted": label, "promoted_at": self.clock(),
+                    "promoted_because": reason}
+
+        return self._update(change)
+
+    def hold(self, label: str, reason: str) -> dict[str, Any]:
+        """Stop serving ``label`` in this experiment (it lost to the control)."""
+        self._check_label(label)
+
+        def change(state: dict) -> dict:
+            held = dict(state.get("held", {}))
+            held[label] = {"at": self.clock(), "because": reason}
+            return {**state, "held": held}
+
+        return self._update(change)
+
+    def _update(self, change: Callable[[dict], dict]) -> dict[str, Any]:
+        state = self.events.update_experiment_state(self.spec.name, change, self.clock())
+        self._cache = _StateCache(time.monotonic(), state)
+        return state
+
+    def _check_label(self, label: str) -> None:
+        if label not in self.spec.labels:
+            raise NotFoundError(f"experiment {self.spec.name!r} has no arm {label!r} (arms: "
+                                f"{', '.join(self.spec.labels)})")
+
+    # -- who serves a search --------------------------------------------------------------------
+
+    def decide(self, user_id: str | None, session_id: str | None,
+               rng: np.random.Generator) -> Decision:
+        """The arm or arms that serve one search (module docstring)."""
+        spec = self.spec
+        state = self.state()
+        promoted = state.get("promoted")
+        if promoted in spec.labels:
+            return Decision((promoted,), False, False)
+        now = self.clock()
+        if (spec.start is not None and now < spec.start) or \
+                (spec.stop is not None and now >= spec.stop):
+            return Decision((spec.control,), False, False)
+        values = {"user_id": user_id, "session_id": session_id}
+        key = next((values[k] for k in spec.assign_by if values.get(k)), None)
+        if spec.share < 1.0:
+            u = _unit_hash(spec.name, "share", key) if key else float(rng.random())
+            if u >= spec.share:
+                return Decision((spec.control,), False, False)
+        held = state.get("held", {})
+        active = tuple(label for label in spec.labels if label not in held)
+        if len(active) < 2:
+            return Decision(active or (spec.control,), False, False)
+        if spec.mixed:
+            return Decision(active, True, True)
+        weights = np.array([spec.shares[label] for label in active])
+        u = _unit_hash(spec.name, "arm", key) if key else float(rng.random())
+        index = int(np.searchsorted(np.cumsum(weights) / weights.sum(), u, side="right"))
+        return Decision((active[min(index, len(active) - 1)],), False, True)
+
+    # -- results ----------------------------------------------------------------------------
+
+    def results(self) -> Tally:
+        """The tally of every closed impression of the experiment so far (read
+        incrementally from the event store)."""
+        with self._tally_lock:
+            self._tally.read(self.events)
+            return self._tally
+
+    def status(self, arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The document ``GET /experiments`` answers; ``arms`` gives each label's id,
+        learner, parameters and model version."""
+        spec = self.spec
+        state = self.state()
+        tally = self.results()
+        now = self.clock()
+        if state.get("promoted"):
+            status = "promoted"
+        elif spec.start is not None and now < spec.start:
+            status = "not started"
+        elif spec.stop is not None and now >= spec.stop:
+            status = "stopped"
+        else:
+            status = "running"
+        held = state.get("held", {})
+        document_arms = {}
+        for label in spec.labels:
+            role = "promoted" if state.get("promoted") == label else \
+                "held" if label in held else "serving"
+            if state.get("promoted") and role == "serving":
+                role = "stopped"
+            document_arms[label] = {**arms.get(label, {}), **tally.arm_summary(label),
+                                    "status": role,
+                                    "control": label == spec.control}
+        return {"experiment": spec.name, "mode": spec.mode, "status": status,
+                "alpha": spec.alpha,
+                "test": "mixture sequential probability ratio test (always valid), "
+                        f"Beta({spec.mixture:g}, {spec.mixture:g}) mixture",
+                "impressions": tally.impressions, "updated": now,
+                "promoted": state.get("promoted"), "held": sorted(held),
+                "arms": document_arms, "pairs": tally.pair_summaries()}
+
+    def guard(self) -> str | None:
+        """Guarded rollout (``promote: auto``): promote an arm that beats the control
+        significantly; hold one that loses to it significantly. Returns what it did."""
+        spec = self.spec
+        if spec.promote != "auto":
+            return None
+        state = self.state(fresh=True)
+        if state.get("promoted"):
+            return None
+        winners = []
+        for pair in self.results().pair_summaries():
+            if spec.control not in pair["arms"] or not pair["significant"]:
+                continue
+            other = pair["arms"][1] if pair["arms"][0] == spec.control else pair["arms"][0]
+            rate = pair["win_rate"] if pair["arms"][0] == other else 1.0 - pair["win_rate"]
+            if pair["winner"] == spec.control:
+                if other not in state.get("held", {}):
+                    self.hold(other, f"lost to {spec.control} (win rate {rate:.3f}, "
+                                     f"always-valid p {pair['always_valid_p']:.2g})")
+                    return f"held {other}"
+            else:
+                winners.append((rate, other, pair["always_valid_p"]))
+        if winners:
+            rate, label, p = max(winners)
+            self.promote(label, f"beat {spec.control} (win rate {rate:.3f}, always-valid p "
+                                f"{p:.2g})")
+            return f"promoted {label}"
+        return None
+
+
+def experiment_from_config(config, events: EventStore) -> Experiment | None:
+    spec = ExperimentSpec.from_config(config)
+    return None if spec is None else Experiment(spec, events)
+
+
+def require_experiment(config, events: EventStore) -> Experiment:
+    experiment = experiment_from_config(config, events)
+    if experiment is None:
+        where = f"{config.source}" if config.source else "the configuration"
+        raise ConfigError(f"{where} has no experiment (experiment.mode is null)")
+    return experiment
+
+
+def offline_status(config, pm) -> dict[str, Any]:
+    """The experiment's results read from the event store and model folders, without a
+    running service (``reranker report``)."""
+    from ..arms import arms_from_config
+
+    events = EventStore(config.store.path)
+    try:
+        experiment = require_experiment(config, events)
+        arms = {}
+        for arm in arms_from_config(config, pm):
+            version = max(arm.models.versions(), default=0)
+            for label in arm.labels:
+                arms[label] = {"id": arm.id, "learner": arm.spec.learner,
+                               "params": dict(arm.spec.params), "model_version": version}
+        return experiment.status(arms)
+    finally:
+        events.close()

@@ -1,0 +1,172 @@
+"""From an experiment's logged impressions and clicks to outcomes per pair of arms and
+metrics per arm (docs/algorithms.md, "Comparing learners").
+
+Every impression of an experiment records, per shown position, the label of the arm that
+contributed the result (``Impression.teams``). A click is credited to that arm.
+
+* Mixed lists (interleave, multileave): an impression with at least one click is one
+  comparison for every pair of arms in it: the arm credited with more clicks wins, equal
+  credit is a tie (team-draft interleaving, Radlinski, Kurup & Joachims 2008; multileaving,
+  Schuth et al. 2014). Impressions without clicks say nothing.
+* Split: each impression is one arm's alone. The i-th impression of arm a is compared with
+  the i-th of arm b, in the order they closed, on the reciprocal rank of the first click (0
+  when nothing was clicked): two independent samples, paired in order, make a valid sign
+  test of which arm gets clicks higher up.
+
+The per-arm metrics count an arm's credited clicks in the impressions it took part in:
+clicks per impression (``ctr``), the share with none (``abandonment``), the reciprocal rank
+of the first (``mrr``) and the clicks in the top k (``clicks_at_k``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from itertools import combinations
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .stats import compare, mean_interval
+
+if TYPE_CHECKING:
+    from ..events import EventStore
+    from .experiment import ExperimentSpec
+
+
+class Tally:
+    """Outcomes and metrics of one experiment, read incrementally from the event store."""
+
+    BATCH = 5000
+
+    def __init__(self, spec: ExperimentSpec):
+        self.spec = spec
+        self.cursor = 0  # highest closed_seq read
+        self.impressions = 0
+        labels = spec.labels
+        self.pairs = list(combinations(labels, 2))
+        #: Per pair, the outcomes in time order (+1: first arm wins, -1: second, 0: tie)
+        #: and the experiment impression at which each was decided.
+        self.outcomes: dict[tuple[str, str], list[int]] = {p: [] for p in self.pairs}
+        self.decided_at: dict[tuple[str, str], list[int]] = {p: [] for p in self.pairs}
+        self._waiting: dict[tuple[str, str], tuple[deque, deque]] = {
+            p: (deque(), deque()) for p in self.pairs}
+        # per arm, per impression it took part in: credited clicks, reciprocal rank of the
+        # first credited click, credited clicks in the top k
+        self.metrics: dict[str, list[tuple[int, float, int]]] = {label: [] for label in labels}
+        self.clicks = {label: 0 for label in labels}
+        self._cache: tuple[int, list[dict]] | None = None
+
+    def read(self, events: EventStore) -> None:
+        """Add the experiment's impressions closed since the last read."""
+        while True:
+            rows = events.experiment_rows(self.spec.name, self.cursor, self.BATCH)
+            for closed_seq, arm, teams, n_shown, positions in rows:
+                self.cursor = closed_seq
+                self.add(arm, json.loads(teams) if teams else [], n_shown, positions)
+            if len(rows) < self.BATCH:
+                return
+
+    def add(self, arm: str | None, teams: list[str], n_shown: int,
+            positions: list[int]) -> None:
+        """One closed impression: ``teams`` per shown position, clicks at the 1-based
+        ``positions``; ``arm`` is None for a mixed list."""
+        teams = teams[:n_shown]
+        labels = [label for label in dict.fromkeys(teams) if label in self.metrics]
+        if not labels:
+            return
+        self.impressions += 1
+        k = self.spec.clicks_at
+        credit = {label: 0 for label in labels}
+        first = {label: 0.0 for label in labels}
+        top = {label: 0 for label in labels}
+        for position in sorted(positions):
+            if not 1 <= position <= len(teams):
+                continue
+            label = teams[position - 1]
+            if label not in credit:
+                continue
+            credit[label] += 1
+            if not first[label]:
+                first[label] = 1.0 / position
+            top[label] += position <= k
+        for label in labels:
+            self.metrics[label].append((credit[label], first[label], top[label]))
+            self.clicks[label] += credit[label]
+        if arm is None:  # a mixed list: a comparison for every pair in it, if clicked
+            if not positions:
+                return
+            for a, b in self.pairs:
+                if a in credit and b in credit:
+                    self._decide((a, b), int(np.sign(credit[a] - credit[b])))
+            return
+        label = labels[0]  # split: pair it with the other arms' impressions in order
+        for pair in self.pairs:
+            if label not in pair:
+                continue
+            mine, theirs = self._waiting[pair] if label == pair[0] else \
+                self._waiting[pair][::-1]
+            if theirs:
+                other = theirs.popleft()
+                ours = first[label]
+                outcome = np.sign(ours - other) if label == pair[0] else np.sign(other - ours)
+                self._decide(pair, int(outcome))
+            else:
+                mine.append(first[label])
+
+    def _decide(self, pair: tuple[str, str], outcome: int) -> None:
+        self.outcomes[pair].append(outcome)
+        self.decided_at[pair].append(self.impressions)
+
+    # -- summaries --------------------------------------------------------------------------
+
+    def pair_summaries(self) -> list[dict[str, Any]]:
+        """Per pair: wins, losses, ties, win rate with its interval, the sign test's and the
+        always-valid p-value, and whether the difference is significant."""
+        total = sum(len(v) for v in self.outcomes.values())
+        if self._cache is not None and self._cache[0] == total:
+            return self._cache[1]
+        out = []
+        for pair in self.pairs:
+            result = compare(self.outcomes[pair], alpha=self.spec.alpha,
+                             mixture=self.spec.mixture).to_dict()
+            winner = result.get("winner")
+            out.append({"arms": list(pair), **result,
+                        "winner": None if winner is None else pair[winner]})
+        self._cache = (total, out)
+        return out
+
+    def arm_summary(self, label: str) -> dict[str, Any]:
+        """An arm's impressions, clicks and metrics with their 95% intervals, and its
+        learning curve: its win rate in every window of ``experiment.window`` impressions."""
+        rows = np.array(self.metrics[label], dtype=np.float64).reshape(-1, 3)
+        metrics: dict[str, Any] = {}
+        columns = {"ctr": rows[:, 0], "abandonment": (rows[:, 0] == 0).astype(float),
+                   "mrr": rows[:, 1], f"clicks_at_{self.spec.clicks_at}": rows[:, 2]}
+        for name, values in columns.items():
+            if len(values):
+                low, high = mean_interval(values)
+                metrics[name] = {"value": float(values.mean()),
+                                 "interval": [float(low), float(high)]}
+            else:
+                metrics[name] = {"value": None, "interval": None}
+        return {"impressions": len(rows), "clicks": self.clicks[label],
+                "credited_clicks": self.clicks[label], "metrics": metrics,
+                "curve": self.curve(label)}
+
+    def curve(self, label: str) -> list[dict[str, Any]]:
+        window = self.spec.window
+        n_windows = self.impressions // window
+        wins, decided = np.zeros(n_windows), np.zeros(n_windows)
+        for pair in self.pairs:
+            if label not in pair or not self.outcomes[pair]:
+                continue
+            sign = 1 if pair[0] == label else -1
+            outcomes = np.asarray(self.outcomes[pair]) * sign
+            which = (np.asarray(self.decided_at[pair]) - 1) // window
+            full = which < n_windows
+            np.add.at(wins, which[full], (outcomes[full] > 0).astype(float))
+            np.add.at(decided, which[full], (outcomes[full] != 0).astype(float))
+        return [{"impressions": (i + 1) * window,
+                 "value": float(wins[i] / decided[i]) if decided[i] else None}
+                for i in range(n_windows)]

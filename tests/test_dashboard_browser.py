@@ -1,0 +1,495 @@
+"""The live dashboard in a real headless Chromium: it shows the numbers of the experiment
+status document exactly, follows the experiment as it changes and reports a failing server.
+
+The tests only see the server through the ``experiment_server`` fixture (its address and a
+way to read the live status) and ``advance_experiment`` (make the experiment move on); both
+are implemented here with a canned status document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+from flask import Flask, Response, jsonify
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+from werkzeug.serving import make_server
+
+from reranker.experiments.report import (
+    DASH,
+    dashboard_page,
+    format_bool,
+    format_int,
+    format_interval,
+    format_p,
+    format_rate,
+    format_text,
+)
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+for _binary in (CHROMIUM, CHROMEDRIVER):
+    if not (os.path.exists(_binary) and shutil.which(_binary)):
+        pytest.skip(f"the browser tests need Chromium ({CHROMIUM}) and chromedriver "
+                    f"({CHROMEDRIVER}); {_binary} is missing", allow_module_level=True)
+
+WAIT = 15  # seconds, at most, for the page to show something
+
+#: Everything the tests read from the page, in one round trip.
+READ_PAGE = """
+const cells = row => {
+  const out = {};
+  for (const cell of row.children) {
+    if (cell.classList.length) {
+      out[cell.classList[0]] = {text: cell.textContent.trim(),
+                                value: cell.getAttribute("data-value")};
+    }
+  }
+  return out;
+};
+const stamp = document.getElementById("last-refresh");
+const error = document.getElementById("error");
+return {
+  updated: stamp.getAttribute("data-updated"),
+  fetches: stamp.getAttribute("data-fetches"),
+  error: error.hidden ? null : error.textContent,
+  name: document.getElementById("experiment-name").textContent,
+  mode: document.getElementById("experiment-mode").textContent,
+  status: document.getElementById("experiment-status").textContent,
+  impressions: document.getElementById("experiment-impressions").textContent,
+  pairs: Array.from(document.querySelectorAll("#pairs tbody tr[data-arms]"), row => ({
+    arms: row.getAttribute("data-arms"), cells: cells(row),
+    forest: row.querySelectorAll("svg.forest").length})),
+  arms: Array.from(document.querySelectorAll("#arms tbody tr[data-arm]"), row => ({
+    arm: row.getAttribute("data-arm"), cells: cells(row)})),
+  curves: Array.from(document.querySelectorAll("#curves path.curve, #curves polyline.curve"),
+                     line => line.getAttribute("data-arm")),
+  legend: Array.from(document.querySelectorAll("#curves .legend-item"),
+                     item => item.getAttribute("data-arm")),
+  ticks: document.querySelectorAll("#curves .tick-label").length,
+};
+"""
+
+
+def canned_status() -> dict:
+    """A realistic status document: three arms, two pairs, some values not known yet."""
+    return {
+        "experiment": "guarded-rollout",
+        "mode": "interleave",
+        "status": "running",
+        "alpha": 0.05,
+        "test": "mixture sequential probability ratio test (always valid)",
+        "impressions": 1234,
+        "updated": 1790000000.0,
+        "promoted": None,
+        "arms": {
+            "perceptron": {
+                "id": "preference_perceptron-1a2b3c4d", "learner": "preference_perceptron",
+                "params": {}, "model_version": 12, "impressions": 1234, "clicks": 800,
+                "credited_clicks": 450, "status": "serving",
+                "metrics": {"ctr": {"value": 0.8, "interval": [0.75, 0.85]},
+                            "abandonment": {"value": 0.3, "interval": [0.28, 0.32]},
+                            "mrr": {"value": 0.41, "interval": [0.39, 0.43]},
+                            "clicks_at_3": {"value": 0.5, "interval": [0.47, 0.53]}},
+                "curve": [{"impressions": 100, "value": 0.52},
+                          {"impressions": 200, "value": 0.58},
+                          {"impressions": 400, "value": 0.61},
+                          {"impressions": 800, "value": 0.6}],
+            },
+            "engine": {
+                "id": "backend_order-9f8e7d6c", "learner": "backend_order", "params": {},
+                "model_version": 0, "impressions": 1234, "clicks": 700,
+                "credited_clicks": 350, "status": "serving",
+                "metrics": {"ctr": {"value": 0.7, "interval": [0.65, 0.75]},
+                            "abandonment": {"value": 0.35, "interval": None},
+                            "mrr": {"value": 0.36, "interval": [0.34, 0.38]},
+                            "clicks_at_3": {"value": 0.4375, "interval": [0.41, 0.46]}},
+                "curve": [{"impressions": 100, "value": 0.48},
+                          {"impressions": 200, "value": None},
+                          {"impressions": 400, "value": 0.42},
+                          {"impressions": 800, "value": 0.4}],
+            },
+            "coactive": {
+                "id": "coactive-5e6f7a8b", "learner": "coactive", "params": {"rate": 0.1},
+                "model_version": 3, "impressions": 25, "clicks": 14, "credited_clicks": 9,
+                "status": "held",
+                "metrics": {"ctr": {"value": 0.56, "interval": None}, "abandonment": None,
+                            "mrr": None, "clicks_at_3": None},
+                "curve": [],
+            },
+        },
+        "pairs": [
+            {"arms": ["perceptron", "engine"], "wins": 300, "losses": 200, "ties": 150,
+             "win_rate": 0.6, "interval": [0.56, 0.64], "p_value": 0.00001,
+             "always_valid_p": 0.0004, "significant": True, "winner": "perceptron"},
+            {"arms": ["coactive", "engine"], "wins": 12, "losses": 9, "ties": 4,
+             "win_rate": 0.5714285714285714, "interval": [0.3125, 0.7890625],
+             "p_value": 0.6636, "always_valid_p": None, "significant": False,
+             "winner": None},
+        ],
+    }
+
+
+class CannedExperiment:
+    """The canned status document, which the tests can move on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._status = canned_status()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._status = canned_status()
+
+    def status(self) -> dict:
+        with self._lock:
+            return copy.deepcopy(self._status)
+
+    def advance(self) -> None:
+        """More traffic: more wins for the first arm of every pair, a later computation."""
+        with self._lock:
+            for pair in self._status["pairs"]:
+                pair["wins"] += 25
+                decided = pair["wins"] + pair["losses"]
+                pair["win_rate"] = pair["wins"] / decided
+            self._status["impressions"] += 100
+            self._status["updated"] += 60.0
+
+
+@contextlib.contextmanager
+def serving(app: Flask) -> Iterator[str]:
+    """``app`` on 127.0.0.1 and a free port in a background thread; yields its base URL."""
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              name="dashboard-test-http", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(5)
+        server.server_close()
+
+
+def dashboard_app(status: Callable[[], Any]) -> Flask:
+    """The dashboard at ``/dashboard`` and ``status()`` (a body, or a (body, code) pair) at
+    ``/experiments``."""
+    app = Flask("dashboard-test")
+    app.json.sort_keys = False  # the arms' order is the experiment's order
+
+    @app.get("/dashboard")
+    def dashboard() -> Response:
+        return Response(dashboard_page(), mimetype="text/html")
+
+    @app.get("/experiments")
+    def experiments() -> Any:
+        answer = status()
+        if isinstance(answer, tuple):
+            return jsonify(answer[0]), answer[1]
+        return jsonify(answer)
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def canned() -> CannedExperiment:
+    return CannedExperiment()
+
+
+@pytest.fixture(scope="module")
+def experiment_server(canned) -> Iterator[tuple[str, Callable[[], dict]]]:
+    """``(base_url, get_status)``: a server with the dashboard at ``/dashboard`` and the
+    experiment's status at ``/experiments``, and a function reading that live status."""
+    with serving(dashboard_app(canned.status)) as base_url:
+        def get_status() -> dict:
+            response = requests.get(base_url + "/experiments", timeout=5)
+            response.raise_for_status()
+            return response.json()
+
+        yield base_url, get_status
+
+
+@pytest.fixture
+def advance_experiment(canned) -> Iterator[Callable[[], None]]:
+    """Make the experiment move on (as more traffic would)."""
+    yield canned.advance
+    canned.reset()
+
+
+@pytest.fixture(scope="module")
+def failing_server() -> Iterator[str]:
+    """A server whose ``/experiments`` fails with the service's JSON error."""
+    body = {"error": {"status": 500, "message": "x"}}
+    with serving(dashboard_app(lambda: (body, 500))) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def hostile_server() -> Iterator[tuple[str, dict]]:
+    """A server whose status document has markup in every label."""
+    status = canned_status()
+    label = '<img src="missing.png" onerror="document.title=1">'
+    status["experiment"] = label
+    status["arms"] = {label if name == "engine" else name: arm
+                      for name, arm in status["arms"].items()}
+    for pair in status["pairs"]:
+        pair["arms"] = [label if arm == "engine" else arm for arm in pair["arms"]]
+    status["pairs"][1]["winner"] = label
+    with serving(dashboard_app(lambda: status)) as base_url:
+        yield base_url, status
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory) -> Iterator[webdriver.Chrome]:
+    options = Options()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync", "--no-first-run",
+                     "--window-size=1280,1000"):
+        options.add_argument(argument)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    browser = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    browser.set_page_load_timeout(WAIT)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+# ---- reading and comparing the page ----
+
+def read_page(driver: webdriver.Chrome) -> dict:
+    return driver.execute_script(READ_PAGE)
+
+
+def open_dashboard(driver: webdriver.Chrome, url: str) -> dict:
+    """Open the dashboard and wait for its first successful refresh; the page as read."""
+    driver.get_log("browser")  # forget what earlier pages logged
+    driver.get(url)
+    WebDriverWait(driver, WAIT).until(
+        lambda d: d.find_element(By.ID, "last-refresh").get_dom_attribute("data-updated")
+        is not None)
+    return read_page(driver)
+
+
+def decoded(raw: str | None, like: Any) -> Any:
+    """A ``data-value`` attribute as the JSON value it stands for (``like`` gives the type)."""
+    if raw is None:
+        return None
+    if isinstance(like, bool):
+        return {"true": True, "false": False}.get(raw, raw)
+    if isinstance(like, list):
+        return [None if bound == "" else float(bound) for bound in raw.split(",")]
+    if isinstance(like, (int, float)):
+        return float(raw)
+    return raw
+
+
+PAIR_CELLS = {  # cell class -> (JSON key, formatting)
+    "wins": ("wins", format_int),
+    "losses": ("losses", format_int),
+    "ties": ("ties", format_int),
+    "win-rate": ("win_rate", format_rate),
+    "interval": ("interval", format_interval),
+    "p-value": ("p_value", format_p),
+    "always-valid-p": ("always_valid_p", format_p),
+    "significant": ("significant", format_bool),
+    "winner": ("winner", format_text),
+}
+
+
+def pair_mismatches(page: dict, status: dict) -> list[str]:
+    """How the page's pairs table differs from the status document (empty when it agrees)."""
+    problems = []
+    rows = {row["arms"]: row for row in page["pairs"]}
+    if len(rows) != len(status["pairs"]):
+        problems.append(f"{len(rows)} pair rows for {len(status['pairs'])} pairs")
+    for pair in status["pairs"]:
+        key = "|".join(pair["arms"])
+        row = rows.get(key)
+        if row is None:
+            problems.append(f"no row for the pair {key}")
+            continue
+        for css, (name, formatted) in PAIR_CELLS.items():
+            cell = row["cells"].get(css)
+            if cell is None:
+                problems.append(f"{key}: no {css} cell")
+                continue
+            if decoded(cell["value"], pair[name]) != pair[name]:
+                problems.append(f"{key}: {css} data-value {cell['value']!r} for {pair[name]!r}")
+            if cell["text"] != formatted(pair[name]):
+                problems.append(f"{key}: {css} shows {cell['text']!r} for {pair[name]!r}")
+    return problems
+
+
+def settled(driver: webdriver.Chrome, get_status: Callable[[], dict]) -> tuple[dict, dict]:
+    """The live status and the page once they agree (the page refreshes on its own), or the
+    last of both after a while, for the assertions to report the difference."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        status = get_status()
+        page = read_page(driver)
+        if not pair_mismatches(page, status) or time.monotonic() > deadline:
+            return status, page
+        time.sleep(0.2)
+
+
+def severe_console_entries(driver: webdriver.Chrome) -> list[dict]:
+    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+# ---- the tests ----
+
+def test_dashboard_shows_the_status_document(driver, experiment_server):
+    base_url, get_status = experiment_server
+    open_dashboard(driver, base_url + "/dashboard?refresh=1")
+    status, page = settled(driver, get_status)
+    assert status["pairs"], "the experiment has no pairs to show"
+
+    assert pair_mismatches(page, status) == []
+    assert all(row["forest"] == 1 for row in page["pairs"])
+    assert page["error"] is None
+    assert page["name"] == status["experiment"]
+    assert page["mode"] == status["mode"]
+    assert page["status"] == status["status"]
+
+    arms = {row["arm"]: row["cells"] for row in page["arms"]}
+    assert list(arms) == list(status["arms"])
+    for label, arm in status["arms"].items():
+        for css, name in (("model-version", "model_version"), ("impressions", "impressions")):
+            assert arms[label][css]["text"] == format_int(arm[name])
+            assert decoded(arms[label][css]["value"], arm[name]) == arm[name]
+        for key, metric in arm["metrics"].items():
+            cell = arms[label][key.replace("_", "-")]
+            value = metric["value"] if metric else None
+            assert cell["text"].split(" ")[0] == format_rate(value)
+
+    with_curve = [label for label, arm in status["arms"].items()
+                  if any(point["value"] is not None for point in arm["curve"])]
+    assert sorted(page["curves"]) == sorted(with_curve)
+    assert sorted(page["legend"]) == sorted(with_curve)
+    assert page["ticks"] >= 4
+    assert severe_console_entries(driver) == []
+
+
+def test_dashboard_formats_the_canned_numbers(driver, experiment_server):
+    """The formatting rules on known values of the canned document, without the helpers."""
+    base_url, _ = experiment_server
+    page = open_dashboard(driver, base_url + "/dashboard")
+    rows = {row["arms"]: row["cells"] for row in page["pairs"]}
+    first = {css: cell["text"] for css, cell in rows["perceptron|engine"].items()
+             if css != "forest-cell"}
+    assert first == {"arms": "perceptron vs engine", "wins": "300", "losses": "200",
+                     "ties": "150", "win-rate": "0.600", "interval": "[0.560, 0.640]",
+                     "p-value": "<0.001", "always-valid-p": "<0.001", "significant": "yes",
+                     "winner": "perceptron"}
+    second = rows["coactive|engine"]
+    assert second["interval"]["text"] == "[0.313, 0.789]"
+    assert second["interval"]["value"] == "0.3125,0.7890625"
+    assert second["always-valid-p"] == {"text": DASH, "value": None}
+    assert second["significant"] == {"text": "no", "value": "false"}
+    assert second["winner"] == {"text": DASH, "value": None}
+    arms = {row["arm"]: row["cells"] for row in page["arms"]}
+    assert arms["engine"]["clicks-at-3"]["text"] == "0.438 [0.410, 0.460]"
+    assert arms["engine"]["abandonment"]["text"] == "0.350"
+    assert arms["coactive"]["mrr"]["text"] == DASH
+    assert severe_console_entries(driver) == []
+
+
+def test_dashboard_follows_the_experiment(driver, experiment_server, advance_experiment):
+    base_url, get_status = experiment_server
+    before = open_dashboard(driver, base_url + "/dashboard?refresh=1")
+    advance_experiment()
+    status = get_status()
+    pair = status["pairs"][0]
+    key = "|".join(pair["arms"])
+    shown = {row["arms"]: row["cells"]["wins"]["text"] for row in before["pairs"]}
+    assert shown[key] != format_int(pair["wins"]), "the experiment did not move on"
+
+    def shows_new_wins(d: webdriver.Chrome) -> bool:
+        rows = {row["arms"]: row for row in read_page(d)["pairs"]}
+        return key in rows and rows[key]["cells"]["wins"]["text"] == format_int(pair["wins"])
+
+    WebDriverWait(driver, WAIT, poll_frequency=0.1).until(shows_new_wins)
+    page = read_page(driver)
+    assert int(page["fetches"]) > int(before["fetches"])
+    assert page["error"] is None
+    assert severe_console_entries(driver) == []
+
+
+def test_dashboard_shows_a_failing_server(driver, failing_server):
+    driver.get_log("browser")
+    driver.get(failing_server + "/dashboard")
+    error = driver.find_element(By.ID, "error")
+    WebDriverWait(driver, WAIT).until(lambda d: error.is_displayed())
+    assert "500" in error.text and "x" in error.text
+    stamp = driver.find_element(By.ID, "last-refresh")
+    assert stamp.get_dom_attribute("data-updated") is None
+    assert driver.find_elements(By.CSS_SELECTOR, "#pairs tbody tr[data-arms]") == []
+
+
+def test_dashboard_shows_labels_as_text(driver, hostile_server):
+    base_url, status = hostile_server
+    page = open_dashboard(driver, base_url + "/dashboard")
+    label = status["experiment"]
+    assert page["name"] == label
+    assert f"coactive|{label}" in {row["arms"] for row in page["pairs"]}
+    assert label in {row["arm"] for row in page["arms"]}
+    assert driver.find_elements(By.CSS_SELECTOR, "main img, header img") == []
+    assert driver.title != "1"
+    assert severe_console_entries(driver) == []
+
+
+def test_dashboard_of_a_running_experiment_reads_what_experiments_returns(driver, workdir,
+                                                                           corpus):
+    """The real service: an interleaved experiment with its trainer running while simulated
+    users search and click; the page served by the service shows the numbers the service's
+    ``/experiments`` returns, and follows them as traffic flows."""
+    from conftest import LiveServer
+    from test_experiments import ENGINE, RANDOM, experiment_config, users_search
+
+    from reranker.app import start_trainer
+
+    server = LiveServer(experiment_config(workdir, arms={"engine": ENGINE, "random": RANDOM},
+                                          window=20, trainer={"feedback_window": 0.5}))
+    _, stop = start_trainer(server.service, 0.05)
+    try:
+        users_search(server, corpus, 60)
+        time.sleep(1.0)  # the trainer closes the impressions (feedback window 0.5 s)
+
+        def get_status() -> dict:
+            return server.get("/experiments").json()
+
+        before = open_dashboard(driver, server.url + "/dashboard?refresh=1")
+        status, page = settled(driver, get_status)
+        assert status["impressions"] >= 40 and status["pairs"][0]["wins"] > 0
+        assert pair_mismatches(page, status) == []
+        arms = {row["arm"]: row["cells"] for row in page["arms"]}
+        for label, arm in status["arms"].items():
+            assert arms[label]["impressions"]["text"] == format_int(arm["impressions"])
+            assert arms[label]["model-version"]["text"] == format_int(arm["model_version"])
+        assert sorted(page["curves"]) == ["engine", "random"]
+        users_search(server, corpus, 40, seed=1)  # more traffic: the page moves on
+        time.sleep(1.0)
+        status, page = settled(driver, get_status)
+        assert status["impressions"] >= 80 and pair_mismatches(page, status) == []
+        assert int(page["fetches"]) > int(before["fetches"])
+        assert severe_console_entries(driver) == []
+    finally:
+        stop.set()
+        server.stop()

@@ -1,0 +1,56 @@
+"""An A/A experiment -- two identical arms -- looked at after every 100 impressions is
+declared significant no more often than the significance level says: the always-valid
+sequential test keeps its promise under peeking, as the fixed-horizon sign test does not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+
+from reranker.click_models import cascade_model
+from reranker.experiments.experiment import ExperimentSpec
+from reranker.experiments.interleaving import perturb_pairs, team_draft
+from reranker.experiments.outcomes import Tally
+
+EXPERIMENTS = 200
+IMPRESSIONS = 1500
+LOOK_EVERY = 100
+ALPHA = 0.05
+
+
+def run_experiment(seed: int) -> tuple[bool, bool]:
+    """One simulated A/A experiment through the experiment's own code (team draft,
+    randomised pairs, credit, tally, test); returns whether the sequential test, and whether
+    a naive sign test, declared a difference at any look."""
+    rng = np.random.default_rng(seed)
+    spec = ExperimentSpec(name="aa", mode="interleave", labels=("a", "b"),
+                          shares={"a": 1.0, "b": 1.0}, alpha=ALPHA)
+    tally = Tally(spec)
+    users = cascade_model("informational", 3)
+    labels = rng.integers(0, 3, size=(50, 20)) * (rng.random((50, 20)) < 0.4)
+    scores = labels + rng.normal(0, 1.0, size=labels.shape)  # one ranker, shown twice
+    sequential = naive = False
+    for t in range(1, IMPRESSIONS + 1):
+        q = rng.integers(50)
+        ranking = np.argsort(-scores[q], kind="stable")
+        mixed, teams = team_draft([ranking, ranking], rng, length=10)
+        mixed, teams, _, _ = perturb_pairs(mixed, teams, 10, rng)
+        clicks = np.flatnonzero(users.clicks(labels[q][mixed[:10]], rng)) + 1
+        tally.add(None, [spec.labels[i] for i in teams[:10].tolist()], 10, clicks.tolist())
+        if t % LOOK_EVERY == 0:
+            (pair,) = tally.pair_summaries()
+            sequential |= pair["significant"]
+            naive |= pair["p_value"] is not None and pair["p_value"] <= ALPHA
+    return sequential, naive
+
+
+@pytest.mark.slow
+def test_an_aa_experiment_watched_every_100_impressions_keeps_its_false_positive_rate():
+    results = np.array([run_experiment(seed) for seed in range(EXPERIMENTS)])
+    sequential, naive = results[:, 0].sum(), results[:, 1].sum()
+    # the rate is at most alpha: the 99% interval of the observed rate reaches below it
+    interval = binomtest(int(sequential), EXPERIMENTS).proportion_ci(0.99)
+    assert interval.low <= ALPHA, (sequential, interval)
+    # while peeking at a fixed-horizon test finds differences that are not there
+    assert binomtest(int(naive), EXPERIMENTS).proportion_ci(0.99).low > ALPHA, naive

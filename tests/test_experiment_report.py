@@ -1,0 +1,244 @@
+"""The experiment reports: the shared number formatting, the terminal table, the standalone
+HTML report and the dashboard page as a package resource."""
+
+from __future__ import annotations
+
+import copy
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from reranker.experiments import report
+from reranker.experiments.report import (
+    DASH,
+    format_bool,
+    format_int,
+    format_interval,
+    format_p,
+    format_rate,
+    format_text,
+)
+
+STATUS = {
+    "experiment": "guarded-rollout",
+    "mode": "interleave",
+    "status": "running",
+    "alpha": 0.05,
+    "test": "mixture sequential probability ratio test (always valid)",
+    "impressions": 1234,
+    "updated": 1790000000.0,
+    "promoted": None,
+    "arms": {
+        "perceptron": {
+            "id": "preference_perceptron-1a2b3c4d", "learner": "preference_perceptron",
+            "params": {}, "model_version": 12, "impressions": 1234, "clicks": 800,
+            "credited_clicks": 450, "status": "serving",
+            "metrics": {"ctr": {"value": 0.8, "interval": [0.75, 0.85]},
+                        "abandonment": {"value": 0.3, "interval": [0.28, 0.32]},
+                        "mrr": {"value": 0.41, "interval": [0.39, 0.43]},
+                        "clicks_at_3": {"value": 0.5, "interval": [0.47, 0.53]}},
+            "curve": [{"impressions": 100, "value": 0.52}, {"impressions": 200, "value": 0.58}],
+        },
+        "engine": {
+            "id": "backend_order-9f8e7d6c", "learner": "backend_order", "params": {},
+            "model_version": 0, "impressions": 1234, "clicks": 700, "credited_clicks": 350,
+            "status": "held",
+            "metrics": {"ctr": {"value": 0.7, "interval": [0.65, 0.75]},
+                        "abandonment": {"value": 0.35, "interval": None},
+                        "mrr": None,
+                        "clicks_at_3": {"value": 0.4375, "interval": [0.41, 0.46]}},
+            "curve": [{"impressions": 100, "value": 0.48}, {"impressions": 200, "value": None},
+                      {"impressions": 300, "value": 0.42}],
+        },
+    },
+    "pairs": [
+        {"arms": ["perceptron", "engine"], "wins": 300, "losses": 200, "ties": 150,
+         "win_rate": 0.6, "interval": [0.56, 0.64], "p_value": 0.00001,
+         "always_valid_p": 0.0004, "significant": True, "winner": "perceptron"},
+    ],
+}
+
+#: An experiment that has not seen any traffic yet.
+EMPTY = {
+    "experiment": "fresh", "mode": "split", "status": "not started", "alpha": 0.05,
+    "test": "mixture sequential probability ratio test (always valid)", "impressions": 0,
+    "updated": None, "promoted": None,
+    "arms": {
+        "a": {"id": None, "learner": "preference_perceptron", "params": {},
+              "model_version": None, "impressions": 0, "clicks": 0, "credited_clicks": 0,
+              "status": "serving", "metrics": {"ctr": None, "mrr": {"value": None,
+                                                                     "interval": None}},
+              "curve": []},
+        "b": {"id": None, "learner": "backend_order", "params": {}, "model_version": None,
+              "impressions": None, "clicks": None, "credited_clicks": None, "status": None,
+              "metrics": {}, "curve": [{"impressions": 50, "value": None}]},
+    },
+    "pairs": [],
+}
+
+
+def recorded(status: dict) -> str:
+    console = Console(record=True, width=200, file=io.StringIO())
+    report.render_table(status, console)
+    return console.export_text()
+
+
+def table_row(text: str, first_cell: str) -> list[str]:
+    """The cells of the terminal table row whose first cell is ``first_cell``."""
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
+        if cells and cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell!r} in:\n{text}")
+
+
+# ---- formatting ----
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (0.6, "0.600"), (1, "1.000"), (0.12345, "0.123"), (0.3125, "0.313"), (0.4375, "0.438"),
+    (-0.0, "0.000"), (None, DASH), (float("nan"), DASH), ("0.5", DASH), (True, DASH),
+])
+def test_format_rate(value, expected):
+    assert format_rate(value) == expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (0.00001, "<0.001"), (0.0009999, "<0.001"), (0.001, "0.001"), (0.0004, "<0.001"),
+    (0.04321, "0.043"), (1.0, "1.000"), (0, "<0.001"), (None, DASH),
+])
+def test_format_p(value, expected):
+    assert format_p(value) == expected
+
+
+def test_format_counts_intervals_and_labels():
+    assert format_int(1234) == "1234"
+    assert format_int(12.0) == "12"
+    assert format_int(0) == "0"
+    assert format_int(None) == DASH
+    assert format_int(False) == DASH
+    assert format_interval([0.56, 0.64]) == "[0.560, 0.640]"
+    assert format_interval((0.5625, 0.6875)) == "[0.563, 0.688]"
+    assert format_interval(None) == DASH
+    assert format_interval([None, 0.64]) == DASH
+    assert format_interval([0.5]) == DASH
+    assert format_bool(True) == "yes"
+    assert format_bool(False) == "no"
+    assert format_bool(None) == DASH
+    assert format_text("engine") == "engine"
+    assert format_text(None) == DASH
+    assert report.format_time(1790000000.0) == "2026-09-21 14:13:20 UTC"
+    assert report.format_metric({"value": 0.8, "interval": [0.75, 0.85]}) == "0.800 [0.750, 0.850]"
+    assert report.format_metric({"value": 0.35, "interval": None}) == "0.350"
+    assert report.format_metric(None) == DASH
+    assert report.metric_class("clicks_at_3") == "clicks-at-3"
+
+
+# ---- the terminal table ----
+
+def test_render_table_shows_the_pairs_arms_and_test():
+    text = recorded(STATUS)
+    assert table_row(text, "perceptron vs engine") == [
+        "perceptron vs engine", "300", "200", "150", "0.600", "[0.560, 0.640]", "<0.001",
+        "<0.001", "yes", "perceptron"]
+    perceptron = table_row(text, "perceptron")
+    assert perceptron[1:7] == ["preference_perceptron", "12", "1234", "800", "450", "serving"]
+    assert "0.800 [0.750, 0.850]" in perceptron
+    assert "0.410 [0.390, 0.430]" in perceptron
+    engine = table_row(text, "engine")
+    assert engine[2:7] == ["0", "1234", "700", "350", "held"]
+    assert "0.350" in engine and DASH in engine and "0.438 [0.410, 0.460]" in engine
+    header = text.splitlines()[0]
+    assert "guarded-rollout" in header and "interleave" in header and "1234" in header
+    assert "mixture sequential probability ratio test (always valid)" in text
+    assert "alpha = 0.05" in text
+    assert '"Significant" uses the always-valid' in text
+
+
+def test_render_table_without_data_yet():
+    text = recorded(EMPTY)
+    assert "No pairs compared yet." in text
+    assert table_row(text, "a")[1:7] == ["preference_perceptron", DASH, "0", "0", "0", "serving"]
+    assert table_row(text, "b")[2:] == [DASH] * 7
+    assert "fresh" in text.splitlines()[0]
+
+
+def test_render_table_survives_a_bare_document():
+    text = recorded({})
+    assert "No pairs compared yet." in text and "No arms." in text
+
+
+def test_render_table_prints_labels_literally():
+    status = copy.deepcopy(STATUS)
+    status["arms"]["[bold]x[/bold]"] = status["arms"].pop("engine")
+    status["pairs"][0]["arms"] = ["perceptron", "[bold]x[/bold]"]
+    text = recorded(status)
+    assert table_row(text, "perceptron vs [bold]x[/bold]")[1] == "300"
+    assert table_row(text, "[bold]x[/bold]")[1] == "backend_order"
+
+
+# ---- the HTML report ----
+
+def assert_self_contained(text: str) -> None:
+    assert "http://" not in text and "https://" not in text
+    assert not re.search(r"""(src|href)\s*=\s*["']?(?!["'#]|data:)""", text), "refers elsewhere"
+    assert "@import" not in text and "url(//" not in text
+
+
+def test_write_html_has_the_tables_and_plots(tmp_path):
+    path = report.write_html(STATUS, tmp_path / "report.html")
+    assert path == tmp_path / "report.html" and path.is_file()
+    text = path.read_text(encoding="utf-8")
+    assert_self_contained(text)
+    assert text.count("<svg") == 2
+    row = re.search(r'<tr data-arms="perceptron\|engine">(.*?)</tr>', text, re.DOTALL).group(1)
+    for cell in ('<td class="wins" data-value="300">300</td>',
+                 '<td class="losses" data-value="200">200</td>',
+                 '<td class="ties" data-value="150">150</td>',
+                 '<td class="win-rate" data-value="0.6">0.600</td>',
+                 '<td class="interval" data-value="0.56,0.64">[0.560, 0.640]</td>',
+                 '<td class="p-value" data-value="1e-05">&lt;0.001</td>',
+                 '<td class="always-valid-p" data-value="0.0004">&lt;0.001</td>',
+                 '<td class="significant yes" data-value="true">yes</td>',
+                 '<td class="winner text" data-value="perceptron">perceptron</td>'):
+        assert cell in row
+    arm = re.search(r'<tr data-arm="engine">(.*?)</tr>', text, re.DOTALL).group(1)
+    assert '<td class="model-version" data-value="0">0</td>' in arm
+    assert '<td class="impressions" data-value="1234">1234</td>' in arm
+    assert 'class="clicks-at-3 metric"' in arm and "0.438" in arm
+    assert "guarded-rollout" in text and "always-valid" in text
+
+
+def test_write_html_without_data_yet(tmp_path):
+    text = report.write_html(EMPTY, str(tmp_path / "empty.html")).read_text(encoding="utf-8")
+    assert_self_contained(text)
+    assert "No comparisons yet." in text
+    assert "no pairs compared yet" in text and "no curve data yet" in text
+    assert '<tr data-arm="b">' in text
+    assert text.count("<svg") == 2
+
+
+def test_write_html_escapes_every_text(tmp_path):
+    status = copy.deepcopy(STATUS)
+    hostile = '<script>alert("x")</script>$_a$'
+    status["experiment"] = hostile
+    status["arms"][hostile] = status["arms"].pop("engine")
+    status["pairs"][0]["arms"] = ["perceptron", hostile]
+    status["pairs"][0]["winner"] = hostile
+    text = report.write_html(status, tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "<script" not in text
+    assert "&lt;script&gt;" in text
+    assert_self_contained(text)
+
+
+# ---- the dashboard page ----
+
+def test_dashboard_page_is_one_self_contained_page():
+    page = report.dashboard_page()
+    assert page.lstrip().lower().startswith("<!doctype html>")
+    assert_self_contained(page)
+    assert "innerHTML" not in page and "outerHTML" not in page and "insertAdjacentHTML" not in page
+    for element in ('id="pairs"', 'id="arms"', 'id="curves"', 'id="last-refresh"', 'id="error"'):
+        assert element in page
+    assert 'new URL("experiments", window.location.href)' in page

@@ -1,0 +1,486 @@
+"""Several learners in one service: arms, the logged impression as the contract, interleaving,
+multileaving and split experiments through the real HTTP API, promotion and the guard."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+from conftest import LiveServer, run_cli, write_config
+
+from reranker.arms import arms_from_config
+from reranker.click_models import cascade_model
+from reranker.config import load_config
+from reranker.errors import ConfigError, ModelLoadError
+from reranker.events import SCHEMA_VERSION, EventStore
+from reranker.experiments.interleaving import perturbed_list_log_probability
+from reranker.metrics import ndcg
+from reranker.plugins import get_plugin_manager
+from reranker.service import RerankerService
+
+PERCEPTRON = {"name": "preference_perceptron", "params": {}}
+RANDOM = {"name": "random"}
+ENGINE = {"name": "backend_order"}
+
+
+def experiment_config(workdir, mode="interleave", arms=None, store=None, trainer=None,
+                      **extra):
+    arms = arms or {"perceptron": PERCEPTRON, "random": RANDOM}
+    sections = {name: value for name, value in (("store", store), ("trainer", trainer))
+                if value}
+    return write_config(workdir, experiment={"mode": mode, "name": "trial", "arms": arms,
+                                             "window": 50, **extra}, **sections)
+
+
+def users_search(server, corpus, searches, seed=0, model="navigational", **body):
+    """Simulated users search through HTTP and click with a cascade model on the hidden
+    labels; returns the pages."""
+    rng = np.random.default_rng(seed)
+    users = cascade_model(model, 3)
+    pages = []
+    for t in range(searches):
+        query, topic = corpus.queries[rng.integers(len(corpus.queries))]
+        request = {"query": query, "size": 10, **body}
+        if "user_id" in body:
+            request["user_id"] = f"user{t % 50}"
+        page = server.post("/search", request).json()
+        ids = [hit["id"] for hit in page["hits"]]
+        labels = np.array([corpus.label(topic, d) for d in ids])
+        for j in np.flatnonzero(users.clicks(labels, rng)):
+            answer = server.post("/click", {"impression_id": page["impression_id"],
+                                            "doc_id": ids[j]})
+            assert answer.status_code == 202, answer.text
+        pages.append((page, topic))
+    return pages
+
+
+# -- arms --------------------------------------------------------------------------------------
+
+
+def test_an_arm_is_its_learner_and_settings(workdir):
+    base = load_config(write_config(workdir))
+    pm = get_plugin_manager()
+    (arm,) = arms_from_config(base, pm)
+    assert arm.label == "preference_perceptron" and arm.id.startswith("preference_perceptron-")
+    assert arms_from_config(load_config(write_config(workdir)), pm)[0].id == arm.id  # stable
+    # the default spelled out is the same arm; another parameter value is another arm
+    same = write_config(workdir, learner={"params": {"swap_probability": 0.5}})
+    assert arms_from_config(load_config(same), pm)[0].id == arm.id
+    other = write_config(workdir, learner={"params": {"swap_probability": 0.25}})
+    assert arms_from_config(load_config(other), pm)[0].id != arm.id
+    deeper = write_config(workdir, learner={"params": {}, "depth": 5})
+    assert arms_from_config(load_config(deeper), pm)[0].id != arm.id
+    seeded = write_config(workdir, learner={"seed": 3})  # a seed changes no model
+    assert arms_from_config(load_config(seeded), pm)[0].id == arm.id
+
+
+def test_configs_that_differ_in_a_parameter_keep_their_models_apart(workdir):
+    first = RerankerService(load_config(write_config(workdir))).open()
+    page = first.search("tea kettle", 10)
+    first.click(page["impression_id"], page["hits"][5]["id"])
+    assert first.trainer.run_once(close_all=True).applied == 1
+    first.close()
+    path = write_config(workdir, learner={"params": {"swap_probability": 0.25}})
+    second = RerankerService(load_config(path)).open()
+    try:
+        assert second.model.version == 0  # a model of its own, from scratch
+        assert second.models.dir != first.models.dir
+        # the other arm's page is not its to learn from
+        report = second.trainer.run_once(close_all=True)
+        assert report.applied == 0 and report.versions == []
+        # and the first arm's saved model is refused by it, naming the parameter
+        saved = first.models.path(1)
+        (second.models.dir / saved.name).write_bytes(saved.read_bytes())
+        with pytest.raises(ModelLoadError, match="swap_probability = 0.5.*asks for 0.25"):
+            second.models.load(1, second.factory)
+    finally:
+        second.close()
+
+
+def test_a_switched_learner_never_learns_from_the_old_learners_pages(workdir):
+    old = RerankerService(load_config(write_config(workdir))).open()
+    for _ in range(3):
+        page = old.search("tea kettle", 10)
+        old.click(page["impression_id"], page["hits"][4]["id"])
+    old.close()  # three pages, never trained on
+    path = write_config(workdir, learner={"name": "online_ranknet"})
+    new = RerankerService(load_config(path)).open()
+    try:
+        assert new.trainer.run_once(close_all=True).applied == 0
+        page = new.search("tea kettle", 10)
+        new.click(page["impression_id"], page["hits"][4]["id"])
+        report = new.trainer.run_once(close_all=True)
+        assert report.applied == 1 and report.clicks == 1  # its own page only
+    finally:
+        new.close()
+    back = RerankerService(load_config(write_config(workdir))).open()
+    try:  # the first learner, back again, learns its own three pages and not the other's
+        assert back.trainer.run_once(close_all=True).applied == 3
+    finally:
+        back.close()
+
+
+def test_the_model_folder_of_an_earlier_version_is_taken_over(workdir):
+    service = RerankerService(load_config(write_config(workdir))).open()
+    page = service.search("tea kettle", 10)
+    service.click(page["impression_id"], page["hits"][3]["id"])
+    service.trainer.run_once(close_all=True)
+    arm_folder = service.models.dir
+    service.close()
+    # as the version before arms left it: <models>/<learner>/, impressions named by learner
+    legacy = workdir / "models" / "preference_perceptron"
+    arm_folder.rename(legacy)
+    (legacy / "arm.json").unlink()
+    with sqlite3.connect(workdir / "events.sqlite") as conn:
+        conn.execute("UPDATE impressions SET arm = learner")
+    service = RerankerService(load_config(write_config(workdir))).open()
+    try:
+        assert service.models.dir == arm_folder and not legacy.exists()
+        assert service.model.version == 1
+        page = service.search("tea kettle", 10)  # a new page of its own, and an old one
+        service.click(page["impression_id"], page["hits"][2]["id"])
+        with sqlite3.connect(workdir / "events.sqlite") as conn:
+            conn.execute("INSERT INTO impressions SELECT seq + 100, id || 'x', created, query, "
+                         "user_id, learner, model_version, doc_ids, feature_names, features, "
+                         "ranking, n_shown, log_prob, propensities, teams, NULL, context, "
+                         "'preference_perceptron', NULL FROM impressions WHERE seq = 1")
+        assert service.trainer.run_once(close_all=True).applied == 2
+    finally:
+        service.close()
+    # a folder of the same learner with other settings is left alone
+    legacy.mkdir()
+    (legacy / "model-000001.json").write_text((arm_folder / "model-000001.json").read_text())
+    path = write_config(workdir, learner={"params": {"prior_steps": 10.0}})
+    service = RerankerService(load_config(path)).open()
+    try:
+        assert legacy.exists() and service.model.version == 0
+    finally:
+        service.close()
+
+
+def test_an_event_store_of_schema_2_is_migrated(tmp_path):
+    path = tmp_path / "events.sqlite"
+    EventStore(path).close()
+    with sqlite3.connect(path) as conn:  # the schema the previous version wrote
+        conn.execute("DROP INDEX impressions_experiment")
+        conn.execute("ALTER TABLE impressions DROP COLUMN arm")
+        conn.execute("ALTER TABLE impressions DROP COLUMN experiment")
+        conn.execute("DROP TABLE experiment_state")
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        conn.execute("INSERT INTO impressions (id, created, query, learner, model_version, "
+                     "doc_ids, feature_names, features, ranking, n_shown) VALUES ('i0', 0, 'q', "
+                     "'online_ranknet', 3, '[\"a\"]', '[\"f\"]', ?, ?, 1)",
+                     (np.zeros(1).tobytes(), np.zeros(1, dtype=np.int32).tobytes()))
+    store = EventStore(path)
+    imp = store.get_impression("i0")
+    assert (imp.arm, imp.experiment, imp.learner) == ("online_ranknet", None, "online_ranknet")
+    assert store.experiment_state("x") == {}
+    store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                            ).fetchone() == (str(SCHEMA_VERSION),)
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("experiment, message", [
+    ({"mode": "interleave", "arms": {"a": PERCEPTRON}}, "at least two arms"),
+    ({"mode": "interleave", "arms": {"a": PERCEPTRON, "b": RANDOM, "c": ENGINE}},
+     "exactly two arms, got 3; use multileave"),
+    ({"mode": "split", "arms": {"a": PERCEPTRON, "b": RANDOM}, "shares": {"c": 1}},
+     "experiment.shares.c: no arm 'c'"),
+    ({"mode": "split", "arms": {"a": PERCEPTRON, "b": RANDOM}, "shares": {"a": 0}},
+     "experiment.shares.a must be a positive number"),
+    ({"mode": "split", "arms": {"a": PERCEPTRON, "b": RANDOM}, "control": "z"},
+     "experiment.control 'z' is not one of the arms"),
+    ({"mode": "split", "arms": {"a": PERCEPTRON, "b": RANDOM}, "start": "next week"},
+     "experiment.start must be an ISO 8601"),
+    ({"mode": "split", "arms": {"a": PERCEPTRON, "b": RANDOM}, "assign_by": ["cookie"]},
+     "'cookie' is not a request field"),
+    ({"mode": "split", "arms": {"a": PERCEPTRON, "b": {"name": "perceptron"}}},
+     "experiment.arms.b.name: unknown learner 'perceptron'"),
+    ({"mode": "split", "arms": {"a": PERCEPTRON, "b": {"name": "random", "parms": {}}}},
+     "experiment.arms.b: unknown key 'parms'"),
+    ({"mode": "split", "arms": {"a": PERCEPTRON,
+                                "b": {"name": "random", "params": {"x": 1}}}},
+     "experiment.arms.b.params: learner 'random' has no parameter 'x'"),
+])
+def test_bad_experiment_configs_name_the_key(workdir, experiment, message):
+    path = write_config(workdir, experiment=experiment)
+    with pytest.raises(ConfigError, match=message):
+        RerankerService(load_config(path))
+
+
+# -- interleaving through the HTTP API ------------------------------------------------------
+
+
+def test_an_interleaved_experiment_logs_who_showed_what_and_finds_the_better_arm(workdir,
+                                                                                   corpus):
+    server = LiveServer(experiment_config(workdir, arms={"engine": ENGINE,
+                                                          "random": RANDOM}))
+    try:
+        pages = users_search(server, corpus, 250)
+        page = pages[0][0]
+        assert page["experiment"] == "trial" and page["learner"] == "interleave"
+        imp = server.service.events.get_impression(page["impression_id"])
+        assert imp.arm is None and len(imp.teams) == imp.n_shown
+        assert set(imp.teams) == {"engine", "random"}
+        logged = imp.context["arms"]
+        assert set(logged) == {"engine", "random"}
+        # the logged probability is the mixed page's (team draft, then randomised pairs),
+        # given the arms' own rankings, which are logged too
+        rankings = [np.array(logged[label]["ranking"] + [i for i in range(len(imp.doc_ids))
+                                                           if i not in logged[label]["ranking"]])
+                    for label in ("engine", "random")]
+        assert imp.log_prob == pytest.approx(
+            perturbed_list_log_probability(rankings, imp.ranking[: imp.n_shown]))
+        assert logged["random"]["log_prob"] < 0 and logged["engine"]["log_prob"] is None
+        server.service.trainer.run_once(close_all=True)
+        status = server.get("/experiments").json()
+        assert status["mode"] == "interleave" and status["impressions"] == 250
+        (pair,) = status["pairs"]
+        assert pair["arms"] == ["engine", "random"]
+        assert pair["wins"] > pair["losses"] and pair["significant"]
+        assert pair["winner"] == "engine" and pair["interval"][0] > 0.5
+        assert pair["always_valid_p"] <= 0.05 and pair["p_value"] < pair["always_valid_p"]
+        assert status["arms"]["engine"]["metrics"]["mrr"]["value"] > \
+            status["arms"]["random"]["metrics"]["mrr"]["value"]
+        assert len(status["arms"]["engine"]["curve"]) == 5  # windows of 50
+    finally:
+        server.stop()
+
+
+def test_every_arm_of_an_interleaved_experiment_learns_from_the_mixed_pages(
+        workdir, corpus):
+    server = LiveServer(experiment_config(workdir))
+    try:
+        users_search(server, corpus, 150)
+        report = server.service.trainer.run_once(close_all=True)
+        perceptron = report.arms["perceptron"]
+        assert perceptron.applied == 150 and perceptron.updates > 10
+        # it learns from every click on the mixed pages, not only those credited to it
+        status = server.get("/experiments").json()["arms"]
+        assert perceptron.clicks == status["perceptron"]["clicks"] + status["random"]["clicks"]
+        assert server.service.by_label["perceptron"].model.version >= 1
+    finally:
+        server.stop()
+
+
+def test_mixed_lists_give_every_arm_the_page_with_its_randomised_pairs(workdir, corpus):
+    server = LiveServer(experiment_config(workdir))
+    try:
+        offsets, swaps = set(), 0
+        for _ in range(40):
+            page = server.post("/search", {"query": "tea kettle", "size": 10}).json()
+            ids = [hit["id"] for hit in page["hits"]]
+            server.post("/click", {"impression_id": page["impression_id"], "doc_id": ids[3]})
+            imp = server.service.events.get_impression(page["impression_id"])
+            offsets.add(imp.context["pair_offset"])
+            swaps += len(imp.context["swapped"])
+            for arm in server.service.arms:
+                X, feedback = arm.feedback(imp)
+                assert X is imp.features
+                assert feedback.ranking.tolist() == imp.ranking.tolist()  # the page shown
+                assert [imp.doc_ids[i] for i in feedback.clicked] == [ids[3]]
+                assert feedback.context == {key: imp.context[key] for key in
+                                            ("pair_offset", "swapped", "swap_probability")}
+        # a fair coin picks the pairing, and about half of the pairs inside the page swap
+        assert offsets == {0, 1} and 0.35 < swaps / (40 * 4.5) < 0.65
+        # a learner whose update needs the whole list's probability takes none of it
+        arm = server.service.by_label["perceptron"]
+        arm.factory.learner_cls.learns_from_mixed_lists = False
+        try:
+            assert arm.feedback(imp) is None
+        finally:
+            del arm.factory.learner_cls.learns_from_mixed_lists
+    finally:
+        server.stop()
+
+
+def test_a_multileaved_experiment_compares_every_pair(workdir, corpus):
+    arms = {"engine": ENGINE, "random": RANDOM, "perceptron": PERCEPTRON}
+    server = LiveServer(experiment_config(workdir, mode="multileave", arms=arms))
+    try:
+        pages = users_search(server, corpus, 200)
+        imp = server.service.events.get_impression(pages[-1][0]["impression_id"])
+        assert set(imp.teams) <= set(arms) and len(set(imp.teams)) == 3
+        server.service.trainer.run_once(close_all=True)
+        status = server.get("/experiments").json()
+        pairs = {frozenset(p["arms"]): p for p in status["pairs"]}
+        assert set(pairs) == {frozenset(p) for p in (("engine", "random"),
+                                                     ("engine", "perceptron"),
+                                                     ("random", "perceptron"))}
+        assert pairs[frozenset(("engine", "random"))]["winner"] == "engine"
+        assert pairs[frozenset(("random", "perceptron"))]["winner"] == "perceptron"
+    finally:
+        server.stop()
+
+
+def test_a_split_experiment_is_sticky_and_compares_the_arms(workdir, corpus):
+    server = LiveServer(experiment_config(workdir, mode="split",
+                                          arms={"engine": ENGINE, "random": RANDOM}))
+    try:
+        seen = {}
+        for user in ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal"):
+            arms = {server.post("/search", {"query": "tea", "user_id": user}).json()["arm"]
+                    for _ in range(4)}
+            assert len(arms) == 1  # the same user always sees the same arm
+            seen[user] = arms.pop()
+        assert set(seen.values()) == {"engine", "random"}
+        by_session = {server.post("/search", {"query": "tea", "session_id": "s1"}).json()["arm"]
+                      for _ in range(4)}
+        assert len(by_session) == 1
+        pages = users_search(server, corpus, 400, user_id=True)
+        imp = server.service.events.get_impression(pages[0][0]["impression_id"])
+        label = pages[0][0]["arm"]
+        assert imp.arm == server.service.by_label[label].id and set(imp.teams) == {label}
+        server.service.trainer.run_once(close_all=True)
+        status = server.get("/experiments").json()
+        (pair,) = status["pairs"]
+        assert pair["wins"] + pair["losses"] + pair["ties"] > 100
+        assert pair["win_rate"] > 0.5 and pair["winner"] in (None, "engine")
+        engine, random_ = status["arms"]["engine"], status["arms"]["random"]
+        assert engine["impressions"] + random_["impressions"] == status["impressions"]
+        assert engine["metrics"]["mrr"]["value"] > random_["metrics"]["mrr"]["value"]
+    finally:
+        server.stop()
+
+
+# -- promotion and the guard -------------------------------------------------------------------
+
+
+def test_promote_makes_an_arm_the_sole_learner(workdir, corpus):
+    path = experiment_config(workdir)
+    server = LiveServer(path)
+    try:
+        users_search(server, corpus, 30)
+        server.service.trainer.run_once(close_all=True)
+        failed = run_cli("promote", "-c", str(path), "nobody", check=False)
+        assert failed.returncode == 1 and "no arm 'nobody' (arms: perceptron, random)" \
+            in failed.stderr
+        result = run_cli("promote", "-c", str(path), "perceptron")
+        assert "promoted 'perceptron'" in result.stdout and "name: preference_perceptron" \
+            in result.stdout
+        server.service.experiment._cache.read_at = -1e18  # as a second passes
+        version = server.service.by_label["perceptron"].model.version
+        for _ in range(5):
+            page = server.post("/search", {"query": "tea kettle"}).json()
+            assert page["arm"] == "perceptron" and page["experiment"] is None
+            assert page["model_version"] == version
+        status = server.get("/experiments").json()
+        assert status["status"] == "promoted" and status["promoted"] == "perceptron"
+        assert status["arms"]["random"]["status"] == "stopped"
+        # the promoted arm keeps learning; the other's folder stays for a rollback
+        server.post("/click", {"impression_id": page["impression_id"],
+                               "doc_id": page["hits"][6]["id"]})
+        assert server.service.trainer.run_once(close_all=True).arms["perceptron"].applied >= 5
+        assert server.service.by_label["random"].models.dir.exists()
+    finally:
+        server.stop()
+
+
+def test_the_guard_holds_a_losing_arm_and_promotes_a_winning_one(workdir, corpus):
+    path = experiment_config(workdir, arms={"engine": ENGINE, "random": RANDOM},
+                             promote="auto", control="engine", share=0.5)
+    server = LiveServer(path)
+    try:
+        pages = users_search(server, corpus, 300)
+        mixed = sum(page["experiment"] == "trial" for page, _ in pages)
+        assert 100 < mixed < 200  # half of the traffic is interleaved
+        server.service.trainer.run_pass()  # the guard runs after each training pass
+        status = server.get("/experiments").json()
+        assert status["held"] == ["random"] and status["arms"]["random"]["status"] == "held"
+        assert status["promoted"] is None
+        for _ in range(10):  # the losing arm is no longer served
+            page = server.post("/search", {"query": "tea"}).json()
+            assert page["arm"] == "engine" and page["experiment"] is None
+    finally:
+        server.stop()
+    path = experiment_config(workdir, arms={"random": RANDOM, "engine": ENGINE},
+                             promote="auto", control="random", name="second")
+    server = LiveServer(path)
+    try:
+        users_search(server, corpus, 200)
+        server.service.trainer.run_pass()
+        status = server.get("/experiments").json()
+        assert status["promoted"] == "engine" and status["status"] == "promoted"
+        assert server.post("/search", {"query": "tea"}).json()["arm"] == "engine"
+    finally:
+        server.stop()
+
+
+def test_report_prints_the_results_and_writes_html(workdir, corpus, tmp_path):
+    path = experiment_config(workdir, arms={"engine": ENGINE, "random": RANDOM})
+    server = LiveServer(path)
+    try:
+        users_search(server, corpus, 120)
+        server.service.trainer.run_once(close_all=True)
+        status = server.get("/experiments").json()
+    finally:
+        server.stop()
+    html = tmp_path / "report.html"
+    result = run_cli("report", "-c", str(path), "--html", str(html))
+    (pair,) = status["pairs"]
+    assert f"{pair['wins']}" in result.stdout and "engine" in result.stdout
+    assert html.exists() and "<svg" in html.read_text()
+    as_json = json.loads(run_cli("report", "-c", str(path), "--json").stdout)
+    assert as_json["pairs"][0]["wins"] == pair["wins"]
+    no_experiment = write_config(workdir, experiment={"mode": None})
+    failed = run_cli("report", "-c", str(no_experiment), check=False)
+    assert failed.returncode == 1 and "has no experiment" in failed.stderr
+
+
+def test_without_an_experiment_the_endpoints_say_so(live):
+    for path in ("/experiments", "/dashboard"):
+        answer = live.get(path)
+        assert answer.status_code == 404 and "no experiment" in answer.json()["error"]["message"]
+
+
+def test_outside_its_time_window_the_control_serves(workdir):
+    path = experiment_config(workdir, start="2099-01-01T00:00:00Z", control="random")
+    server = LiveServer(path)
+    try:
+        page = server.post("/search", {"query": "tea"}).json()
+        assert page["arm"] == "random" and page["experiment"] is None
+        assert server.get("/experiments").json()["status"] == "not started"
+    finally:
+        server.stop()
+
+
+def test_an_arm_learns_in_an_experiment_as_it_does_alone(workdir, corpus):
+    """The perceptron's own ranking (held-out quality over every query) improves as much
+    interleaved with the engine as when it serves alone, within noise."""
+
+    def quality(service, label):
+        model = service.by_label[label].model
+        scores = []
+        for query, topic in corpus.queries:
+            candidates = service.backend.search(query, 100)
+            clicks = service.events.click_features(query, candidates.ids, 5.0)
+            X = service.spec.build(candidates, clicks)
+            ranking = model.rank(X, 10, np.random.default_rng(0)).ranking[:10]
+            labels = np.array([corpus.label(topic, candidates.ids[i]) for i in ranking])
+            scores.append(ndcg(labels, corpus.labels(topic), 10))
+        return float(np.mean(scores))
+
+    gains = {}
+    configs = {"alone": lambda: write_config(workdir, store={"path": "alone.sqlite",
+                                                             "models": "alone"}),
+               "interleaved": lambda: experiment_config(
+                   workdir, arms={"perceptron": PERCEPTRON, "engine": ENGINE},
+                   store={"path": "mixed.sqlite", "models": "mixed"})}
+    for name, make in configs.items():
+        server = LiveServer(make())
+        try:
+            label = "perceptron" if name == "interleaved" else "preference_perceptron"
+            before = quality(server.service, label)
+            users_search(server, corpus, 500, seed=3)
+            server.service.trainer.run_once(close_all=True)
+            gains[name] = quality(server.service, label) - before
+        finally:
+            server.stop()
+    assert gains["alone"] > 0.05
+    assert gains["interleaved"] > 0.05 and gains["interleaved"] > gains["alone"] - 0.05, gains
