@@ -149,7 +149,10 @@ class RerankerService:
                 "propensities": None, "context": None}
         if X.shape[0]:
             result = model.rank(X, n_shown, rng)
-            page.update(ranking=result.ranking, scores=result.scores, log_prob=result.log_prob,
+            log_prob = result.log_prob
+            if log_prob is None and not model.learner.stochastic:
+                log_prob = 0.0  # a deterministic policy shows its ranking with certainty
+            page.update(ranking=result.ranking, scores=result.scores, log_prob=log_prob,
                         propensities=result.propensities, context=result.context)
         else:
             page.update(ranking=np.empty(0, np.intp), scores=np.empty(0))

@@ -263,7 +263,8 @@ def test_every_arm_of_an_interleaved_experiment_learns_from_the_mixed_pages(
         assert perceptron.applied == 150 and perceptron.updates > 10
         # it learns from every click on the mixed pages, not only those credited to it
         status = server.get("/experiments").json()["arms"]
-        assert perceptron.clicks == status["perceptron"]["clicks"] + status["random"]["clicks"]
+        assert perceptron.clicks == status["perceptron"]["clicks"] == \
+            status["perceptron"]["credited_clicks"] + status["random"]["credited_clicks"]
         assert server.service.by_label["perceptron"].model.version >= 1
     finally:
         server.stop()

@@ -186,19 +186,24 @@ class Experiment:
 
     # -- results ----------------------------------------------------------------------------
 
-    def results(self) -> Tally:
-        """The tally of every closed impression of the experiment so far (read
-        incrementally from the event store)."""
+    def results(self, arms: bool = True
+                ) -> tuple[int, list[dict[str, Any]], dict[str, dict[str, Any]]]:
+        """The closed impressions of the experiment so far (read incrementally from the
+        event store), the pairs' summaries and, with ``arms``, the arms'
+        (:class:`.outcomes.Tally`)."""
         with self._tally_lock:
-            self._tally.read(self.events)
-            return self._tally
+            tally = self._tally
+            tally.read(self.events)
+            return (tally.impressions, tally.pair_summaries(),
+                    {label: tally.arm_summary(label) for label in self.spec.labels}
+                    if arms else {})
 
     def status(self, arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The document ``GET /experiments`` answers; ``arms`` gives each label's id,
         learner, parameters and model version."""
         spec = self.spec
         state = self.state()
-        tally = self.results()
+        impressions, pairs, summaries = self.results()
         now = self.clock()
         if state.get("promoted"):
             status = "promoted"
@@ -215,16 +220,16 @@ class Experiment:
                 "held" if label in held else "serving"
             if state.get("promoted") and role == "serving":
                 role = "stopped"
-            document_arms[label] = {**arms.get(label, {}), **tally.arm_summary(label),
+            document_arms[label] = {**arms.get(label, {}), **summaries[label],
                                     "status": role,
                                     "control": label == spec.control}
         return {"experiment": spec.name, "mode": spec.mode, "status": status,
                 "alpha": spec.alpha,
                 "test": "mixture sequential probability ratio test (always valid), "
                         f"Beta({spec.mixture:g}, {spec.mixture:g}) mixture",
-                "impressions": tally.impressions, "updated": now,
+                "impressions": impressions, "updated": now,
                 "promoted": state.get("promoted"), "held": sorted(held),
-                "arms": document_arms, "pairs": tally.pair_summaries()}
+                "arms": document_arms, "pairs": pairs}
 
     def guard(self) -> str | None:
         """Guarded rollout (``promote: auto``): promote an arm that beats the control
@@ -236,7 +241,7 @@ class Experiment:
         if state.get("promoted"):
             return None
         winners = []
-        for pair in self.results().pair_summaries():
+        for pair in self.results(arms=False)[1]:
             if spec.control not in pair["arms"] or not pair["significant"]:
                 continue
             other = pair["arms"][1] if pair["arms"][0] == spec.control else pair["arms"][0]

@@ -13,7 +13,8 @@ contributed the result (``Impression.teams``). A click is credited to that arm.
   when nothing was clicked): two independent samples, paired in order, make a valid sign
   test of which arm gets clicks higher up.
 
-The per-arm metrics count an arm's credited clicks in the impressions it took part in:
+Per arm: the clicks on the pages it took part in (``clicks``), those credited to it
+(``credited_clicks``), and metrics of its credited clicks in those impressions:
 clicks per impression (``ctr``), the share with none (``abandonment``), the reciprocal rank
 of the first (``mrr``) and the clicks in the top k (``clicks_at_k``).
 """
@@ -54,8 +55,10 @@ class Tally:
         # per arm, per impression it took part in: credited clicks, reciprocal rank of the
         # first credited click, credited clicks in the top k
         self.metrics: dict[str, list[tuple[int, float, int]]] = {label: [] for label in labels}
-        self.clicks = {label: 0 for label in labels}
+        self.clicks = {label: 0 for label in labels}  # credited to the arm
+        self.page_clicks = {label: 0 for label in labels}  # on the pages it took part in
         self._cache: tuple[int, list[dict]] | None = None
+        self._arm_cache: dict[str, tuple[int, dict[str, Any]]] = {}
 
     def read(self, events: EventStore) -> None:
         """Add the experiment's impressions closed since the last read."""
@@ -90,9 +93,11 @@ class Tally:
             if not first[label]:
                 first[label] = 1.0 / position
             top[label] += position <= k
+        on_page = sum(credit.values())
         for label in labels:
             self.metrics[label].append((credit[label], first[label], top[label]))
             self.clicks[label] += credit[label]
+            self.page_clicks[label] += on_page
         if arm is None:  # a mixed list: a comparison for every pair in it, if clicked
             if not positions:
                 return
@@ -139,6 +144,9 @@ class Tally:
     def arm_summary(self, label: str) -> dict[str, Any]:
         """An arm's impressions, clicks and metrics with their 95% intervals, and its
         learning curve: its win rate in every window of ``experiment.window`` impressions."""
+        cached = self._arm_cache.get(label)
+        if cached is not None and cached[0] == self.impressions:
+            return cached[1]
         rows = np.array(self.metrics[label], dtype=np.float64).reshape(-1, 3)
         metrics: dict[str, Any] = {}
         columns = {"ctr": rows[:, 0], "abandonment": (rows[:, 0] == 0).astype(float),
@@ -150,9 +158,11 @@ class Tally:
                                  "interval": [float(low), float(high)]}
             else:
                 metrics[name] = {"value": None, "interval": None}
-        return {"impressions": len(rows), "clicks": self.clicks[label],
-                "credited_clicks": self.clicks[label], "metrics": metrics,
-                "curve": self.curve(label)}
+        summary = {"impressions": len(rows), "clicks": self.page_clicks[label],
+                   "credited_clicks": self.clicks[label], "metrics": metrics,
+                   "curve": self.curve(label)}
+        self._arm_cache[label] = (self.impressions, summary)
+        return summary
 
     def curve(self, label: str) -> list[dict[str, Any]]:
         window = self.spec.window
