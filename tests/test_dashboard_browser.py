@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import requests
+from experiment_documents import canned_status
 from flask import Flask, Response, jsonify
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
@@ -82,65 +83,6 @@ return {
   ticks: document.querySelectorAll("#curves .tick-label").length,
 };
 """
-
-
-def canned_status() -> dict:
-    """A realistic status document: three arms, two pairs, some values not known yet."""
-    return {
-        "experiment": "guarded-rollout",
-        "mode": "interleave",
-        "status": "running",
-        "alpha": 0.05,
-        "test": "mixture sequential probability ratio test (always valid)",
-        "impressions": 1234,
-        "updated": 1790000000.0,
-        "promoted": None,
-        "arms": {
-            "perceptron": {
-                "id": "preference_perceptron-1a2b3c4d", "learner": "preference_perceptron",
-                "params": {}, "model_version": 12, "impressions": 1234, "clicks": 800,
-                "credited_clicks": 450, "status": "serving",
-                "metrics": {"ctr": {"value": 0.8, "interval": [0.75, 0.85]},
-                            "abandonment": {"value": 0.3, "interval": [0.28, 0.32]},
-                            "mrr": {"value": 0.41, "interval": [0.39, 0.43]},
-                            "clicks_at_3": {"value": 0.5, "interval": [0.47, 0.53]}},
-                "curve": [{"impressions": 100, "value": 0.52},
-                          {"impressions": 200, "value": 0.58},
-                          {"impressions": 400, "value": 0.61},
-                          {"impressions": 800, "value": 0.6}],
-            },
-            "engine": {
-                "id": "backend_order-9f8e7d6c", "learner": "backend_order", "params": {},
-                "model_version": 0, "impressions": 1234, "clicks": 700,
-                "credited_clicks": 350, "status": "serving",
-                "metrics": {"ctr": {"value": 0.7, "interval": [0.65, 0.75]},
-                            "abandonment": {"value": 0.35, "interval": None},
-                            "mrr": {"value": 0.36, "interval": [0.34, 0.38]},
-                            "clicks_at_3": {"value": 0.4375, "interval": [0.41, 0.46]}},
-                "curve": [{"impressions": 100, "value": 0.48},
-                          {"impressions": 200, "value": None},
-                          {"impressions": 400, "value": 0.42},
-                          {"impressions": 800, "value": 0.4}],
-            },
-            "coactive": {
-                "id": "coactive-5e6f7a8b", "learner": "coactive", "params": {"rate": 0.1},
-                "model_version": 3, "impressions": 25, "clicks": 14, "credited_clicks": 9,
-                "status": "held",
-                "metrics": {"ctr": {"value": 0.56, "interval": None}, "abandonment": None,
-                            "mrr": None, "clicks_at_3": None},
-                "curve": [],
-            },
-        },
-        "pairs": [
-            {"arms": ["perceptron", "engine"], "wins": 300, "losses": 200, "ties": 150,
-             "win_rate": 0.6, "interval": [0.56, 0.64], "p_value": 0.00001,
-             "always_valid_p": 0.0004, "significant": True, "winner": "perceptron"},
-            {"arms": ["coactive", "engine"], "wins": 12, "losses": 9, "ties": 4,
-             "win_rate": 0.5714285714285714, "interval": [0.3125, 0.7890625],
-             "p_value": 0.6636, "always_valid_p": None, "significant": False,
-             "winner": None},
-        ],
-    }
 
 
 class CannedExperiment:

@@ -8,6 +8,7 @@ import io
 import re
 
 import pytest
+from experiment_documents import canned_status
 from rich.console import Console
 
 from reranker.experiments import report
@@ -21,44 +22,10 @@ from reranker.experiments.report import (
     format_text,
 )
 
-STATUS = {
-    "experiment": "guarded-rollout",
-    "mode": "interleave",
-    "status": "running",
-    "alpha": 0.05,
-    "test": "mixture sequential probability ratio test (always valid)",
-    "impressions": 1234,
-    "updated": 1790000000.0,
-    "promoted": None,
-    "arms": {
-        "perceptron": {
-            "id": "preference_perceptron-1a2b3c4d", "learner": "preference_perceptron",
-            "params": {}, "model_version": 12, "impressions": 1234, "clicks": 800,
-            "credited_clicks": 450, "status": "serving",
-            "metrics": {"ctr": {"value": 0.8, "interval": [0.75, 0.85]},
-                        "abandonment": {"value": 0.3, "interval": [0.28, 0.32]},
-                        "mrr": {"value": 0.41, "interval": [0.39, 0.43]},
-                        "clicks_at_3": {"value": 0.5, "interval": [0.47, 0.53]}},
-            "curve": [{"impressions": 100, "value": 0.52}, {"impressions": 200, "value": 0.58}],
-        },
-        "engine": {
-            "id": "backend_order-9f8e7d6c", "learner": "backend_order", "params": {},
-            "model_version": 0, "impressions": 1234, "clicks": 700, "credited_clicks": 350,
-            "status": "held",
-            "metrics": {"ctr": {"value": 0.7, "interval": [0.65, 0.75]},
-                        "abandonment": {"value": 0.35, "interval": None},
-                        "mrr": None,
-                        "clicks_at_3": {"value": 0.4375, "interval": [0.41, 0.46]}},
-            "curve": [{"impressions": 100, "value": 0.48}, {"impressions": 200, "value": None},
-                      {"impressions": 300, "value": 0.42}],
-        },
-    },
-    "pairs": [
-        {"arms": ["perceptron", "engine"], "wins": 300, "losses": 200, "ties": 150,
-         "win_rate": 0.6, "interval": [0.56, 0.64], "p_value": 0.00001,
-         "always_valid_p": 0.0004, "significant": True, "winner": "perceptron"},
-    ],
-}
+#: A realistic status document (three arms, two pairs, some values not known yet), the one
+#: the browser tests show too.
+STATUS = canned_status()
+
 
 #: An experiment that has not seen any traffic yet.
 EMPTY = {
@@ -147,8 +114,10 @@ def test_render_table_shows_the_pairs_arms_and_test():
     assert "0.800 [0.750, 0.850]" in perceptron
     assert "0.410 [0.390, 0.430]" in perceptron
     engine = table_row(text, "engine")
-    assert engine[2:7] == ["0", "1234", "700", "350", "held"]
-    assert "0.350" in engine and DASH in engine and "0.438 [0.410, 0.460]" in engine
+    assert engine[2:7] == ["0", "1234", "700", "350", "serving"]
+    assert "0.350" in engine and "0.360 [0.340, 0.380]" in engine \
+        and "0.438 [0.410, 0.460]" in engine
+    assert DASH in table_row(text, "coactive")  # its unknown metrics
     header = text.splitlines()[0]
     assert "guarded-rollout" in header and "interleave" in header and "1234" in header
     assert "mixture sequential probability ratio test (always valid)" in text
