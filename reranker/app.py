@@ -1,5 +1,7 @@
 """The HTTP API: ``POST /search``, ``POST /click``, ``GET /healthz``, and for an experiment
-``GET /experiments`` (its results as JSON) and ``GET /dashboard`` (a live page of them).
+``GET /experiments`` (its results as JSON) and ``GET /dashboard`` (a live page of them);
+``GET /reranker.js`` serves the browser snippet, and ``server.cors_origins`` lets pages on
+other origins call ``/search`` and ``/click`` (CORS).
 
 ``create_app(config)`` builds a Flask app around a :class:`RerankerService`; nothing is read
 at import time. Every error is answered as JSON ``{"error": {"status": N, "message": ...}}``.
@@ -7,11 +9,14 @@ at import time. Every error is answered as JSON ``{"error": {"status": N, "messa
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import threading
+from importlib import resources
 from typing import Any
 
-from flask import Flask, jsonify, request
+from flask import Flask, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from .config import Config, config_from_dict
@@ -33,13 +38,16 @@ def create_app(config: Config | dict | None = None, *,
     app.json.sort_keys = False
     app.extensions["reranker"] = service
     _register_errors(app)
+    _register_browser(app, service.config.server.cors_origins, service.config.server.cors_max_age)
 
     @app.post("/search")
     def search():
         body = _json_body()
-        _reject_unknown(body, {"query", "size", "user_id", "session_id"})
+        _reject_unknown(body, {"query", "size", "user_id", "session_id", "filter", "from",
+                               "facets"})
         return jsonify(service.search(body.get("query"), body.get("size"), body.get("user_id"),
-                                      body.get("session_id")))
+                                      body.get("session_id"), filters=body.get("filter"),
+                                      offset=body.get("from"), facets=body.get("facets")))
 
     @app.post("/click")
     def click():
@@ -135,11 +143,30 @@ class BackgroundServer:
 
 def _json_body() -> dict[str, Any]:
     body = request.get_json(silent=True)
+    if body is None and request.mimetype == "text/plain":
+        body = _text_plain_json()
     if body is None:
         raise BadRequestError("the request body must be JSON (Content-Type: application/json)")
     if not isinstance(body, dict):
         raise BadRequestError(f"the request body must be a JSON object, got {type(body).__name__}")
     return body
+
+
+def _text_plain_json() -> Any:
+    """A JSON body sent as ``text/plain``, as the snippet's cross-origin click beacons send it
+    (a CORS-safelisted type needs no preflight); accepted only from an origin that
+    ``server.cors_origins`` allows, so that other sites cannot post to the service through
+    their visitors' browsers. ``None`` when the text is not JSON."""
+    cors: CorsPolicy | None = current_app.extensions.get("reranker.cors")
+    origin = request.headers.get("Origin")
+    if cors is None or cors.allow(origin) is None:
+        raise BadRequestError(f"a text/plain body is only accepted from an origin listed in "
+                              f"server.cors_origins (this request's Origin: {origin!r}); "
+                              f"send Content-Type: application/json")
+    try:
+        return current_app.json.loads(request.get_data(as_text=True))
+    except ValueError:
+        return None
 
 
 def _reject_unknown(body: dict[str, Any], known: set[str]) -> None:
@@ -167,3 +194,81 @@ def _register_errors(app: Flask) -> None:
     def unexpected(exc: Exception):
         log.exception("unexpected error while answering %s %s", request.method, request.path)
         return _error(500, "internal error; the server log has the details")
+
+
+#: The routes a page on another origin may call, with the methods each one answers.
+CORS_ROUTES = {"/search": "POST, OPTIONS", "/click": "POST, OPTIONS",
+               "/reranker.js": "GET, OPTIONS"}
+
+SNIPPET_CACHE = "public, max-age=3600"  # the snippet changes only with the package
+
+
+class CorsPolicy:
+    """Which ``Origin`` values may read the answers of :data:`CORS_ROUTES`
+    (``server.cors_origins``: origins, ``*`` for any, empty for none)."""
+
+    def __init__(self, origins: tuple[str, ...] | list[str], max_age: int):
+        self.any = "*" in origins
+        self.origins = frozenset(o.lower() for o in origins if o != "*")
+        self.max_age = max_age
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any origin is allowed (else no CORS header is ever sent)."""
+        return self.any or bool(self.origins)
+
+    def allow(self, origin: str | None) -> str | None:
+        """The ``Access-Control-Allow-Origin`` value for a request from ``origin``, or
+        ``None`` when that origin (or a request without one) is not allowed."""
+        if not origin:
+            return None
+        if self.any:
+            return "*"
+        return origin if origin.lower() in self.origins else None
+
+
+def _register_browser(app: Flask, origins: tuple[str, ...], max_age: int) -> None:
+    """``GET /reranker.js`` and the CORS hooks: a preflight ``OPTIONS`` on a CORS route is
+    answered 204 at once; every answer of a CORS route (errors too) carries
+    ``Access-Control-Allow-Origin`` when the request's origin is allowed. A disallowed
+    origin gets no CORS header, so its browser keeps the answer from the page."""
+    policy = CorsPolicy(origins, max_age)
+    app.extensions["reranker.cors"] = policy
+
+    @app.get("/reranker.js")
+    def snippet():
+        source, etag = _snippet_source()
+        response = app.response_class(source, mimetype="application/javascript")
+        response.headers["Cache-Control"] = SNIPPET_CACHE
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.set_etag(etag)
+        return response.make_conditional(request)
+
+    @app.before_request
+    def preflight():
+        if request.method != "OPTIONS" or request.path not in CORS_ROUTES:
+            return None
+        response = app.response_class(status=204)
+        del response.headers["Content-Type"]  # no body
+        response.headers["Allow"] = CORS_ROUTES[request.path]
+        if policy.allow(request.headers.get("Origin")) is not None:
+            response.headers["Access-Control-Allow-Methods"] = CORS_ROUTES[request.path]
+            response.headers["Access-Control-Allow-Headers"] = "Content-Type"
+            response.headers["Access-Control-Max-Age"] = str(policy.max_age)
+        return response
+
+    @app.after_request
+    def cors_headers(response):
+        if policy.enabled and request.path in CORS_ROUTES:
+            response.vary.add("Origin")
+            allowed = policy.allow(request.headers.get("Origin"))
+            if allowed is not None:
+                response.headers["Access-Control-Allow-Origin"] = allowed
+        return response
+
+
+@functools.lru_cache(maxsize=1)
+def _snippet_source() -> tuple[bytes, str]:
+    """The snippet's bytes (package data ``reranker/static/reranker.js``) and their ETag."""
+    source = (resources.files("reranker") / "static" / "reranker.js").read_bytes()
+    return source, hashlib.sha256(source).hexdigest()[:32]

@@ -19,11 +19,13 @@ Which impressions an arm learns from (docs/algorithms.md, "Comparing learners"):
   shown, with every click, and the adjacent pairs the experiment randomised on it
   (:func:`reranker.experiments.interleaving.perturb_pairs`), which compare two results
   without position bias whichever arm contributed them;
-* nothing else: never the pages of another learner, nor of itself with other settings.
+* nothing else: never the pages of another learner, nor of itself with other settings, nor
+  later pages (``from`` > 0), whose order nobody randomised.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -37,7 +39,14 @@ from typing import Any
 import numpy as np
 
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
-from .errors import ConfigError, ModelLoadError, RerankerError
+from .errors import (
+    ConfigError,
+    ConflictError,
+    ModelLoadError,
+    NotFoundError,
+    RerankerError,
+    StoreError,
+)
 from .events import Impression
 from .featuremap import FeatureMap
 from .features import FeatureSpec
@@ -226,44 +235,171 @@ class Arm:
                 from exc
 
     def load(self) -> RankingModel:
-        """Load the newest good model (a fresh one when there is none); raise when saved
-        versions exist and none loads."""
+        """Load the model to serve: the pinned version when one is pinned (raise when it does
+        not load), else the newest good one (a fresh one when there is none; raise when saved
+        versions exist and none loads)."""
         stamp = self.models.stamp()
-        model, errors = self.models.load_latest(self.factory)
+        pinned = self.models.pinned()
+        if pinned is not None:
+            try:
+                model, errors = self.models.load(pinned, self.factory), []
+            except ModelLoadError as exc:
+                raise ModelLoadError(f"arm {self.label!r} ({self.id}) is pinned to version "
+                                     f"{pinned} ({self.models.pin_path}), which does not load: "
+                                     f"{exc.message}; pin a version that loads "
+                                     f"(`reranker models pin VERSION`) or serve the newest "
+                                     f"again (`reranker models unpin`)") from None
+        else:
+            model, errors = self.models.load_latest(self.factory)
         if model is None:
             if errors:
                 raise ModelLoadError(f"no saved model of arm {self.label!r} ({self.id}) "
                                      f"loads: " + "; ".join(errors))
             model = self.factory.new()
         self._model, self._stamp, self.model_errors = model, stamp, errors
+        self._pinned = pinned
         self._checked = time.monotonic()
         return model
 
     @property
     def model(self) -> RankingModel:
-        """The newest good model. Checks the model folder for new versions (one stat per
-        request); a version that fails to load is reported and the current one kept."""
+        """The model to serve: the pinned version while one is pinned, else the newest good
+        one. Checks the model folder for new versions and pin changes (one stat per request,
+        and a full check every :attr:`FULL_CHECK_INTERVAL` seconds); a version that fails to
+        load is reported and the current one kept."""
         stamp = self.models.stamp()
         now = time.monotonic()
         if stamp != self._stamp or now - self._checked > self.FULL_CHECK_INTERVAL:
             with self._lock:
                 self._checked = now
-                current = self._model.version
                 try:
-                    newest = max(self.models.versions(), default=-1)
-                    if stamp != self._stamp or newest > max(current, self._tried):
-                        self._tried = newest  # a refused version is not retried
-                        model, errors = self.models.load_latest(self.factory,
-                                                                newer_than=current)
-                        if model is not None:
-                            self._model = model
-                        if model is not None or errors:
-                            self.model_errors = errors
-                except RerankerError as exc:  # an unreadable folder: keep serving
+                    self._refresh(changed=stamp != self._stamp)
+                except RerankerError as exc:  # an unreadable folder or pin: keep serving
                     log.error("%s", exc.message)
                     self.model_errors = [exc.message]
                 self._stamp = stamp
         return self._model
+
+    #: The pinned version as last read from the pin file (None: not pinned).
+    _pinned: int | None = None
+
+    @property
+    def pinned(self) -> int | None:
+        """The version pinned for this arm when the model was last checked, or None."""
+        return self._pinned
+
+    def _refresh(self, changed: bool) -> None:
+        """Switch to the pinned version, or to the newest good one (``changed``: the folder's
+        modification time moved since the last check)."""
+        pinned = self.models.pinned()
+        if pinned is not None:
+            if pinned != self._model.version and (changed or pinned != self._pinned):
+                try:
+                    self._model = self.models.load(pinned, self.factory)
+                    self.model_errors = []
+                except ModelLoadError as exc:  # keep serving the current model
+                    log.error("%s", exc.message)
+                    self.model_errors = [f"pinned version {pinned} does not load: "
+                                         f"{exc.message}"]
+            self._pinned = pinned
+            return
+        current = self._model.version
+        if self._pinned is not None:  # unpinned: back to the newest good version
+            self._pinned, self._tried = None, -1
+            model, errors = self.models.load_latest(self.factory)
+            if model is not None:
+                self._model = model
+            self.model_errors = errors
+            return
+        newest = max(self.models.versions(), default=-1)
+        if changed or newest > max(current, self._tried):
+            self._tried = newest  # a refused version is not retried
+            model, errors = self.models.load_latest(self.factory, newer_than=current)
+            if model is not None:
+                self._model = model
+            if model is not None or errors:
+                self.model_errors = errors
+
+    # -- managing versions (``reranker models``) ----------------------------------------------
+
+    def load_version(self, version: int) -> RankingModel:
+        """Load saved ``version``; the error names the arm, the version and the folder, and
+        says how to list the versions."""
+        versions = self.models.versions()
+        if version not in versions:
+            saved = (f"its saved versions are {_ranges(versions)}" if versions
+                     else "it has no saved version")
+            raise NotFoundError(f"arm {self.label!r} ({self.id}) has no version {version} in "
+                                f"{self.models.dir}: {saved} (`reranker models list` lists "
+                                f"them)")
+        try:
+            return self.models.load(version, self.factory)
+        except ModelLoadError as exc:
+            raise ModelLoadError(f"version {version} of arm {self.label!r} does not load: "
+                                 f"{exc.message}; choose another version "
+                                 f"(`reranker models list` lists them)") from None
+
+    def serving_version(self) -> int | None:
+        """The version a service of this arm serves: the pinned one, else the newest good
+        one (0, the initial model, when none is saved). None when the pinned version does not
+        load (a running service keeps the model it has, a starting one refuses to start)."""
+        pinned = self.models.pinned()
+        if pinned is not None:
+            try:
+                return self.models.load(pinned, self.factory).version
+            except ModelLoadError:
+                return None
+        model, _ = self.models.load_latest(self.factory)
+        return 0 if model is None else model.version
+
+    def pin(self, version: int) -> int | None:
+        """Make every service of this arm serve ``version`` (which must load) until
+        :meth:`unpin`; return the version pinned before, if any. Training goes on from the
+        newest version meanwhile."""
+        with self.models.lock():  # no trainer prunes the version between check and pin
+            self.load_version(version)
+            try:
+                before = self.models.pinned()
+            except StoreError:  # an unreadable pin file: replaced by this one
+                before = None
+            self.models.pin(version)
+        return before
+
+    def unpin(self) -> int | None:
+        """Serve the newest good version again; return the version that was pinned."""
+        return self.models.unpin()
+
+    def rollback(self, version: int | None = None
+                 ) -> tuple[RankingModel, RankingModel, RankingModel]:
+        """Save a new version with the learned state and normalisation of ``version`` (by
+        default the one before the newest good version) and the training cursor and counters
+        of the newest good version. Learning goes on from the old weights; the impressions
+        applied between the two are not applied again: what they taught is dropped. Returns
+        the new model, the version it took the weights from and the one it took the cursor
+        from."""
+        with self.models.lock():  # no trainer saves a version meanwhile
+            newest, _ = self.models.load_latest(self.factory)
+            if newest is None:
+                raise NotFoundError(f"arm {self.label!r} ({self.id}) has no saved version that "
+                                    f"loads in {self.models.dir}: nothing to roll back")
+            if version is None:
+                older = [v for v in self.models.versions() if v < newest.version]
+                if not older:
+                    raise NotFoundError(f"arm {self.label!r} ({self.id}) has no version before "
+                                        f"its newest, {newest.version}, in {self.models.dir}: "
+                                        f"nothing to roll back to")
+                version = older[-1]
+            if version == newest.version:
+                raise ConflictError(f"version {version} is the newest version of arm "
+                                    f"{self.label!r}: rolling back to it changes nothing; "
+                                    f"name an older one (`reranker models list` lists them)")
+            target = self.load_version(version)
+            model = RankingModel(learner=target.learner, normalizer=target.normalizer,
+                                 feature_names=target.feature_names,
+                                 version=self.models.next_version(),
+                                 progress=dataclasses.replace(newest.progress))
+            self.models.save(model)
+        return model, target, newest
 
     # -- what it learns from ----------------------------------------------------------------
 
@@ -274,6 +410,8 @@ class Arm:
     def feedback(self, imp: Impression) -> tuple[np.ndarray, Feedback] | None:
         """The features and feedback this arm learns from in ``imp``, or None when the
         impression is not one it may learn from (module docstring)."""
+        if imp.offset:  # a later page: not randomised, its clicks would teach position bias
+            return None
         index = {doc_id: i for i, doc_id in enumerate(imp.doc_ids)}
         clicked = np.array([index[d] for d in imp.clicked or [] if d in index], dtype=np.intp)
         if imp.arm in self.names():
@@ -292,6 +430,17 @@ class Arm:
                    if key in imp.context}
         return imp.features, feedback_from_clicks(imp.ranking, imp.n_shown, clicked,
                                                   context=context)
+
+
+def _ranges(versions: list[int]) -> str:
+    """``[1, 2, 3, 7, 9, 10]`` as ``1-3, 7, 9-10``."""
+    parts: list[str] = []
+    for version in versions:
+        if parts and version == int(parts[-1].rsplit("-", 1)[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{version}"
+        else:
+            parts.append(str(version))
+    return ", ".join(parts)
 
 
 def _legacy_settings(store: ModelStore) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ keeps the two identical.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "fields": Key("list[str]", ["title", "body"], "Text fields searched; each one also "
                       "gives a per-field score feature."),
         "id_field": Key("str", "id", "Document field holding the unique document id."),
+        "filter_fields": Key("list[str]", [], "Fields a search may filter on and count as "
+                             "facets (keyword, number or true/false values; the embedded "
+                             "backend indexes them for it)."),
         "candidates": Key("int", 100, "Hits retrieved from the backend per search and reranked.",
                           minimum=1, maximum=10000),
         # -- elasticsearch --
@@ -174,6 +178,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "default_size": Key("int", 10, "Hits returned when a search gives no size.",
                             minimum=1),
         "max_size": Key("int", 100, "Largest size a search may ask for.", minimum=1),
+        "cors_origins": Key("list[str]", [], "Origins (scheme://host[:port]) of the web pages "
+                            "that may call /search and /click from the browser; '*' allows "
+                            "any; empty: no CORS headers, same-origin pages only."),
+        "cors_max_age": Key("int", 600, "Seconds a browser may cache the answer to a CORS "
+                            "preflight request.", minimum=0, maximum=86400),
     },
 }
 
@@ -395,6 +404,12 @@ def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
         raise ConfigError(f"{label}: backend.ltr_featureset needs backend.ltr_features, the "
                           f"names of its features in order")
     _check_experiment(config.experiment, label)
+    _check_cors_origins(config.server.cors_origins, origins.get("server.cors_origins", label))
+    text_filters = sorted(set(config.backend.fields) & set(config.backend.filter_fields))
+    if text_filters:
+        raise ConfigError(f"{label}: {text_filters[0]!r} is in both backend.fields and "
+                          f"backend.filter_fields; a filter field holds exact values (keep a "
+                          f"copy of the text under another name to filter on it)")
     if config.backend.id_field in config.backend.fields + config.features.numeric_fields:
         raise ConfigError(f"{label}: backend.id_field {config.backend.id_field!r} cannot also "
                           f"be a text or numeric feature field")
@@ -437,6 +452,36 @@ def _check_experiment(experiment: Section, label: str) -> None:
     if experiment.start and experiment.stop and parse_time(experiment.start, "") >= \
             parse_time(experiment.stop, ""):
         raise ConfigError(f"{label}: experiment.stop must come after experiment.start")
+
+
+_ORIGIN = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*)://"
+                     r"(?P<host>\[[0-9a-f:.]+\]|[a-z0-9-]+(\.[a-z0-9-]+)*)"
+                     r"(:(?P<port>[0-9]{1,5}))?", re.IGNORECASE)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _check_cors_origins(origins: tuple[str, ...], label: str) -> None:
+    """Each entry of ``server.cors_origins`` is ``*`` alone or an origin as a browser sends
+    it in its ``Origin`` header: ``scheme://host[:port]``, no path and no default port."""
+    for origin in origins:
+        if origin == "*":
+            if len(origins) > 1:
+                raise ConfigError(f"{label}: server.cors_origins: '*' allows every origin; "
+                                  f"give it alone, got {list(origins)!r}")
+            continue
+        match = _ORIGIN.fullmatch(origin)
+        if match is None:
+            raise ConfigError(f"{label}: server.cors_origins: {origin!r} is not an origin; "
+                              f"give scheme://host[:port] (no path, not even a trailing '/'), "
+                              f"such as https://shop.example.com, or '*'")
+        port = match["port"]
+        if port is not None and not 1 <= int(port) <= 65535:
+            raise ConfigError(f"{label}: server.cors_origins: {origin!r} has port {port}, "
+                              f"outside 1-65535")
+        if port is not None and _DEFAULT_PORTS.get(match["scheme"].lower()) == int(port):
+            raise ConfigError(f"{label}: server.cors_origins: {origin!r} names the default "
+                              f"port; browsers leave it out of the Origin header, so drop "
+                              f"':{port}'")
 
 
 def parse_time(value: str, where: str) -> float:

@@ -68,7 +68,9 @@ CREATE TABLE IF NOT EXISTS impressions (
     closed_seq INTEGER UNIQUE,
     context TEXT,                  -- JSON: what the learner (or the experiment) logged
     arm TEXT,                      -- id of the arm that showed it alone; NULL: a mixed list
-    experiment TEXT                -- name of the experiment it was part of, if any
+    experiment TEXT,               -- name of the experiment it was part of, if any
+    page_offset INTEGER NOT NULL DEFAULT 0,  -- ranks before the shown ones (page 2: 10)
+    page_key TEXT                  -- query, filters and user or session, for later pages
 );
 CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) WHERE closed_seq IS NULL;
 CREATE TABLE IF NOT EXISTS clicks (
@@ -101,7 +103,9 @@ CREATE TABLE IF NOT EXISTS position_bias (
 
 #: Indexes on columns that a migration adds: created after the migrations ran.
 _LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_experiment ON impressions "
-                 "(experiment, closed_seq) WHERE experiment IS NOT NULL")
+                 "(experiment, closed_seq) WHERE experiment IS NOT NULL; "
+                 "CREATE INDEX IF NOT EXISTS impressions_page ON impressions (page_key, created) "
+                 "WHERE page_key IS NOT NULL AND page_offset = 0")
 
 _UPSERT_STATS = ("INSERT INTO click_stats (query_key, doc_id, clicks, exposure) "
                  "VALUES (?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
@@ -132,11 +136,17 @@ class Impression:
     context: dict | None = None  # what the learner logged with it (RankResult.context)
     arm: str | None = None  # id of the arm that showed it alone; None for a mixed list
     experiment: str | None = None  # the experiment it belongs to
+    offset: int = 0  # ranks before the shown ones: the user saw ranking[offset:offset + n_shown]
+    page_key: str | None = None  # query, filters and user or session (later pages find it)
     closed_seq: int | None = None
     clicked: list[str] | None = None  # doc ids, filled when read for training
 
+    def shown(self) -> np.ndarray:
+        """The shown candidates (indices), in the order shown."""
+        return self.ranking[self.offset: self.offset + self.n_shown]
+
     def shown_ids(self) -> list[str]:
-        return [self.doc_ids[i] for i in self.ranking[: self.n_shown]]
+        return [self.doc_ids[i] for i in self.shown()]
 
 
 @dataclass(frozen=True)
@@ -177,7 +187,7 @@ class EventStore:
                 self._migrate_from_2(conn)
                 meta["schema_version"] = str(SCHEMA_VERSION)
             if int(meta["schema_version"]) == SCHEMA_VERSION:
-                conn.execute(_LATE_INDEXES)
+                conn.executescript(_LATE_INDEXES)
         except sqlite3.Error as exc:
             self.close()  # never leave a half-run transaction holding the write lock
             raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
@@ -243,6 +253,9 @@ class EventStore:
                    .fetchone()[0]) == 2:
                 conn.execute("ALTER TABLE impressions ADD COLUMN arm TEXT")
                 conn.execute("ALTER TABLE impressions ADD COLUMN experiment TEXT")
+                conn.execute("ALTER TABLE impressions ADD COLUMN page_offset INTEGER NOT NULL "
+                             "DEFAULT 0")
+                conn.execute("ALTER TABLE impressions ADD COLUMN page_key TEXT")
                 conn.execute("UPDATE impressions SET arm = learner")
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                              (str(SCHEMA_VERSION),))
@@ -315,14 +328,14 @@ class EventStore:
         the WAL is flushed by the next durable write (any click), and a click always refers
         to an impression written before it."""
         features = np.ascontiguousarray(imp.features, dtype=np.float64)
-        theta = self.position_bias().weights(imp.n_shown)
+        theta = self.position_bias().weights(imp.offset + imp.n_shown)[imp.offset:]
         conn = self._conn()
         with self._write(conn, durable=False):
             conn.execute(
                 "INSERT INTO impressions (id, created, query, user_id, learner, model_version, "
                 "doc_ids, feature_names, features, ranking, n_shown, log_prob, propensities, "
-                "teams, context, arm, experiment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "?, ?, ?, ?)",
+                "teams, context, arm, experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
                  json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
                  np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown,
@@ -331,7 +344,7 @@ class EventStore:
                  else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
                  None if imp.teams is None else json.dumps(imp.teams),
                  None if imp.context is None else json.dumps(imp.context), imp.arm,
-                 imp.experiment))
+                 imp.experiment, imp.offset, imp.page_key))
             self._count_exposures(conn, query_key(imp.query), imp.shown_ids(), theta)
 
     @staticmethod
@@ -357,17 +370,19 @@ class EventStore:
         now = time.time() if now is None else now
         conn = self._conn()
         with self._write(conn, durable=True):
-            row = conn.execute("SELECT doc_ids, ranking, n_shown, closed_seq, query, context "
-                               "FROM impressions WHERE id = ?", (impression_id,)).fetchone()
+            row = conn.execute("SELECT doc_ids, ranking, n_shown, closed_seq, query, context, "
+                               "page_offset FROM impressions WHERE id = ?",
+                               (impression_id,)).fetchone()
             if row is None:
                 raise NotFoundError(f"unknown impression_id {impression_id!r}")
             doc_ids = json.loads(row[0])
             ranking = np.frombuffer(row[1], dtype=np.int32)
-            shown = [doc_ids[i] for i in ranking[: row[2]]]
+            offset = row[6]
+            shown = [doc_ids[i] for i in ranking[offset: offset + row[2]]]
             if doc_id not in shown:
                 raise UnprocessableError(f"doc_id {doc_id!r} was not shown in impression "
                                          f"{impression_id!r}")
-            position = shown.index(doc_id) + 1
+            position = offset + shown.index(doc_id) + 1  # its rank in the whole ranking
             if row[3] is not None:
                 existing = conn.execute("SELECT 1 FROM clicks WHERE impression_id = ? AND "
                                         "doc_id = ?", (impression_id, doc_id)).fetchone()
@@ -381,7 +396,8 @@ class EventStore:
             if cur.rowcount == 0:
                 return ClickResult(impression_id, doc_id, position, duplicate=True)
             self._count_click(conn, query_key(row[4]), doc_id)
-            pairs, p = randomized_pairs(json.loads(row[5]) if row[5] else None, row[2])
+            pairs, p = randomized_pairs(json.loads(row[5]) if row[5] and not offset else None,
+                                        row[2])
             counts = PositionBias.pair_counts(pairs, p, [position - 1])
             if counts:
                 conn.executemany(_UPSERT_BIAS, counts)
@@ -501,6 +517,15 @@ class EventStore:
 
     # -- experiments ------------------------------------------------------------------------
 
+    def first_page(self, page_key: str, since: float) -> Impression | None:
+        """The latest first page (offset 0) logged with ``page_key`` since ``since``, whose
+        ranking later pages continue."""
+        with self._sqlite_errors():
+            row = self._conn().execute(
+                f"SELECT {_COLUMNS} FROM impressions WHERE page_key = ? AND page_offset = 0 AND "
+                f"created >= ? ORDER BY created DESC LIMIT 1", (page_key, since)).fetchone()
+        return None if row is None else _impression(row)
+
     def experiment_rows(self, name: str, after: int, limit: int
                         ) -> list[tuple[int, str | None, str | None, int, list[int]]]:
         """The closed impressions of experiment ``name`` after ``closed_seq`` ``after``, in
@@ -572,7 +597,7 @@ def _stat_cells(key: str, doc_id: str) -> tuple[tuple[str, str], ...]:
 
 _COLUMNS = ("id, created, query, user_id, learner, model_version, doc_ids, feature_names, "
             "features, ranking, n_shown, log_prob, propensities, teams, closed_seq, context, "
-            "arm, experiment")
+            "arm, experiment, page_offset, page_key")
 
 
 def _impression(row: tuple) -> Impression:
@@ -586,4 +611,4 @@ def _impression(row: tuple) -> Impression:
         propensities=None if row[12] is None else np.frombuffer(row[12], dtype=np.float64),
         teams=None if row[13] is None else json.loads(row[13]), closed_seq=row[14],
         context=None if row[15] is None else json.loads(row[15]), arm=row[16],
-        experiment=row[17])
+        experiment=row[17], offset=row[18], page_key=row[19])

@@ -10,6 +10,7 @@ load (:class:`reranker.arms.Arm`).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -20,6 +21,8 @@ import numpy as np
 import pluggy
 
 from .arms import Arm, arms_from_config
+from .backends.filters import filters_key, parse_facets, parse_filters
+from .clicks import query_key
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import Config
 from .errors import BadRequestError, NotFoundError, RerankerError
@@ -33,6 +36,10 @@ from .plugins import backend_class, get_plugin_manager
 from .trainer import Trainer
 
 log = logging.getLogger(__name__)
+
+#: Seconds a first page's ranking is continued by later pages of the same query, filters and
+#: user or session.
+PAGE_WINDOW = 3600.0
 
 #: Chance that each randomised pair of a mixed (interleaved) page is swapped: the papers'
 #: 0.5, for which the clicks on the pair's two results compare them without position bias.
@@ -94,29 +101,60 @@ class RerankerService:
     # -- requests ---------------------------------------------------------------------------
 
     def search(self, query: Any, size: Any = None, user_id: Any = None,
-               session_id: Any = None) -> dict[str, Any]:
-        """Rank the backend's candidates for ``query``; log and return the page."""
+               session_id: Any = None, *, filters: Any = None, offset: Any = None,
+               facets: Any = None) -> dict[str, Any]:
+        """Rank the backend's candidates for ``query`` (that pass ``filters``); log and
+        return the page of ``size`` hits after the first ``offset``, and the ``facets``.
+
+        Paging: the learner ranks the candidate window once per query, filters and user (or
+        session); a later page (``offset`` > 0) is cut from the ranking of the latest first
+        page of the same query, filters and ``user_id`` or ``session_id`` (within
+        :data:`PAGE_WINDOW` seconds), so pages neither repeat nor lose a hit. Without a
+        user or session, or without that first page, the later page is cut from a new
+        ranking."""
         query, size, user_id, session_id = self._check_search(query, size, user_id,
                                                               session_id)
-        candidates = self.backend.search(query, max(self.config.backend.candidates, size))
+        window = self.config.backend.candidates
+        clauses = parse_filters(filters, self.config.backend.filter_fields)
+        facet_fields = parse_facets(facets, self.config.backend.filter_fields)
+        if offset is None:
+            offset = 0
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise BadRequestError(f"'from' must be a non-negative integer, got {offset!r}")
+        if offset + size > max(window, self.config.server.max_size):
+            raise BadRequestError(f"'from' + 'size' is {offset + size}, more than the "
+                                  f"{window} candidates reranked per search "
+                                  f"(backend.candidates)")
+        who = user_id or session_id
+        page_key = None if who is None else hashlib.sha256("\x1f".join(
+            (query_key(query), filters_key(clauses), who)).encode("utf-8")).hexdigest()[:32]
+        candidates = self.backend.search(query, max(window, offset + size), clauses,
+                                         facet_fields)
         clicks = None
         if self.spec.click_features:  # from clicks logged before this search only
             clicks = self.events.click_features(query, candidates.ids,
                                                 self.config.features.click_smoothing)
         X = self.spec.build(candidates, clicks)
         n = len(candidates)
-        n_shown = min(size, n)
-        if self.experiment is None:
-            decision = Decision((self.arms[0].label,), False, False)
+        n_shown = max(0, min(size, n - offset))
+        first = None
+        if offset and page_key is not None:
+            first = self.events.first_page(page_key, time.time() - PAGE_WINDOW)
+        if first is not None:
+            page = self._continued(first, candidates.ids)
+            decision = Decision((page["label"],), False, False)
         else:
-            decision = self.experiment.decide(user_id, session_id, self._rng)
-        if decision.mixed and n:
-            page = self._mixed(X, n_shown, decision.labels)
-        else:
-            page = self._single(X, n_shown, decision.labels[0])
-        shown = page["ranking"][:n_shown]
+            if self.experiment is None:
+                decision = Decision((self.arms[0].label,), False, False)
+            else:
+                decision = self.experiment.decide(user_id, session_id, self._rng)
+            if decision.mixed and n and not offset:
+                page = self._mixed(X, n_shown, decision.labels)
+            else:
+                page = self._single(X, offset + n_shown, decision.labels[0])
+        shown = page["ranking"][offset: offset + n_shown]
         sources = candidates.load_sources(shown.tolist())
-        in_experiment = decision.counted and self.experiment is not None
+        in_experiment = decision.counted and self.experiment is not None and not offset
         impression = Impression(
             id=uuid.uuid4().hex, created=time.time(), query=query, user_id=user_id,
             learner=page["learner"], model_version=page["model_version"],
@@ -124,20 +162,38 @@ class RerankerService:
             ranking=page["ranking"], n_shown=n_shown, log_prob=page["log_prob"],
             propensities=page["propensities"], context=page["context"], arm=page["arm"],
             teams=page["teams"] if in_experiment else None,
-            experiment=self.experiment.spec.name if in_experiment else None)
+            experiment=self.experiment.spec.name if in_experiment else None,
+            offset=offset, page_key=page_key)
         self.events.log_impression(impression)
         scores = page["scores"]
         hits = [{"id": candidates.ids[i], "rank": rank, "score": _finite(scores[i]),
                  "source": source}
                 for rank, (i, source)
-                in enumerate(zip(shown.tolist(), sources, strict=True), start=1)]
+                in enumerate(zip(shown.tolist(), sources, strict=True), start=offset + 1)]
         answer = {"impression_id": impression.id, "learner": page["learner"],
                   "model_version": None if page["arm"] is None else page["model_version"],
-                  "total": candidates.total, "hits": hits}
+                  "total": candidates.total, "from": offset, "hits": hits}
+        if facet_fields:
+            answer["facets"] = candidates.facets
         if self.experiment is not None:
             answer["experiment"] = impression.experiment
             answer["arm"] = page["label"]
         return answer
+
+    def _continued(self, first: Impression, ids: list[str]) -> dict[str, Any]:
+        """A later page's ranking: the first page's, over this search's candidates (a hit
+        gone from the index since is left out; a new one comes after the rest)."""
+        where = {doc_id: i for i, doc_id in enumerate(ids)}
+        order = [where[first.doc_ids[i]] for i in first.ranking.tolist()
+                 if first.doc_ids[i] in where]
+        seen = set(order)
+        order += [i for i in range(len(ids)) if i not in seen]
+        ranking = np.array(order, dtype=np.intp)
+        label = next((arm.labels[0] for arm in self.arms if first.arm in arm.names()), None)
+        return {"learner": first.learner, "model_version": first.model_version,
+                "arm": first.arm, "label": label, "teams": None, "ranking": ranking,
+                "scores": -np.argsort(ranking).astype(np.float64), "log_prob": None,
+                "propensities": None, "context": {"continues": first.id}}
 
     def _single(self, X: np.ndarray, n_shown: int, label: str) -> dict[str, Any]:
         """One arm ranks and is shown alone."""
@@ -222,7 +278,8 @@ class RerankerService:
             model = arm.model
             for label in arm.labels:
                 out[label] = {"id": arm.id, "learner": arm.spec.learner,
-                              "params": dict(arm.spec.params), "model_version": model.version}
+                              "params": dict(arm.spec.params), "model_version": model.version,
+                              "pinned": arm.pinned}
         return out
 
     def experiment_status(self) -> dict[str, Any]:
@@ -254,10 +311,12 @@ class RerankerService:
         answer = {"status": "degraded" if problems else "ok", "problems": problems,
                   "learner": model.learner_name, "model_version": model.version,
                   "model": {"version": model.version, **model.progress.to_dict()},
+                  "pinned": self.arms[0].pinned,
                   "model_errors": model_errors, "backend": backend,
                   "trainer": trainer, "events": events}
         if len(self.arms) > 1 or self.experiment is not None:
             answer["arms"] = {label: {"id": arm.id, "model_version": arm.model.version,
+                                      "pinned": arm.pinned,
                                       **arm.model.progress.to_dict()}
                               for arm in self.arms for label in arm.labels}
         return answer

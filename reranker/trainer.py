@@ -3,7 +3,8 @@ feedback, updates each arm's model and saves a new version of it.
 
 Exactly-once: the model file records the ``closed_seq`` it has applied through (its
 cursor). A pass loads the newest good model, applies the closed impressions after its
-cursor in order and saves version ``newest + 1`` atomically. A crash before the save loses
+cursor in order and, when they taught it something, saves the next version number (never
+one used before) atomically. A crash before the save loses
 nothing (the impressions are applied again from the old cursor); a crash after it repeats
 nothing. A file lock keeps two trainers (``serve``'s and ``reranker train``) from racing, and
 the model store refuses to overwrite a version as a second line of defence.
@@ -11,12 +12,10 @@ the model store refuses to overwrite a version as a second line of defence.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -92,21 +91,6 @@ class Trainer:
         return cls(arms, events, feedback_window=config.trainer.feedback_window,
                    batch_size=config.trainer.batch_size)
 
-    @contextlib.contextmanager
-    def _exclusive(self, models: ModelStore) -> Iterator[None]:
-        lock_path = models.dir / ".trainer.lock"
-        try:
-            models.dir.mkdir(parents=True, exist_ok=True)
-            handle = open(lock_path, "a+b")
-        except OSError as exc:
-            raise StoreError(f"store.models: cannot use {lock_path}: {exc}") from exc
-        with handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
     def check_store(self, model: RankingModel, models: ModelStore | None = None) -> None:
         """Refuse a model whose cursor belongs to another event log: continuing would skip
         or repeat impressions."""
@@ -136,15 +120,30 @@ class Trainer:
         return report
 
     def _train_arm(self, arm: Arm) -> TrainReport:
+        """Apply the closed impressions after the cursor of ``arm``'s newest good version (the
+        newest, even while another version is pinned for serving) and save what they taught.
+
+        After each batch a version is saved, numbered by
+        :meth:`reranker.model_store.ModelStore.next_version` (never a number used before),
+        when an impression since the last save changed the model or was skipped (a decision
+        worth keeping, or it would be logged again every pass), or when ``10 * batch_size``
+        impressions were read since the last save. A pass that learned nothing (impressions
+        without clicks, or whose clicks teach nothing) saves no version: the next pass reads
+        those impressions again from the saved cursor and applies them again to the saved
+        model, which changes nothing again, and a long run of them still moves the saved
+        cursor every ``10 * batch_size`` impressions. (With ``zscore`` normalisation their
+        statistics are saved with the next version.) The report counts every impression the
+        pass applied; ``versions`` lists what it saved."""
         report = TrainReport()
-        with self._exclusive(arm.models):
+        unsaved_limit = 10 * self.batch_size
+        with arm.models.lock():
             model, report.model_errors = arm.models.load_latest(arm.factory)
             if model is None:
                 model = arm.factory.new()
             self.check_store(model, arm.models)
             model.progress.store_id = self.events.store_id
-            next_version = max(arm.models.versions(), default=0) + 1
             names = arm.names()
+            updates, skipped, read = 0, 0, 0  # since the last save
             while True:
                 batch = self.events.closed_since(model.progress.cursor, self.batch_size,
                                                  arms=names)
@@ -152,12 +151,14 @@ class Trainer:
                     break
                 for imp in batch:
                     self._apply(arm, model, imp, report)
-                if not report.applied and not report.skipped:
-                    continue  # only other arms' mixed lists so far: nothing worth a version
-                model.version = next_version
+                read += len(batch)
+                if report.updates == updates and report.skipped == skipped \
+                        and read < unsaved_limit:
+                    continue  # nothing learned since the last save: not worth a version
+                model.version = arm.models.next_version()
                 arm.models.save(model)
-                report.versions.append(next_version)
-                next_version += 1
+                report.versions.append(model.version)
+                updates, skipped, read = report.updates, report.skipped, 0
         return report
 
     def _apply(self, arm: Arm, model: RankingModel, imp: Impression,

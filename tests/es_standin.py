@@ -128,6 +128,7 @@ class Standin:
         self.drop = False  # close the connection instead of answering
         self.fail_status: int | None = None  # answer every search with this status
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.bodies: list[tuple[str, str, bytes]] = []  # the raw body of each request
         self.connections: set = set()
         handler = type("Handler", (_Handler,), {"standin": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -200,8 +201,25 @@ class Standin:
             (field, value), = spec.items()
             values = value if kind == "terms" else [value.get("value") if isinstance(value, dict)
                                                      else value]
-            result = {d: 1.0 for d, s in index.docs.items()
-                      if str(_dotted(s, field)) in {str(v) for v in values}}
+            wanted = {_term_text(v) for v in values}
+            result = {}
+            for d, source in index.docs.items():
+                value = _dotted(source, field)
+                if {_term_text(v) for v in (value if isinstance(value, list) else [value])} \
+                        & wanted:  # a list field matches when any of its values does
+                    result[d] = 1.0
+        elif kind == "range":
+            (field, bounds), = spec.items()
+            checks = {"gte": float.__ge__, "gt": float.__gt__, "lte": float.__le__,
+                      "lt": float.__lt__}
+            result = {}
+            for d, source in index.docs.items():
+                value = _dotted(source, field)
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    continue
+                if all(checks[name](float(value), float(bound))
+                       for name, bound in bounds.items()):
+                    result[d] = 1.0
         elif kind == "bool":
             result = self._bool(index, spec, named, params)
         elif kind == "sltr":
@@ -273,10 +291,49 @@ class Standin:
                     {"name": f["name"], "value": v.get(doc, 0.0)}
                     for f, v in zip(features, values, strict=True)]}]}
             hits.append(hit)
-        return {"took": 1, "timed_out": False,
-                "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
-                "hits": {"total": {"value": len(ranked), "relation": "eq"},
-                         "max_score": ranked[0][1] if ranked else None, "hits": hits}}
+        answer = {"took": 1, "timed_out": False,
+                  "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+                  "hits": {"total": {"value": len(ranked), "relation": "eq"},
+                           "max_score": ranked[0][1] if ranked else None, "hits": hits}}
+        if body.get("aggs"):
+            answer["aggregations"] = self._aggregations(index, body["aggs"], matches)
+        return answer
+
+    @staticmethod
+    def _aggregations(index: Index, aggs: dict[str, Any], matches: dict[str, float]) -> dict:
+        """Terms aggregations over the matching documents (keyword, numeric and boolean
+        fields; a text field is refused as Elasticsearch refuses it)."""
+        out = {}
+        for name, spec in aggs.items():
+            field = spec.get("terms", {}).get("field")
+            kind = index.properties.get(field, {}).get("type")
+            if kind == "text":
+                raise ApiError(400, "illegal_argument_exception",
+                               f"Text fields are not optimised for operations that require "
+                               f"per-document field data like aggregations; [{field}]")
+            counts: dict[Any, int] = {}
+            for doc in matches:
+                value = _dotted(index.docs[doc], field)
+                for item in value if isinstance(value, list) else [value]:
+                    if item is not None:
+                        counts[item] = counts.get(item, 0) + 1
+            ordered = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+            size = int(spec["terms"].get("size", 10))
+            buckets = []
+            for key, count in ordered[:size]:
+                bucket = {"key": int(key) if isinstance(key, bool) else key, "doc_count": count}
+                if isinstance(key, bool):
+                    bucket["key_as_string"] = "true" if key else "false"
+                buckets.append(bucket)
+            out[name] = {"doc_count_error_upper_bound": 0,
+                         "sum_other_doc_count": sum(c for _, c in ordered[size:]),
+                         "buckets": buckets}
+        return out
+
+
+def _term_text(value: Any) -> str:
+    """A value as a keyword field indexes it (true -> "true", 5.0 -> "5.0")."""
+    return json.dumps(value) if isinstance(value, bool) else str(value)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -316,6 +373,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         params = {k: v[-1] for k, v in parse_qs(url.query).items()}
         standin.requests.append((method, url.path, dict(self.headers)))
+        standin.bodies.append((method, url.path, raw))
         try:
             self._check_compatibility()
             status, body = self._route(method, url.path.strip("/").split("/"), params, raw)

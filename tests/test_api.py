@@ -120,18 +120,23 @@ def test_unknown_routes_and_methods_answer_json(live):
     assert_error(live.get("/search"), 405)
 
 
+def click_to_learn(live, page, first=5):
+    """Clicks on ``first`` and three ranks above it: one of them is the lower result of its
+    pair whichever pairing the page used, so the next training pass learns and saves a
+    version (a pass that learns nothing saves none)."""
+    for position in (first, first - 3):
+        live.post("/click", {"impression_id": page["impression_id"],
+                             "doc_id": page["hits"][position]["id"]})
+
+
 def test_new_versions_from_another_process_are_served_without_restart(live, workdir):
-    page = search(live)
-    live.post("/click", {"impression_id": page["impression_id"],
-                         "doc_id": page["hits"][5]["id"]})
+    click_to_learn(live, search(live))
     run_cli("train", "-c", str(workdir / "config.yaml"))
     assert search(live)["model_version"] == 1
 
 
 def test_a_corrupt_new_version_is_refused_and_the_last_good_one_serves(live, workdir):
-    page = search(live)
-    live.post("/click", {"impression_id": page["impression_id"],
-                         "doc_id": page["hits"][5]["id"]})
+    click_to_learn(live, search(live))
     live.service.trainer.run_once()
     assert search(live)["model_version"] == 1
     bad = live.service.models.path(2)
@@ -141,9 +146,7 @@ def test_a_corrupt_new_version_is_refused_and_the_last_good_one_serves(live, wor
     assert health["status"] == "degraded"
     assert "model-000002.json" in health["model_errors"][0]
     # the trainer builds on the last good version and never overwrites the bad file
-    page = search(live)
-    live.post("/click", {"impression_id": page["impression_id"],
-                         "doc_id": page["hits"][4]["id"]})
+    click_to_learn(live, search(live), first=4)
     report = live.service.trainer.run_once()
     assert report.version == 3
     assert search(live)["model_version"] == 3

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,9 +19,8 @@ import pytest
 import requests
 from experiment_documents import canned_status
 from flask import Flask, Response, jsonify
+from headless import chromium, require_browser
 from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from werkzeug.serving import make_server
@@ -39,13 +36,7 @@ from reranker.experiments.report import (
     format_text,
 )
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-
-for _binary in (CHROMIUM, CHROMEDRIVER):
-    if not (os.path.exists(_binary) and shutil.which(_binary)):
-        pytest.skip(f"the browser tests need Chromium ({CHROMIUM}) and chromedriver "
-                    f"({CHROMEDRIVER}); {_binary} is missing", allow_module_level=True)
+require_browser()
 
 WAIT = 15  # seconds, at most, for the page to show something
 
@@ -195,22 +186,9 @@ def hostile_server() -> Iterator[tuple[str, dict]]:
 
 
 @pytest.fixture(scope="module")
-def driver(tmp_path_factory) -> Iterator[webdriver.Chrome]:
-    options = Options()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
-                     "--disable-dev-shm-usage", "--disable-background-networking",
-                     "--disable-component-update", "--disable-sync", "--no-first-run",
-                     "--window-size=1280,1000"):
-        options.add_argument(argument)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    browser = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    browser.set_page_load_timeout(WAIT)
-    try:
+def driver() -> Iterator[webdriver.Chrome]:
+    with chromium(WAIT, "--window-size=1280,1000", console_log=True) as browser:
         yield browser
-    finally:
-        browser.quit()
 
 
 # ---- reading and comparing the page ----

@@ -16,7 +16,10 @@ def serve(path):
 def train_some(service, query="tea kettle", clicks=3):
     for i in range(clicks):
         page = service.search(query, 10)
-        service.click(page["impression_id"], page["hits"][-1 - i]["id"])
+        # and three ranks above: one of the two is the lower result of its pair whichever
+        # pairing the page used, so every page teaches the perceptrons something
+        for position in (-1 - i, -4 - i):
+            service.click(page["impression_id"], page["hits"][position]["id"])
     return service.trainer.run_once(close_all=True)
 
 

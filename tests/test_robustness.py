@@ -88,7 +88,10 @@ def test_huge_feature_values_are_clipped_and_do_not_break_serving(tmp_path, corp
             for _ in range(3):
                 query = docs[0]["title"]
                 page = service.search(query, 10)
-                service.click(page["impression_id"], page["hits"][-1]["id"])
+                # three ranks apart: one is the lower result of its pair whichever pairing the
+                # page used, so the pass learns and saves a version
+                for hit in (page["hits"][-1], page["hits"][-4]):
+                    service.click(page["impression_id"], hit["id"])
             report = service.trainer.run_once(close_all=True)
             assert report.applied == 3 and report.skipped == 0
             assert all(np.isfinite(service.model.learner.w_))
@@ -116,7 +119,10 @@ def test_a_model_is_refused_with_an_event_store_it_was_not_trained_from(workdir)
     config = load_config(workdir / "config.yaml")
     service = RerankerService(config).open()
     page = service.search("tea kettle", 10)
-    service.click(page["impression_id"], page["hits"][3]["id"])
+    # three ranks apart: one is the lower result of its pair whichever pairing the
+    # page used, so the pass learns and saves a version
+    for hit in (page["hits"][3], page["hits"][6]):
+        service.click(page["impression_id"], hit["id"])
     service.trainer.run_once(close_all=True)
     service.close()
     for suffix in ("", "-wal", "-shm"):
@@ -203,7 +209,10 @@ def test_new_versions_are_found_even_when_the_folder_time_did_not_change(live):
 
     def train_once():
         page = service.search("tea kettle", 10)
-        service.click(page["impression_id"], page["hits"][4]["id"])
+        # three ranks apart: one is the lower result of its pair whichever pairing the
+        # page used, so the pass learns and saves a version
+        for hit in (page["hits"][4], page["hits"][1]):
+            service.click(page["impression_id"], hit["id"])
         service.trainer.run_once(close_all=True)
 
     train_once()

@@ -16,6 +16,7 @@ import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
+    from .filters import Clause
 
 
 @dataclass(eq=False)
@@ -35,6 +36,8 @@ class Candidates:
     numeric: np.ndarray
     load_sources: Callable[[Sequence[int]], list[dict[str, Any]]]
     total: int | None = None  # how many documents matched, when the backend knows
+    #: Per facet field asked for, each value's count over every matching document.
+    facets: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -62,9 +65,12 @@ class Backend(ABC):
         """Start-up checks; raise :class:`reranker.errors.BackendError` naming the problem."""
 
     @abstractmethod
-    def search(self, query: str, n: int) -> Candidates:
-        """Top ``n`` candidates of ``query`` with their feature inputs; raise
-        :class:`reranker.errors.BackendUnavailableError` when the backend cannot answer."""
+    def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
+               facets: tuple[str, ...] = ()) -> Candidates:
+        """Top ``n`` candidates of ``query`` that pass every filter clause, with their
+        feature inputs, and the counts of the ``facets`` fields' values over all matching
+        documents (:mod:`.filters`); raise :class:`reranker.errors.BackendUnavailableError`
+        when the backend cannot answer."""
 
     @abstractmethod
     def index_documents(self, documents: Iterable[tuple[str, dict[str, Any]]], *,

@@ -35,6 +35,7 @@ import numpy as np
 from .. import hookimpl
 from ..errors import BackendError, BackendUnavailableError
 from . import Backend, Candidates, IndexReport
+from .filters import FACET_SIZE, Clause, filter_types
 
 PLACEHOLDER = "{{query}}"
 PROBE_TEXT = "reranker start-up check"
@@ -335,8 +336,10 @@ class ElasticsearchBackend(Backend):
             return self._template.render(text)
         return substitute(self._query, {"query": text})
 
-    def request_body(self, text: str, n: int) -> dict[str, Any]:
-        """The one search request: retrieval in ``must``, features in ``filter``."""
+    def request_body(self, text: str, n: int, filters: tuple[Clause, ...] = (),
+                     facets: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The one search request: retrieval in ``must``, features and the search's filter
+        clauses in ``filter``, facets as terms aggregations."""
         retrieval = self._retrieval(text)  # a fresh structure for every request
         named = [{"bool": {"must": [retrieval], "_name": "backend_score"}}]
         body: dict[str, Any] = {"size": n, "track_total_hits": True}
@@ -353,11 +356,15 @@ class ElasticsearchBackend(Backend):
             should = [_named(substitute(query, {"query": text}), name)
                       for name, query in self._features.items()]
         body["query"] = {"bool": {"must": named,
-                                  "filter": [{"bool": {"should": should + [{"match_all": {}}]}}]}}
+                                  "filter": [{"bool": {"should": should + [{"match_all": {}}]}},
+                                             *(clause.to_dict() for clause in filters)]}}
+        if facets:  # built from checked field names only, never from the user's text
+            body["aggs"] = {f: {"terms": {"field": f, "size": FACET_SIZE}} for f in facets}
         return body
 
-    def search(self, query: str, n: int) -> Candidates:
-        body = self.request_body(query, n)
+    def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
+               facets: tuple[str, ...] = ()) -> Candidates:
+        body = self.request_body(query, n, filters, facets)
         es = self.es
         response = self._call(lambda: es.search(index=self.index, include_named_queries_score=True,
                                                 **body), "searching")
@@ -393,12 +400,16 @@ class ElasticsearchBackend(Backend):
                 numeric[i, j] = _number(_dotted(source, field))
         total = response.get("hits", {}).get("total")
         total = total.get("value") if isinstance(total, dict) else total
+        facets = {}
+        for name, agg in (response.get("aggregations") or {}).items():
+            facets[name] = {str(b.get("key_as_string", _facet_key(b.get("key")))):
+                            int(b.get("doc_count", 0)) for b in agg.get("buckets", [])}
 
         def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
             return [hits[i].get("_source") or {} for i in indices]
 
         return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,
-                          load_sources=load_sources, total=total)
+                          load_sources=load_sources, total=total, facets=facets)
 
     # -- indexing ---------------------------------------------------------------------------
 
@@ -436,7 +447,13 @@ class ElasticsearchBackend(Backend):
             self._call(lambda: es.indices.delete(index=self.index), f"deleting {self.index!r}")
             exists = False
         if not exists:
+            documents = iter(documents)
             mapping = self._mapping()
+            if self.config.backend.mapping is None and self.config.backend.filter_fields:
+                types, documents = filter_types(self.config.backend.filter_fields, documents)
+                es_types = {"keyword": "keyword", "number": "float", "boolean": "boolean"}
+                for field, kind in types.items():
+                    mapping["properties"].setdefault(field, {"type": es_types[kind]})
             self._call(lambda: es.indices.create(index=self.index, mappings=mapping),
                        f"creating index {self.index!r}")
         report = IndexReport()
@@ -496,6 +513,12 @@ class ElasticsearchBackend(Backend):
     def close(self) -> None:
         if self._es is not None:
             self._es.close()
+
+
+def _facet_key(key: Any) -> str:
+    if isinstance(key, float) and key.is_integer():
+        return str(int(key))
+    return str(key)
 
 
 def _named(query: dict[str, Any], name: str) -> dict[str, Any]:

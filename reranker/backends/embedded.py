@@ -15,14 +15,18 @@ import numpy as np
 import tantivy
 
 from .. import hookimpl
-from ..errors import BackendError, BackendUnavailableError
+from ..errors import BackendError, BackendUnavailableError, BadRequestError
 from . import Backend, Candidates, IndexReport
+from .filters import FACET_SIZE, Clause, filter_kind, filter_types
 
 META_FILE = "reranker-index.json"
 META_FORMAT = 1
 ANALYZER = "reranker_en"
 ID = "_id"
 SOURCE = "_source"
+#: How a filter field is indexed, from the values of the documents: strings (or lists of
+#: strings) as exact keywords, numbers as floats, true/false as booleans.
+FILTER_TYPES = ("keyword", "number", "boolean")
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
@@ -63,6 +67,8 @@ class EmbeddedBackend(Backend):
         self.path = Path(config.backend.path)
         self.fields = tuple(config.backend.fields)
         self.numeric_fields = tuple(config.features.numeric_fields)
+        self.filter_fields = tuple(config.backend.filter_fields)
+        self.filter_types: dict[str, str] = {}  # read from the index's description
         self.id_field = config.backend.id_field
         for key in ("feature_queries", "ltr_featureset", "query", "template", "template_id"):
             if config.backend[key]:
@@ -70,7 +76,8 @@ class EmbeddedBackend(Backend):
                                    f"backend; the embedded backend scores each of "
                                    f"backend.fields with BM25")
         for key, names in (("backend.fields", self.fields),
-                           ("features.numeric_fields", self.numeric_fields)):
+                           ("features.numeric_fields", self.numeric_fields),
+                           ("backend.filter_fields", self.filter_fields)):
             for name in names:
                 if name in (ID, SOURCE) or not tantivy.SchemaBuilder.is_valid_field_name(name):
                     raise BackendError(f"{key}: {name!r} cannot be a field of the embedded "
@@ -87,17 +94,28 @@ class EmbeddedBackend(Backend):
 
     def _wanted_meta(self) -> dict[str, Any]:
         return {"format": META_FORMAT, "fields": list(self.fields),
-                "numeric_fields": list(self.numeric_fields), "analyzer": ANALYZER}
+                "numeric_fields": list(self.numeric_fields),
+                "filter_fields": dict(self.filter_types), "analyzer": ANALYZER}
 
     def _build_schema(self, fields: list[str] | tuple[str, ...] | None = None,
-                      numeric_fields: list[str] | tuple[str, ...] | None = None
-                      ) -> tantivy.Schema:
+                      numeric_fields: list[str] | tuple[str, ...] | None = None,
+                      filter_types: dict[str, str] | None = None) -> tantivy.Schema:
+        filter_types = self.filter_types if filter_types is None else filter_types
         builder = tantivy.SchemaBuilder()
         builder.add_text_field(ID, stored=True, tokenizer_name="raw")
         for f in self.fields if fields is None else fields:
             builder.add_text_field(f, stored=False, tokenizer_name=ANALYZER)
-        for f in self.numeric_fields if numeric_fields is None else numeric_fields:
-            builder.add_float_field(f, stored=False, indexed=False, fast=True)
+        numeric = list(self.numeric_fields if numeric_fields is None else numeric_fields)
+        for f in numeric:  # a numeric feature that is also a filter field is indexed too
+            builder.add_float_field(f, stored=False, indexed=filter_types.get(f) == "number",
+                                    fast=True)
+        for f, kind in filter_types.items():
+            if kind == "keyword":
+                builder.add_text_field(f, stored=False, tokenizer_name="raw", fast=True)
+            elif kind == "boolean":
+                builder.add_boolean_field(f, stored=False, indexed=True, fast=True)
+            elif f not in numeric:
+                builder.add_float_field(f, stored=False, indexed=True, fast=True)
         builder.add_bytes_field(SOURCE, stored=True, indexed=False)
         return builder.build()
 
@@ -120,7 +138,8 @@ class EmbeddedBackend(Backend):
         feature can be added to the config of an index that already holds the field);
         indexing more documents needs the same fields the index was built with."""
         for key, config_key in (("fields", "backend.fields"),
-                                ("numeric_fields", "features.numeric_fields")):
+                                ("numeric_fields", "features.numeric_fields"),
+                                ("filter_fields", "backend.filter_fields")):
             built, wanted = list(meta.get(key, [])), list(getattr(self, key))
             if built != wanted if exact else not set(wanted) <= set(built):
                 raise BackendError(
@@ -144,9 +163,10 @@ class EmbeddedBackend(Backend):
                                f"run `reranker index` first")
         meta = self._read_meta()
         self._check_meta(meta, exact=False)
+        self.filter_types = dict(meta.get("filter_fields", {}))
         try:
             self._index = self._open_index(self.path, self._build_schema(
-                meta.get("fields"), meta.get("numeric_fields")))
+                meta.get("fields"), meta.get("numeric_fields"), self.filter_types))
             self._searcher = self._index.searcher()
         except (OSError, ValueError) as exc:
             raise BackendError(f"backend.path: cannot open the index at {self.path}: "
@@ -182,13 +202,58 @@ class EmbeddedBackend(Backend):
                    for f in fields for t in terms]
         return tantivy.Query.boolean_query(clauses)
 
-    def search(self, query: str, n: int) -> Candidates:
+    def _filter_query(self, clauses: tuple[Clause, ...]) -> tantivy.Query:
+        """The clauses as one zero-scoring query that every candidate must match."""
+        parts = []
+        for clause in clauses:
+            kind = self.filter_types.get(clause.field)
+            where = f"'filter' on {clause.field!r} ({kind} field)"
+            if clause.kind == "range":
+                if kind != "number":
+                    raise BadRequestError(f"{where}: a range needs a numeric field")
+                bounds = dict(clause.bounds)
+                low = bounds.get("gte", bounds.get("gt", -math.inf))
+                high = bounds.get("lte", bounds.get("lt", math.inf))
+                parts.append(tantivy.Query.range_query(
+                    self._schema, clause.field, tantivy.FieldType.Float, low, high,
+                    "gte" in bounds or "gt" not in bounds, "lte" in bounds or "lt" not in bounds))
+                continue
+            terms = [tantivy.Query.term_query(self._schema, clause.field,
+                                              _filter_value(kind, v, where))
+                     for v in clause.values]
+            parts.append(terms[0] if len(terms) == 1 else tantivy.Query.boolean_query(
+                [(tantivy.Occur.Should, t) for t in terms]))
+        return tantivy.Query.const_score_query(
+            tantivy.Query.boolean_query([(tantivy.Occur.Must, p) for p in parts]), 0.0)
+
+    def _facets(self, searcher: tantivy.Searcher, query: tantivy.Query,
+                fields: tuple[str, ...]) -> dict[str, dict[str, int]]:
+        out = {}
+        for f in fields:
+            buckets = searcher.aggregate(query, {f: {"terms": {"field": f,
+                                                               "size": FACET_SIZE}}})
+            out[f] = {_facet_key(b): int(b["doc_count"]) for b in buckets[f]["buckets"]}
+        return out
+
+    def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
+               facets: tuple[str, ...] = ()) -> Candidates:
         try:
             searcher = self._current_searcher()
+            missing = [f for f in [c.field for c in filters] + list(facets)
+                       if f not in self.filter_types]
+            if missing:
+                raise BackendError(f"backend.filter_fields: {missing[0]!r} is not a filter "
+                                   f"field of the index at {self.path}; run `reranker index "
+                                   f"--recreate`")
             terms = self._terms(query)
             if not terms:
-                return self._empty()
-            result = searcher.search(self._field_query(self.fields, terms), n)
+                return self._empty(facets)
+            text_query = self._field_query(self.fields, terms)
+            if filters:
+                text_query = tantivy.Query.boolean_query([
+                    (tantivy.Occur.Must, text_query),
+                    (tantivy.Occur.Must, self._filter_query(filters))])
+            result = searcher.search(text_query, n)
             addresses = [address for _, address in result.hits]
             scores = np.array([score for score, _ in result.hits], dtype=np.float64)
             ids = [searcher.doc(a)[ID][0] for a in addresses]
@@ -209,6 +274,7 @@ class EmbeddedBackend(Backend):
             for j, f in enumerate(self.numeric_fields):
                 values = searcher.fast_field_values(f, addresses)
                 numeric[:, j] = [np.nan if v is None else v for v in values]
+            facet_counts = self._facets(searcher, text_query, facets) if facets else {}
         except (OSError, ValueError, RuntimeError) as exc:
             raise BackendUnavailableError(f"embedded index at {self.path} failed to answer: "
                                           f"{exc}") from exc
@@ -217,12 +283,13 @@ class EmbeddedBackend(Backend):
             return [json.loads(searcher.doc(addresses[i])[SOURCE][0]) for i in indices]
 
         return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,
-                          load_sources=load_sources, total=result.count)
+                          load_sources=load_sources, total=result.count, facets=facet_counts)
 
-    def _empty(self) -> Candidates:
+    def _empty(self, facets: tuple[str, ...] = ()) -> Candidates:
         return Candidates(ids=[], scores=np.empty(0), field_scores=np.empty((0, len(self.fields))),
                           numeric=np.empty((0, len(self.numeric_fields))),
-                          load_sources=lambda indices: [], total=0)
+                          load_sources=lambda indices: [], total=0,
+                          facets={f: {} for f in facets})
 
     def index_documents(self, documents: Iterable[tuple[str, dict[str, Any]]], *,
                         recreate: bool = False,
@@ -234,8 +301,15 @@ class EmbeddedBackend(Backend):
                 raise BackendError(f"backend.path: {self.path} is not empty and holds no reranker "
                                    f"index; refusing to delete it")
             shutil.rmtree(self.path)
+        documents = iter(documents)
         if self.path.exists() and any(self.path.iterdir()):
-            self._check_meta(self._read_meta(), exact=True)
+            meta = self._read_meta()
+            self._check_meta(meta, exact=True)
+            self.filter_types = dict(meta.get("filter_fields", {}))
+        else:  # a new index: the filter fields' types from the first documents that have them
+            self.filter_types, documents = filter_types(self.filter_fields, documents)
+            for f in set(self.filter_types) & set(self.numeric_fields):
+                self.filter_types[f] = "number"  # a numeric feature: a number, or missing
         self.path.mkdir(parents=True, exist_ok=True)
         index = self._open_index(self.path)
         (self.path / META_FILE).write_text(json.dumps(self._wanted_meta(), indent=2) + "\n",
@@ -279,6 +353,12 @@ class EmbeddedBackend(Backend):
             tdoc.add_text(f, _text(doc.get(f)))
         for f in self.numeric_fields:
             tdoc.add_float(f, _number(f, doc.get(f)))
+        for f, kind in self.filter_types.items():
+            value = doc.get(f)
+            if value is None or (f in self.numeric_fields and kind == "number"):
+                continue  # (a numeric feature field is filterable as it is)
+            for item in value if isinstance(value, list) else [value]:
+                _add_filter_value(tdoc, f, kind, item)
         tdoc.add_bytes(SOURCE, json.dumps(doc, ensure_ascii=False).encode("utf-8"))
         return tdoc
 
@@ -291,6 +371,40 @@ class EmbeddedBackend(Backend):
             state["status"] = "unavailable"
             state["error"] = str(getattr(exc, "message", exc))
         return state
+
+
+def _add_filter_value(tdoc: tantivy.Document, field: str, kind: str, value: Any) -> None:
+    if filter_kind(value) != kind:
+        raise ValueError(f"filter field {field!r} holds {value!r}, but the index keeps it as "
+                         f"a {kind} (from the first documents that hold it)")
+    if kind == "keyword":
+        tdoc.add_text(field, value)
+    elif kind == "boolean":
+        tdoc.add_boolean(field, value)
+    else:
+        tdoc.add_float(field, float(value))
+
+
+def _filter_value(kind: str | None, value: Any, where: str) -> Any:
+    """A request's filter value as the index keeps the field."""
+    if kind == "keyword" and not isinstance(value, bool):
+        return str(value)
+    if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    raise BadRequestError(f"{where}: {value!r} is not a {kind} value")
+
+
+def _facet_key(bucket: dict[str, Any]) -> str:
+    """A facet value as a JSON key: the text of a keyword, 'true'/'false', or a number
+    without a needless '.0'."""
+    if "key_as_string" in bucket:
+        return str(bucket["key_as_string"])
+    key = bucket["key"]
+    if isinstance(key, float) and key.is_integer():
+        return str(int(key))
+    return str(key)
 
 
 @hookimpl

@@ -1,0 +1,182 @@
+"""Per-search filters and facets, checked once for every backend.
+
+A search may narrow its candidates with structured clauses, all of which must hold::
+
+    "filter": [{"term": {"category": "tea"}},
+               {"terms": {"brand": ["acme", "zeta"]}},
+               {"range": {"price": {"gte": 5, "lte": 20}}}]
+
+and ask for facets, the counts of each value of a field over every matching document::
+
+    "facets": ["category", "brand"]   ->   "facets": {"category": {"tea": 12, ...}, ...}
+
+Only the fields of ``backend.filter_fields`` may be named, so a client can neither filter
+on a field the index does not hold for filtering nor probe arbitrary fields. The clauses are
+data: each backend builds its own query objects from them (the user's values are never
+parsed as query syntax).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BadRequestError
+
+#: The bounds a range clause takes.
+RANGE_BOUNDS = ("gte", "gt", "lte", "lt")
+#: Values of one ``terms`` clause, at most.
+MAX_TERMS = 1000
+#: Values per facet, at most (the most frequent first).
+FACET_SIZE = 100
+
+Scalar = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One filter clause: ``kind`` is ``term``, ``terms`` or ``range``; ``values`` holds the
+    accepted values (one for ``term``), ``bounds`` the range's bounds by name."""
+
+    kind: str
+    field: str
+    values: tuple[Scalar, ...] = ()
+    bounds: tuple[tuple[str, float], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The clause in the request's form (Elasticsearch's Query DSL has the same)."""
+        if self.kind == "term":
+            return {"term": {self.field: self.values[0]}}
+        if self.kind == "terms":
+            return {"terms": {self.field: list(self.values)}}
+        return {"range": {self.field: dict(self.bounds)}}
+
+
+def parse_filters(raw: Any, allowed: tuple[str, ...]) -> tuple[Clause, ...]:
+    """Check the ``filter`` of a search; a :class:`BadRequestError` names the clause."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise BadRequestError(f"'filter' must be a list of clauses such as "
+                              f"{{\"term\": {{FIELD: VALUE}}}}, got {_short(raw)}")
+    return tuple(_clause(item, i, allowed) for i, item in enumerate(raw))
+
+
+def _clause(item: Any, i: int, allowed: tuple[str, ...]) -> Clause:
+    where = f"'filter'[{i}]"
+    if not isinstance(item, dict) or len(item) != 1:
+        raise BadRequestError(f"{where} must be an object with one of term, terms, range, got "
+                              f"{_short(item)}")
+    (kind, spec), = item.items()
+    if kind not in ("term", "terms", "range"):
+        raise BadRequestError(f"{where}: unknown clause {kind!r} (known: term, terms, range)")
+    if not isinstance(spec, dict) or len(spec) != 1:
+        raise BadRequestError(f"{where}.{kind} must name one field: {{FIELD: ...}}, got "
+                              f"{_short(spec)}")
+    (field, value), = spec.items()
+    _check_field(field, allowed, f"{where}.{kind}")
+    where = f"{where}.{kind}.{field}"
+    if kind == "term":
+        return Clause("term", field, (_scalar(value, where),))
+    if kind == "terms":
+        if not isinstance(value, list) or not value:
+            raise BadRequestError(f"{where} must be a non-empty list of values, got "
+                                  f"{_short(value)}")
+        if len(value) > MAX_TERMS:
+            raise BadRequestError(f"{where} holds {len(value)} values; at most {MAX_TERMS}")
+        return Clause("terms", field, tuple(_scalar(v, f"{where}[{j}]")
+                                            for j, v in enumerate(value)))
+    if not isinstance(value, dict) or not value or set(value) - set(RANGE_BOUNDS):
+        raise BadRequestError(f"{where} must be an object of bounds ({', '.join(RANGE_BOUNDS)}) "
+                              f"with numbers, got {_short(value)}")
+    bounds = []
+    for name in RANGE_BOUNDS:
+        if name in value:
+            bound = value[name]
+            if isinstance(bound, bool) or not isinstance(bound, (int, float)) \
+                    or not math.isfinite(bound):
+                raise BadRequestError(f"{where}.{name} must be a finite number, got "
+                                      f"{_short(bound)}")
+            bounds.append((name, float(bound)))
+    return Clause("range", field, bounds=tuple(bounds))
+
+
+def parse_facets(raw: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """Check the ``facets`` of a search: a list of distinct filter fields."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise BadRequestError(f"'facets' must be a list of field names, got {_short(raw)}")
+    for i, field in enumerate(raw):
+        _check_field(field, allowed, f"'facets'[{i}]")
+    if len(set(raw)) != len(raw):
+        raise BadRequestError("'facets' names a field twice")
+    return tuple(raw)
+
+
+def _check_field(field: Any, allowed: tuple[str, ...], where: str) -> None:
+    if field not in allowed:
+        known = ", ".join(allowed) if allowed else "none: set backend.filter_fields"
+        raise BadRequestError(f"{where}: {_short(field)} is not a filter field (filter "
+                              f"fields: {known})")
+
+
+def _scalar(value: Any, where: str) -> Scalar:
+    if isinstance(value, bool) or isinstance(value, (int, str)):
+        if isinstance(value, str) and len(value) > 1000:
+            raise BadRequestError(f"{where} is longer than 1000 characters")
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise BadRequestError(f"{where} must be a string, a number or true/false, got "
+                          f"{_short(value)}")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def filters_key(clauses: tuple[Clause, ...]) -> str:
+    """A stable digest of the clauses, in any order (a page's identity, with its query)."""
+    text = json.dumps(sorted(json.dumps(c.to_dict(), sort_keys=True) for c in clauses))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def filter_kind(value: Any) -> str | None:
+    """``keyword``, ``number`` or ``boolean``: how a filter field holding ``value`` is
+    indexed (a list: its items' kind); None for anything else."""
+    if isinstance(value, list):
+        kinds = {filter_kind(v) for v in value} - {None}
+        return kinds.pop() if len(kinds) == 1 else None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "keyword"
+    return None
+
+
+def filter_types(fields: tuple[str, ...], documents: Iterable[tuple[str, dict[str, Any]]],
+                  look: int = 1000) -> tuple[dict[str, str], Iterable[tuple[str, dict]]]:
+    """Each filter field's type, from the first of the first ``look`` documents that holds it
+    (a keyword when none does), and the documents again, those read included."""
+    types: dict[str, str] = {}
+    seen: list[tuple[str, dict[str, Any]]] = []
+    iterator = iter(documents)
+    for item in iterator:
+        seen.append(item)
+        doc = item[1] if isinstance(item[1], dict) else {}
+        for f in fields:
+            kind = filter_kind(doc.get(f))
+            if f not in types and kind is not None:
+                types[f] = kind
+        if len(types) == len(fields) or len(seen) >= look:
+            break
+    return ({f: types.get(f, "keyword") for f in fields}, itertools.chain(seen, iterator))

@@ -1,0 +1,208 @@
+"""Per-search filters, paging and facets through the real HTTP API, on the embedded engine
+and on Elasticsearch (the protocol-level stand-in)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import LiveServer, run_cli, write_config, write_docs
+from es_scenarios import unique_index
+from es_standin import Standin
+
+CATEGORIES = ("tea", "coffee", "kettle")
+BRANDS = ("acme", "zeta", "nova", "orbit")
+FILTER_FIELDS = ["category", "brand", "price", "in_stock", "tags"]
+
+
+def shop(n: int = 90, seed: int = 3) -> list[dict]:
+    """An online shop's products: every one mentions 'shop', so a search for it matches all."""
+    rng = np.random.default_rng(seed)
+    products = []
+    for i in range(n):
+        category = CATEGORIES[i % 3]
+        products.append({
+            "id": f"p{i:03d}", "title": f"{category} {rng.choice(['classic', 'deluxe', 'mini'])}",
+            "body": f"shop {category} product " + " ".join(rng.choice(
+                ["fresh", "strong", "green", "steel", "glass", "quick"], size=4)),
+            "category": category, "brand": str(BRANDS[rng.integers(4)]),
+            "price": float(round(rng.uniform(2, 60), 2)), "in_stock": bool(rng.random() < 0.6),
+            "tags": [str(t) for t in rng.choice(["gift", "sale", "new", "eco"], size=2,
+                                                replace=False)],
+            "popularity": float(rng.uniform(0, 100))})
+    return products
+
+
+def passes(product: dict, clauses: list[dict]) -> bool:
+    for clause in clauses:
+        (kind, spec), = clause.items()
+        (field, value), = spec.items()
+        have = product[field] if isinstance(product[field], list) else [product[field]]
+        if kind == "term" and value not in have:
+            return False
+        if kind == "terms" and not set(value) & set(have):
+            return False
+        if kind == "range":
+            checks = {"gte": lambda a, b: a >= b, "gt": lambda a, b: a > b,
+                      "lte": lambda a, b: a <= b, "lt": lambda a, b: a < b}
+            if not all(checks[k](product[field], v) for k, v in value.items()):
+                return False
+    return True
+
+
+FILTERS = [{"term": {"category": "tea"}}, {"terms": {"brand": ["acme", "zeta"]}},
+           {"range": {"price": {"gte": 5, "lte": 40}}}, {"term": {"in_stock": True}}]
+
+
+@pytest.fixture(params=["embedded", "elasticsearch"])
+def shop_server(request, tmp_path):
+    products = shop()
+    sections = {"features": {"numeric_fields": ["price", "popularity"]},
+                "trainer": {"feedback_window": 0.0}}
+    standin = None
+    if request.param == "embedded":
+        path = write_config(tmp_path, backend={"type": "embedded", "path": "index",
+                                               "fields": ["title", "body"],
+                                               "filter_fields": FILTER_FIELDS}, **sections)
+    else:
+        standin = Standin("8.15.1")
+        path = write_config(tmp_path, backend={"type": "elasticsearch", "hosts": [standin.url],
+                                               "index": unique_index(), "request_timeout": 5.0,
+                                               "fields": ["title", "body"],
+                                               "filter_fields": FILTER_FIELDS}, **sections)
+    run_cli("index", "-c", str(path), str(write_docs(tmp_path, products)))
+    server = LiveServer(path)
+    yield server, products, standin
+    server.stop()
+    if standin is not None:
+        standin.stop()
+
+
+def search(server, **body):
+    answer = server.post("/search", {"query": "shop", **body})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_filters_keep_only_matching_products(shop_server):
+    server, products, _ = shop_server
+    page = search(server, size=50, filter=FILTERS)
+    expected = {p["id"] for p in products if passes(p, FILTERS)}
+    assert expected and page["total"] == len(expected)
+    assert {hit["id"] for hit in page["hits"]} == expected
+    for hit in page["hits"]:
+        assert passes(hit["source"], FILTERS)
+    tagged = search(server, size=50, filter=[{"term": {"tags": "eco"}},
+                                             {"range": {"price": {"gt": 30}}}])
+    assert tagged["total"] == sum("eco" in p["tags"] and p["price"] > 30 for p in products)
+
+
+def test_facets_count_every_matching_product(shop_server):
+    server, products, _ = shop_server
+    clauses = [{"term": {"in_stock": True}}]
+    page = search(server, size=5, filter=clauses, facets=["category", "brand", "in_stock",
+                                                          "tags"])
+    matching = [p for p in products if passes(p, clauses)]
+    for field in ("category", "brand", "tags"):
+        counts: dict[str, int] = {}
+        for p in matching:
+            for value in p[field] if isinstance(p[field], list) else [p[field]]:
+                counts[value] = counts.get(value, 0) + 1
+        assert page["facets"][field] == counts, field
+    assert page["facets"]["in_stock"] == {"true": len(matching)}
+    assert len(page["hits"]) == 5 and page["total"] == len(matching)
+
+
+def test_pages_continue_the_first_without_repeating_or_losing_a_hit(shop_server):
+    server, products, _ = shop_server
+    pages = [search(server, size=10, user_id="ann", filter=[{"term": {"in_stock": True}}],
+                    **{"from": start}) for start in (0, 10, 20)]
+    ids = [hit["id"] for page in pages for hit in page["hits"]]
+    assert len(ids) == len(set(ids)) == 30
+    assert [hit["rank"] for page in pages for hit in page["hits"]] == list(range(1, 31))
+    first = server.service.events.get_impression(pages[0]["impression_id"])
+    assert ids == [first.doc_ids[i] for i in first.ranking[:30]]  # one ranking, cut in three
+    later = server.service.events.get_impression(pages[1]["impression_id"])
+    assert later.offset == 10 and later.page_key == first.page_key
+    # a click on page 2 is at its rank in the whole ranking; the trainer learns first pages
+    answer = server.post("/click", {"impression_id": pages[1]["impression_id"],
+                                    "doc_id": pages[1]["hits"][2]["id"]})
+    assert answer.status_code == 202 and answer.json()["position"] == 13
+    server.post("/click", {"impression_id": pages[0]["impression_id"],
+                           "doc_id": pages[0]["hits"][4]["id"]})
+    report = server.service.trainer.run_once(close_all=True)
+    assert report.applied == 1 and report.clicks == 1, report
+
+
+def test_a_page_beyond_the_results_is_empty(shop_server):
+    server, products, _ = shop_server
+    clauses = [{"term": {"category": "kettle"}}]
+    total = sum(passes(p, clauses) for p in products)
+    last = search(server, size=10, filter=clauses, **{"from": total - 3})
+    assert len(last["hits"]) == 3 and last["hits"][-1]["rank"] == total
+    beyond = search(server, size=10, filter=clauses, **{"from": total + 5})
+    assert beyond["hits"] == [] and beyond["total"] == total
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"filter": {"term": {"category": "tea"}}}, "'filter' must be a list"),
+    ({"filter": [{"match": {"category": "tea"}}]}, "'filter'[0]: unknown clause 'match'"),
+    ({"filter": [{"term": {"title": "tea"}}]},
+     "'filter'[0].term: \"title\" is not a filter field (filter fields: category, brand"),
+    ({"filter": [{"term": {"category": {"value": "tea"}}}]},
+     "'filter'[0].term.category must be a string, a number or true/false"),
+    ({"filter": [{"terms": {"brand": []}}]}, "'filter'[0].terms.brand must be a non-empty"),
+    ({"filter": [{"range": {"price": {"gte": "5"}}}]},
+     "'filter'[0].range.price.gte must be a finite number"),
+    ({"filter": [{"range": {"price": {"from": 5}}}]}, "'filter'[0].range.price must be an"),
+    ({"facets": "category"}, "'facets' must be a list"),
+    ({"facets": ["colour"]}, "'facets'[0]: \"colour\" is not a filter field"),
+    ({"from": -1}, "'from' must be a non-negative integer"),
+    ({"from": 95, "size": 10}, "'from' + 'size' is 105, more than the 100 candidates"),
+])
+def test_bad_filters_paging_and_facets_are_400_naming_the_field(shop_server, body, message):
+    server, _, _ = shop_server
+    answer = server.post("/search", {"query": "shop", **body})
+    assert answer.status_code == 400
+    assert message in answer.json()["error"]["message"]
+
+
+def test_a_range_on_a_keyword_field_is_refused(shop_server):
+    server, _, standin = shop_server
+    answer = server.post("/search", {"query": "shop",
+                                     "filter": [{"range": {"brand": {"gte": 1}}}]})
+    if standin is None:  # the embedded engine knows the field's type
+        assert answer.status_code == 400 and "a range needs a numeric field" in answer.text
+    else:  # Elasticsearch decides; a keyword range is valid there and matches nothing here
+        assert answer.status_code in (200, 400, 502)
+
+
+def test_elasticsearch_gets_structured_clauses_and_aggregations(tmp_path):
+    standin = Standin("8.15.1")
+    try:
+        path = write_config(tmp_path, backend={"type": "elasticsearch",
+                                               "hosts": [standin.url], "index": unique_index(),
+                                               "fields": ["title", "body"],
+                                               "filter_fields": FILTER_FIELDS})
+        run_cli("index", "-c", str(path), str(write_docs(tmp_path, shop())))
+        server = LiveServer(path)
+        try:
+            standin.bodies.clear()
+            text = '"} ] } tea OR category:coffee'
+            server.post("/search", {"query": text, "filter": FILTERS, "facets": ["brand"]})
+        finally:
+            server.stop()
+        searches = [body for method, path_, body in _bodies(standin) if path_.endswith("_search")]
+        (body,) = searches
+        filters = body["query"]["bool"]["filter"]
+        assert filters[1:] == FILTERS  # the clauses as given, after the features' clause
+        assert body["aggs"] == {"brand": {"terms": {"field": "brand", "size": 100}}}
+        assert text not in str(filters[1:]) and text not in str(body["aggs"])
+    finally:
+        standin.stop()
+
+
+def _bodies(standin):
+    for method, path, raw in standin.bodies:
+        yield method, path, json.loads(raw or b"{}")
