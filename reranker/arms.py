@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
+from .config import did_you_mean
 from .errors import (
     ConfigError,
     ConflictError,
@@ -95,7 +96,8 @@ def arm_section(label: str, section: Any, defaults: Mapping[str, Any], where: st
                           f"({{name: ..., params: {{...}}}}), got {section!r}")
     unknown = sorted(set(section) - set(ARM_KEYS))
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(ARM_KEYS)})")
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}"
+                          f"{did_you_mean(unknown[0], ARM_KEYS)} (known: {', '.join(ARM_KEYS)})")
     merged = {"name": None, "params": {}, "depth": defaults["depth"],
               "discount": defaults["discount"], "seed": defaults["seed"], **section}
     if not isinstance(merged["name"], str) or not merged["name"]:

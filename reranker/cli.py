@@ -59,15 +59,19 @@ def index(config_path: str | None, documents: str, recreate: bool) -> None:
     """Load DOCUMENTS (JSON Lines, one object per line with an id and text fields) into the
     configured search backend. Documents with an id already in the index replace it."""
     from .console import progress_bar
-    from .documents import read_jsonl
+    from .documents import checked_documents, read_jsonl
+    from .errors import DataError
     from .plugins import backend_class, get_plugin_manager
 
     config = load_config(config_path)
+    if not Path(documents).is_file():  # before the backend creates anything
+        raise DataError(f"document file {documents} does not exist")
     backend = backend_class(get_plugin_manager(), config.backend.type)(config)
     unreadable: list[tuple[str, str]] = []
     with progress_bar("indexing documents") as advance:
-        report = backend.index_documents(read_jsonl(documents, unreadable), recreate=recreate,
-                                         progress=advance)
+        report = backend.index_documents(
+            checked_documents(read_jsonl(documents, unreadable), config, unreadable),
+            recreate=recreate, progress=advance)
     report.failed[:0] = unreadable
     for where, why in report.failed[:20]:
         click.echo(f"failed: {where}: {why}", err=True)

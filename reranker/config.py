@@ -320,8 +320,8 @@ def config_from_dict(data: Mapping[str, Any], base_dir: str | os.PathLike | None
 def _merge_file(merged: dict, data: Mapping, label: str, origins: dict[str, str]) -> None:
     for section, values in data.items():
         if section not in SCHEMA:
-            raise ConfigError(f"{label}: unknown section {section!r} "
-                              f"(known: {', '.join(SCHEMA)})")
+            raise ConfigError(f"{label}: unknown section {section!r}"
+                              f"{did_you_mean(section, SCHEMA)} (known: {', '.join(SCHEMA)})")
         if values is None:
             continue
         if not isinstance(values, Mapping):
@@ -335,8 +335,19 @@ def _merge_file(merged: dict, data: Mapping, label: str, origins: dict[str, str]
 
 def _check_known(section: str, key: Any, label: str) -> None:
     if key not in SCHEMA[section]:
-        raise ConfigError(f"{label}: unknown key {section}.{key} "
+        raise ConfigError(f"{label}: unknown key {section}.{key}"
+                          f"{did_you_mean(key, SCHEMA[section], section + '.')} "
                           f"(known in {section}: {', '.join(SCHEMA[section])})")
+
+
+def did_you_mean(name: Any, known, prefix: str = "") -> str:
+    """``; did you mean 'x'?`` with the closest known name(s), or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=2, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(f"'{prefix}{c}'" for c in close) + "?"
 
 
 def _merge_env(merged: dict, environ: Mapping[str, str], origins: dict[str, str]) -> None:
@@ -359,7 +370,8 @@ def _merge_dotted(merged: dict, dotted: str, value: Any, label: str,
                   origins: dict[str, str]) -> None:
     section, _, key = dotted.partition(".")
     if section not in SCHEMA:
-        raise ConfigError(f"{label}: unknown section {section!r} (known: {', '.join(SCHEMA)})")
+        raise ConfigError(f"{label}: unknown section {section!r}{did_you_mean(section, SCHEMA)} "
+                          f"(known: {', '.join(SCHEMA)})")
     if not key:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{label}: section {section!r} must be a mapping")

@@ -37,6 +37,9 @@ from .trainer import Trainer
 
 log = logging.getLogger(__name__)
 
+#: Searches over which features that are always 0 are looked for.
+FEATURE_WATCH = 100
+
 #: Seconds a first page's ranking is continued by later pages of the same query, filters and
 #: user or session.
 PAGE_WINDOW = 3600.0
@@ -66,6 +69,8 @@ class RerankerService:
         # One generator for every search: its bit generator serialises the threads' draws,
         # and building a generator per search would cost more than ranking does.
         self._rng = np.random.default_rng(config.learner.seed)
+        self._feature_seen = np.zeros(len(self.spec.names), dtype=bool)
+        self._feature_searches = 0
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -135,6 +140,7 @@ class RerankerService:
             clicks = self.events.click_features(query, candidates.ids,
                                                 self.config.features.click_smoothing)
         X = self.spec.build(candidates, clicks)
+        self._watch_features(X)
         n = len(candidates)
         n_shown = max(0, min(size, n - offset))
         first = None
@@ -179,6 +185,29 @@ class RerankerService:
             answer["experiment"] = impression.experiment
             answer["arm"] = page["label"]
         return answer
+
+    def _watch_features(self, X: np.ndarray) -> None:
+        """Over the first :data:`FEATURE_WATCH` searches with candidates, note the features
+        that are never anything but 0 (a misspelt or empty field): they are reported in
+        ``/healthz`` and logged once."""
+        if self._feature_searches >= FEATURE_WATCH or not len(X):
+            return
+        self._feature_seen |= np.any(X != 0, axis=0)
+        self._feature_searches += 1
+        if self._feature_searches == FEATURE_WATCH:
+            zero = self.constant_zero_features()
+            if zero:
+                log.warning("features %s were 0 for every candidate of the first %d searches: "
+                            "check the fields they come from (backend.fields, "
+                            "features.numeric_fields) against the documents",
+                            ", ".join(zero), FEATURE_WATCH)
+
+    def constant_zero_features(self) -> list[str]:
+        """The features 0 for every candidate so far (of the first searches watched)."""
+        if not self._feature_searches:
+            return []
+        return [name for name, seen in zip(self.spec.names, self._feature_seen.tolist(),
+                                           strict=True) if not seen]
 
     def _continued(self, first: Impression, ids: list[str]) -> dict[str, Any]:
         """A later page's ranking: the first page's, over this search's candidates (a hit
@@ -313,6 +342,8 @@ class RerankerService:
                   "model": {"version": model.version, **model.progress.to_dict()},
                   "pinned": self.arms[0].pinned,
                   "model_errors": model_errors, "backend": backend,
+                  "features": {"searches_watched": self._feature_searches,
+                               "constant_zero": self.constant_zero_features()},
                   "trainer": trainer, "events": events}
         if len(self.arms) > 1 or self.experiment is not None:
             answer["arms"] = {label: {"id": arm.id, "model_version": arm.model.version,

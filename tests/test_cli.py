@@ -67,13 +67,53 @@ def test_missing_config_file_is_named(tmp_path):
 def test_index_reports_bad_lines_by_number(tmp_path):
     path = write_config(tmp_path)
     docs = tmp_path / "docs.jsonl"
-    docs.write_text('{"id": "a", "title": "tea"}\n\n{"id": "b", "title": \n')
+    docs.write_text('{"id": "a", "title": "tea", "body": "hot", "popularity": 1}\n\n'
+                    '{"id": "b", "title": \n')
     err = failing("index", "-c", str(path), str(docs))
     assert "docs.jsonl, line 3: not valid JSON" in err
-    docs.write_text('{"id": "a", "title": "tea"}\n{"title": "no id"}\n')
+    docs.write_text('{"id": "a", "title": "tea", "body": "x", "popularity": 1}\n'
+                    '{"title": "no id"}\n')
     assert "docs.jsonl, line 2: field 'id' must be" in failing("index", "-c", str(path), str(docs))
     assert "nodocs.jsonl does not exist" in failing("index", "-c", str(path),
                                                     str(tmp_path / "nodocs.jsonl"))
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"backend": {"fields": ["title", "bdy"]}},
+     "backend.fields: none of the first 3 documents holds a field 'bdy'; did you mean 'body'?"),
+    ({"features": {"numeric_fields": ["popularty"]}},
+     "features.numeric_fields: none of the first 3 documents holds a field 'popularty'; did "
+     "you mean 'popularity'?"),
+])
+def test_index_refuses_a_field_no_document_holds_and_leaves_nothing(tmp_path, config, message):
+    path = write_config(tmp_path, **config)
+    docs = write_docs(tmp_path, [{"id": str(i), "title": "tea", "body": "hot tea",
+                                  "popularity": i} for i in range(3)])
+    err = failing("index", "-c", str(path), str(docs))
+    assert message in err and "they hold: body, id, popularity, title" in err
+    assert not (tmp_path / "index").exists()  # nothing left to break the next, correct run
+    run_cli("index", "-c", str(write_config(tmp_path)), str(docs))
+
+
+def test_index_names_a_document_whose_number_is_a_string(tmp_path):
+    path = write_config(tmp_path)
+    docs = write_docs(tmp_path, [{"id": "a", "title": "tea", "body": "x", "popularity": 3},
+                                 {"id": "b", "title": "tea", "body": "y",
+                                  "popularity": "12.50"}])
+    result = run_cli("index", "-c", str(path), str(docs), check=False)
+    assert result.returncode == 1 and "indexed 1 documents" in result.stdout
+    assert "docs.jsonl, line 2 (id b): numeric field 'popularity' holds '12.50', not a " \
+           "number" in result.stderr
+
+
+def test_a_failed_first_index_leaves_nothing_behind(tmp_path):
+    path = write_config(tmp_path)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"title": "no id", "body": "x", "popularity": 1}\n')
+    failing("index", "-c", str(path), str(docs))
+    assert not (tmp_path / "index").exists()
+    failing("index", "-c", str(path), str(tmp_path / "missing.jsonl"))
+    assert not (tmp_path / "index").exists()
 
 
 def test_index_refuses_a_config_that_changed_the_fields(tmp_path, corpus):

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,19 @@ def test_bad_environment_value_is_named(tmp_path):
     with pytest.raises(ConfigError, match="environment variable RERANKER_SERVER_PORT: "
                                           "server.port must be an integer"):
         load_config(None, environ={"RERANKER_SERVER_PORT": "eighty"})
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"lerner": {}}, "unknown section 'lerner'; did you mean 'learner'"),
+    ({"backend": {"feilds": ["a"]}}, "unknown key backend.feilds; did you mean 'backend.fields'?"),
+    ({"trainer": {"feedback_windw": 1}}, "did you mean 'trainer.feedback_window'?"),
+    ({"experiment": {"mode": "split", "arms": {"a": {"name": "random"},
+                                                "b": {"name": "random", "parms": {}}}}},
+     "experiment.arms.b: unknown key 'parms'; did you mean 'params'?"),
+])
+def test_config_errors_suggest_the_closest_key(tmp_path, data, message):
+    from reranker.arms import arms_from_config
+    from reranker.plugins import get_plugin_manager
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        arms_from_config(config_from_dict(data, tmp_path), get_plugin_manager())

@@ -74,9 +74,9 @@ def test_one_request_per_search(es8, tmp_path, corpus):
 
 def test_bulk_failures_with_repeated_ids_name_the_right_lines(es8, tmp_path):
     path = scenarios.es_config(tmp_path, es8.url, scenarios.unique_index())
-    docs = [{"id": "x1", "title": "tea", "popularity": "bad"},
-            {"id": "x1", "title": "tea", "popularity": 2},
-            {"id": "x1", "title": "tea", "popularity": "worse"}]
+    docs = [{"id": "x1", "title": "tea", "body": "hot", "popularity": "bad"},
+            {"id": "x1", "title": "tea", "body": "hot", "popularity": 2},
+            {"id": "x1", "title": "tea", "body": "hot", "popularity": "worse"}]
     result = run_cli("index", "-c", str(path), str(write_docs(tmp_path, docs)), check=False)
     failed = [line for line in result.stderr.splitlines() if line.startswith("failed:")]
     assert len(failed) == 2

@@ -249,8 +249,9 @@ def test_duplicate_yaml_keys_are_refused(tmp_path):
 
 def test_index_reports_a_number_too_large_and_a_path_that_is_a_file(tmp_path):
     path = write_config(tmp_path, features={"numeric_fields": ["popularity"]})
-    docs = write_docs(tmp_path, [{"id": "a", "title": "tea", "popularity": 10 ** 400},
-                                 {"id": "b", "title": "tea", "popularity": 3}])
+    docs = write_docs(tmp_path, [{"id": "a", "title": "tea", "body": "x",
+                                  "popularity": 10 ** 400},
+                                 {"id": "b", "title": "tea", "body": "y", "popularity": 3}])
     result = run_cli("index", "-c", str(path), str(docs), check=False)
     assert result.returncode == 1
     assert "line 1" in result.stderr and "too large" in result.stderr

@@ -206,3 +206,27 @@ def test_elasticsearch_gets_structured_clauses_and_aggregations(tmp_path):
 def _bodies(standin):
     for method, path, raw in standin.bodies:
         yield method, path, json.loads(raw or b"{}")
+
+
+def test_a_feature_that_is_always_zero_is_reported(tmp_path, caplog):
+    products = shop(30)
+    for product in products:
+        product["popularity"] = 0.0  # a field that never says anything
+    path = write_config(tmp_path, backend={"fields": ["title", "body"]},
+                        features={"numeric_fields": ["price", "popularity"]})
+    run_cli("index", "-c", str(path), str(write_docs(tmp_path, products)))
+    server = LiveServer(path)
+    try:
+        search(server, size=5)
+        health = server.get("/healthz").json()
+        assert health["features"]["searches_watched"] == 1, health["features"]
+        assert "field_value:popularity" in health["features"]["constant_zero"]
+        assert "field_value:price" not in health["features"]["constant_zero"]
+        for _ in range(120):
+            search(server, size=5)
+        health = server.get("/healthz").json()
+        assert health["features"]["searches_watched"] == 100
+        assert "field_value:popularity" in health["features"]["constant_zero"]
+    finally:
+        server.stop()
+    assert "field_value:popularity" in caplog.text and "first 100 searches" in caplog.text

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import os
 import re
 import threading
@@ -36,6 +37,8 @@ from .. import hookimpl
 from ..errors import BackendError, BackendUnavailableError
 from . import Backend, Candidates, IndexReport
 from .filters import FACET_SIZE, Clause, filter_types
+
+log = logging.getLogger(__name__)
 
 PLACEHOLDER = "{{query}}"
 PROBE_TEXT = "reranker start-up check"
@@ -446,6 +449,7 @@ class ElasticsearchBackend(Backend):
         if exists and recreate:
             self._call(lambda: es.indices.delete(index=self.index), f"deleting {self.index!r}")
             exists = False
+        created = not exists
         if not exists:
             documents = iter(documents)
             mapping = self._mapping()
@@ -491,7 +495,19 @@ class ElasticsearchBackend(Backend):
             if progress and pending:
                 progress(pending)
 
-        self._call(run, f"bulk-loading into {self.index!r}")
+        try:
+            self._call(run, f"bulk-loading into {self.index!r}")
+            if created and not report.indexed and report.failed:
+                raise _NothingIndexed()
+        except BaseException as exc:
+            if created:  # a failed first load leaves no half-made index behind
+                try:
+                    es.indices.delete(index=self.index)
+                except Exception:  # noqa: BLE001 -- the load's own error is the one to report
+                    log.warning("could not delete the index %r after a failed load", self.index)
+            if isinstance(exc, _NothingIndexed):
+                return report
+            raise
         self._call(lambda: es.indices.refresh(index=self.index), f"refreshing {self.index!r}")
         return report
 
@@ -513,6 +529,10 @@ class ElasticsearchBackend(Backend):
     def close(self) -> None:
         if self._es is not None:
             self._es.close()
+
+
+class _NothingIndexed(Exception):
+    """Every document of a first load failed."""
 
 
 def _facet_key(key: Any) -> str:

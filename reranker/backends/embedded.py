@@ -7,7 +7,7 @@ import math
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -302,7 +302,18 @@ class EmbeddedBackend(Backend):
                                    f"index; refusing to delete it")
             shutil.rmtree(self.path)
         documents = iter(documents)
-        if self.path.exists() and any(self.path.iterdir()):
+        created = not (self.path.exists() and any(self.path.iterdir()))
+        try:
+            return self._index_documents(documents, created, progress)
+        except BaseException:
+            if created:  # a failed first load leaves nothing behind to break the next one
+                shutil.rmtree(self.path, ignore_errors=True)
+                self._index = None
+            raise
+
+    def _index_documents(self, documents: Iterator[tuple[str, dict[str, Any]]], created: bool,
+                         progress: Callable[[int], None] | None) -> IndexReport:
+        if not created:
             meta = self._read_meta()
             self._check_meta(meta, exact=True)
             self.filter_types = dict(meta.get("filter_fields", {}))
@@ -339,6 +350,10 @@ class EmbeddedBackend(Backend):
             raise
         if progress and pending:
             progress(pending)
+        if created and not report.indexed and report.failed:
+            shutil.rmtree(self.path, ignore_errors=True)  # every document failed
+            self._index = None
+            return report
         self._index = None  # the next search reopens with the new commit
         return report
 
