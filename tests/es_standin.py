@@ -29,8 +29,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import tantivy
 
-from reranker.backends.elasticsearch import _dotted
 from reranker.backends.embedded import _analyzer
+from reranker.documents import field_value as _dotted
 
 ANALYZER = _analyzer()
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .. import hookimpl
+from ..documents import field_value
 from ..errors import BackendError, BackendUnavailableError
 from . import Backend, Candidates, IndexReport
 from .filters import FACET_SIZE, Clause, filter_types
@@ -124,7 +125,7 @@ class TemplateQuery:
     def render(self, text: str) -> dict[str, Any]:
         params = {**self.params, "query": text}
         for slot, name in self._json_params:
-            params[slot] = json.dumps(_dotted(params, name))
+            params[slot] = json.dumps(field_value(params, name))
         try:
             rendered = self._renderer.render(self.source, params)
         except Exception as exc:  # pystache raises several types for bad templates
@@ -400,7 +401,7 @@ class ElasticsearchBackend(Backend):
         for i, hit in enumerate(hits):
             source = hit.get("_source") or {}
             for j, field in enumerate(self.numeric_fields):
-                numeric[i, j] = _number(_dotted(source, field))
+                numeric[i, j] = _number(field_value(source, field))
         total = response.get("hits", {}).get("total")
         total = total.get("value") if isinstance(total, dict) else total
         facets = {}
@@ -559,15 +560,6 @@ def _secret(variable: str, key: str) -> str:
     if not value:
         raise BackendError(f"{key}: environment variable {variable} is not set")
     return value
-
-
-def _dotted(source: dict[str, Any], path: str) -> Any:
-    node: Any = source
-    for part in path.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
 
 
 def _number(value: Any) -> float:
