@@ -3,8 +3,9 @@
 ``GET /reranker.js`` serves the browser snippet, and ``server.cors_origins`` lets pages on
 other origins call ``/search`` and ``/click`` (CORS).
 
-``create_app(config)`` builds a Flask app around a :class:`RerankerService`; nothing is read
-at import time. Every error is answered as JSON ``{"error": {"status": N, "message": ...}}``.
+``create_app(config)`` builds a Flask app around a :class:`RerankerService`, and
+``blueprint(service)`` gives the same endpoints to mount in an existing Flask app; nothing is
+read at import time. Every error is answered as JSON ``{"error": {"status": N, "message": ...}}``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 from importlib import resources
 from typing import Any
 
-from flask import Flask, current_app, jsonify, request
+from flask import Blueprint, Flask, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from .config import Config, config_from_dict
@@ -38,35 +39,61 @@ def create_app(config: Config | dict | None = None, *,
     app.json.sort_keys = False
     app.extensions["reranker"] = service
     _register_errors(app)
-    _register_browser(app, service.config.server.cors_origins, service.config.server.cors_max_age)
+    endpoints = blueprint(service)
+    app.register_blueprint(endpoints)
+    policy: CorsPolicy = endpoints.cors_policy
 
-    @app.post("/search")
+    @app.after_request
+    def cors_on_routing_errors(response):
+        # A wrong method on a CORS route never reaches the blueprint: its page still reads why.
+        if request.url_rule is None and policy.enabled and request.path in CORS_PATHS:
+            response.vary.add("Origin")
+            allowed = policy.allow(request.headers.get("Origin"))
+            if allowed is not None:
+                response.headers["Access-Control-Allow-Origin"] = allowed
+        return response
+
+    return app
+
+
+def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
+    """The service's endpoints as a Flask blueprint, to mount in an existing Flask app
+    (``app.register_blueprint(blueprint(service), url_prefix="/search-api")``): the routes,
+    their CORS (``server.cors_origins``) and their JSON errors, which stay within the
+    blueprint's routes."""
+    bp = Blueprint(name, __name__)
+    policy = CorsPolicy(service.config.server.cors_origins, service.config.server.cors_max_age)
+    bp.cors_policy = policy
+    _register_errors(bp)
+    _register_browser(bp, policy)
+
+    @bp.post("/search")
     def search():
-        body = _json_body()
+        body = _json_body(policy)
         _reject_unknown(body, {"query", "size", "user_id", "session_id", "filter", "from",
                                "facets"})
         return jsonify(service.search(body.get("query"), body.get("size"), body.get("user_id"),
                                       body.get("session_id"), filters=body.get("filter"),
                                       offset=body.get("from"), facets=body.get("facets")))
 
-    @app.post("/click")
+    @bp.post("/click")
     def click():
-        body = _json_body()
+        body = _json_body(policy)
         _reject_unknown(body, {"impression_id", "doc_id"})
         result = service.click(body.get("impression_id"), body.get("doc_id"))
         return jsonify({"accepted": True, "impression_id": result.impression_id,
                         "doc_id": result.doc_id, "position": result.position,
                         "duplicate": result.duplicate}), 202
 
-    @app.get("/healthz")
+    @bp.get("/healthz")
     def healthz():
         return jsonify(service.health())
 
-    @app.get("/experiments")
+    @bp.get("/experiments")
     def experiments():
         return jsonify(service.experiment_status())
 
-    @app.get("/dashboard")
+    @bp.get("/dashboard")
     def dashboard():
         from .experiments.report import dashboard_page
 
@@ -75,7 +102,7 @@ def create_app(config: Config | dict | None = None, *,
         return dashboard_page(), 200, {"Content-Type": "text/html; charset=utf-8",
                                        "Cache-Control": "no-store"}
 
-    return app
+    return bp
 
 
 def start_trainer(service: RerankerService, interval: float) -> tuple[threading.Thread,
@@ -84,6 +111,7 @@ def start_trainer(service: RerankerService, interval: float) -> tuple[threading.
     stop = threading.Event()
     thread = threading.Thread(target=service.trainer.run_forever, args=(stop, interval),
                               name="reranker-trainer", daemon=True)
+    service.background.append((thread, stop))  # close() stops and joins it first
     thread.start()
     return thread, stop
 
@@ -141,10 +169,10 @@ class BackgroundServer:
         trigger.del_channel()
 
 
-def _json_body() -> dict[str, Any]:
+def _json_body(policy: CorsPolicy) -> dict[str, Any]:
     body = request.get_json(silent=True)
     if body is None and request.mimetype == "text/plain":
-        body = _text_plain_json()
+        body = _text_plain_json(policy)
     if body is None:
         raise BadRequestError("the request body must be JSON (Content-Type: application/json)")
     if not isinstance(body, dict):
@@ -152,14 +180,13 @@ def _json_body() -> dict[str, Any]:
     return body
 
 
-def _text_plain_json() -> Any:
+def _text_plain_json(cors: CorsPolicy) -> Any:
     """A JSON body sent as ``text/plain``, as the snippet's cross-origin click beacons send it
     (a CORS-safelisted type needs no preflight); accepted only from an origin that
     ``server.cors_origins`` allows, so that other sites cannot post to the service through
     their visitors' browsers. ``None`` when the text is not JSON."""
-    cors: CorsPolicy | None = current_app.extensions.get("reranker.cors")
     origin = request.headers.get("Origin")
-    if cors is None or cors.allow(origin) is None:
+    if cors.allow(origin) is None:
         raise BadRequestError(f"a text/plain body is only accepted from an origin listed in "
                               f"server.cors_origins (this request's Origin: {origin!r}); "
                               f"send Content-Type: application/json")
@@ -179,7 +206,7 @@ def _error(status: int, message: str):
     return jsonify({"error": {"status": status, "message": message}}), status
 
 
-def _register_errors(app: Flask) -> None:
+def _register_errors(app: Flask | Blueprint) -> None:
     @app.errorhandler(RerankerError)
     def project_error(exc: RerankerError):
         if exc.status >= 500:
@@ -196,9 +223,10 @@ def _register_errors(app: Flask) -> None:
         return _error(500, "internal error; the server log has the details")
 
 
-#: The routes a page on another origin may call, with the methods each one answers.
-CORS_ROUTES = {"/search": "POST, OPTIONS", "/click": "POST, OPTIONS",
-               "/reranker.js": "GET, OPTIONS"}
+#: The endpoints a page on another origin may call, with the methods each one answers.
+CORS_ROUTES = {"search": "POST, OPTIONS", "click": "POST, OPTIONS",
+               "snippet": "GET, OPTIONS"}
+CORS_PATHS = ("/search", "/click", "/reranker.js")
 
 SNIPPET_CACHE = "public, max-age=3600"  # the snippet changes only with the package
 
@@ -227,18 +255,23 @@ class CorsPolicy:
         return origin if origin.lower() in self.origins else None
 
 
-def _register_browser(app: Flask, origins: tuple[str, ...], max_age: int) -> None:
+def _cors_route() -> str | None:
+    """The methods of the CORS endpoint this request is for (under any blueprint name and
+    URL prefix), or None."""
+    endpoint = (request.endpoint or "").rsplit(".", 1)[-1]
+    return CORS_ROUTES.get(endpoint)
+
+
+def _register_browser(app: Blueprint, policy: CorsPolicy) -> None:
     """``GET /reranker.js`` and the CORS hooks: a preflight ``OPTIONS`` on a CORS route is
     answered 204 at once; every answer of a CORS route (errors too) carries
     ``Access-Control-Allow-Origin`` when the request's origin is allowed. A disallowed
     origin gets no CORS header, so its browser keeps the answer from the page."""
-    policy = CorsPolicy(origins, max_age)
-    app.extensions["reranker.cors"] = policy
 
     @app.get("/reranker.js")
     def snippet():
         source, etag = _snippet_source()
-        response = app.response_class(source, mimetype="application/javascript")
+        response = current_app.response_class(source, mimetype="application/javascript")
         response.headers["Cache-Control"] = SNIPPET_CACHE
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.set_etag(etag)
@@ -246,20 +279,21 @@ def _register_browser(app: Flask, origins: tuple[str, ...], max_age: int) -> Non
 
     @app.before_request
     def preflight():
-        if request.method != "OPTIONS" or request.path not in CORS_ROUTES:
+        methods = _cors_route()
+        if request.method != "OPTIONS" or methods is None:
             return None
-        response = app.response_class(status=204)
+        response = current_app.response_class(status=204)
         del response.headers["Content-Type"]  # no body
-        response.headers["Allow"] = CORS_ROUTES[request.path]
+        response.headers["Allow"] = methods
         if policy.allow(request.headers.get("Origin")) is not None:
-            response.headers["Access-Control-Allow-Methods"] = CORS_ROUTES[request.path]
+            response.headers["Access-Control-Allow-Methods"] = methods
             response.headers["Access-Control-Allow-Headers"] = "Content-Type"
             response.headers["Access-Control-Max-Age"] = str(policy.max_age)
         return response
 
     @app.after_request
     def cors_headers(response):
-        if policy.enabled and request.path in CORS_ROUTES:
+        if policy.enabled and _cors_route() is not None:
             response.vary.add("Origin")
             allowed = policy.allow(request.headers.get("Origin"))
             if allowed is not None:

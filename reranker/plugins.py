@@ -13,6 +13,7 @@ from .errors import ConfigError
 DEFAULT_PLUGINS = (
     "reranker.backends.embedded",
     "reranker.backends.elasticsearch",
+    "reranker.backends.application",
     "reranker_plugins.preference_perceptron",
     "reranker_plugins.batch_preference_perceptron",
     "reranker_plugins.exponentiated_preference_perceptron",

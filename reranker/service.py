@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import threading
 import time
 import uuid
 from typing import Any
@@ -21,6 +22,8 @@ import numpy as np
 import pluggy
 
 from .arms import Arm, arms_from_config
+from .backends import Candidates
+from .backends.application import candidates_from
 from .backends.filters import filters_key, parse_facets, parse_filters
 from .clicks import query_key
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
@@ -69,6 +72,8 @@ class RerankerService:
         # One generator for every search: its bit generator serialises the threads' draws,
         # and building a generator per search would cost more than ranking does.
         self._rng = np.random.default_rng(config.learner.seed)
+        #: Background threads (the trainer) with their stop events, ended by close().
+        self.background: list[tuple[threading.Thread, threading.Event]] = []
         self._feature_seen = np.zeros(len(self.spec.names), dtype=bool)
         self._feature_searches = 0
 
@@ -89,6 +94,13 @@ class RerankerService:
         return self
 
     def close(self) -> None:
+        """Stop the background trainers (waiting for a pass under way: closing the store
+        under it would pull its connection away), then release the store and backend."""
+        for _, stop in self.background:
+            stop.set()
+        for thread, _ in self.background:
+            thread.join(timeout=30)
+        self.background.clear()
         if self.events is not None:
             self.events.close()
         self.backend.close()
@@ -107,7 +119,7 @@ class RerankerService:
 
     def search(self, query: Any, size: Any = None, user_id: Any = None,
                session_id: Any = None, *, filters: Any = None, offset: Any = None,
-               facets: Any = None) -> dict[str, Any]:
+               facets: Any = None, candidates: Candidates | None = None) -> dict[str, Any]:
         """Rank the backend's candidates for ``query`` (that pass ``filters``); log and
         return the page of ``size`` hits after the first ``offset``, and the ``facets``.
 
@@ -116,7 +128,10 @@ class RerankerService:
         page of the same query, filters and ``user_id`` or ``session_id`` (within
         :data:`PAGE_WINDOW` seconds), so pages neither repeat nor lose a hit. Without a
         user or session, or without that first page, the later page is cut from a new
-        ranking."""
+        ranking.
+
+        ``candidates`` are the application's own (:meth:`rerank`), instead of the
+        backend's."""
         query, size, user_id, session_id = self._check_search(query, size, user_id,
                                                               session_id)
         window = self.config.backend.candidates
@@ -133,8 +148,12 @@ class RerankerService:
         who = user_id or session_id
         page_key = None if who is None else hashlib.sha256("\x1f".join(
             (query_key(query), filters_key(clauses), who)).encode("utf-8")).hexdigest()[:32]
-        candidates = self.backend.search(query, max(window, offset + size), clauses,
-                                         facet_fields)
+        if candidates is None:
+            candidates = self.backend.search(query, max(window, offset + size), clauses,
+                                             facet_fields)
+        elif clauses or facet_fields:
+            raise BadRequestError("'filter' and 'facets' need the search backend; the "
+                                  "application filters the candidates it passes itself")
         clicks = None
         if self.spec.click_features:  # from clicks logged before this search only
             clicks = self.events.click_features(query, candidates.ids,
@@ -185,6 +204,17 @@ class RerankerService:
             answer["experiment"] = impression.experiment
             answer["arm"] = page["label"]
         return answer
+
+    def rerank(self, query: Any, candidates: Any, size: Any = None, user_id: Any = None,
+               session_id: Any = None, offset: Any = None) -> dict[str, Any]:
+        """Rank candidates the application fetched itself (a list of ``{"id", "score",
+        "field_scores", "source"}``, in its engine's order: see
+        :func:`reranker.backends.application.candidates_from`); log and return the page as
+        :meth:`search` does."""
+        given = candidates_from(candidates,
+                                [name.split(":", 1)[1] for name in self.spec.query_names],
+                                self.config.features.numeric_fields)
+        return self.search(query, size, user_id, session_id, offset=offset, candidates=given)
 
     def _watch_features(self, X: np.ndarray) -> None:
         """Over the first :data:`FEATURE_WATCH` searches with candidates, note the features

@@ -47,6 +47,29 @@ MINIMUM_VERSION = (8, 8)
 _COMPAT = re.compile(r"application/(json|x-ndjson)")
 
 
+#: Loggers of the Elasticsearch client's transport, and the level the backend gives them when
+#: nobody has set one. The transport logs an INFO line per request and, when a request fails,
+#: a WARNING with the whole urllib3 traceback before every retry; reranker reports each failure
+#: once itself (a clean start-up error, a 503 logged by the service, ``/healthz``). The node
+#: pool's one-line warnings about a failing node are kept when there are several hosts, where
+#: searches go on through the others and nothing else would say that a node is failing.
+CLIENT_LOGGERS = ("elastic_transport.transport", "elastic_transport.node_pool")
+
+
+def quiet_client_logs(several_nodes: bool) -> None:
+    """Keep the client's per-request lines and retry tracebacks out of the service's log.
+
+    Only loggers whose level nobody has set are changed (an application that configures
+    ``elastic_transport.transport`` itself, say to ``INFO`` while debugging, keeps its
+    choice); the root logger and its handlers are left alone."""
+    levels = {"elastic_transport.transport": logging.ERROR,
+              "elastic_transport.node_pool": logging.WARNING if several_nodes else logging.ERROR}
+    for name in CLIENT_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(levels[name])
+
+
 def _client_class():
     """An Elasticsearch client class that can speak to 8.x servers: once the server's major
     version is known (set on the class, which is made afresh for every connection, because
@@ -193,6 +216,7 @@ class ElasticsearchBackend(Backend):
         self._es = None
         self._lock = threading.Lock()
         self.server_version: str | None = None
+        quiet_client_logs(several_nodes=not backend.cloud_id and len(backend.hosts) > 1)
 
     # -- connection -------------------------------------------------------------------------
 
