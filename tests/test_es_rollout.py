@@ -129,14 +129,20 @@ def shadow_section() -> dict:
                       and data.get("learner", {}).get("name") == "backend_order")
 
 
+def serving(tmp_path, url, corpus, sections):
+    """The corpus indexed in the stand-in, the config with ``sections``, an opened backend
+    (the engine's own order) and the live service."""
+    index, _ = index_corpus(tmp_path, url, corpus)
+    path = es_config(tmp_path, url, index, sections=sections)
+    engine = backend_for(path)
+    engine.open()
+    return path, engine, LiveServer(path)
+
+
 def test_shadow_mode_serves_the_engines_order_and_logs_it(tmp_path, es8, corpus):
     shadow = shadow_section()
     assert shadow == {"learner": {"name": "backend_order"}}
-    index, _ = index_corpus(tmp_path, es8.url, corpus)
-    path = es_config(tmp_path, es8.url, index, sections=shadow)
-    engine = backend_for(path)
-    engine.open()
-    server = LiveServer(path)
+    path, engine, server = serving(tmp_path, es8.url, corpus, shadow)
     try:
         clicked = 0
         for query, _ in corpus.queries[:8]:
@@ -177,11 +183,7 @@ def test_guarded_rollout_config_serves_the_engine_outside_its_share(tmp_path, es
     assert experiment["control"] == "engine" and experiment["share"] == 0.05
     assert experiment["promote"] == "auto"
     assert experiment["arms"]["engine"] == {"name": "backend_order"}
-    index, _ = index_corpus(tmp_path, es8.url, corpus)
-    path = es_config(tmp_path, es8.url, index, sections=rollout)
-    engine = backend_for(path)
-    engine.open()
-    server = LiveServer(path)
+    path, engine, server = serving(tmp_path, es8.url, corpus, rollout)
     try:
         outside = 0
         for user in range(40):
