@@ -1,4 +1,5 @@
-"""The HTTP API: ``POST /search``, ``POST /click``, ``GET /healthz``, and for an experiment
+"""The HTTP API: ``POST /search``, ``POST /click``, ``POST /explain``, ``GET /healthz``, and
+for an experiment
 ``GET /experiments`` (its results as JSON) and ``GET /dashboard`` (a live page of them);
 ``GET /reranker.js`` serves the browser snippet, and ``server.cors_origins`` lets pages on
 other origins call ``/search`` and ``/click`` (CORS).
@@ -84,6 +85,18 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         return jsonify({"accepted": True, "impression_id": result.impression_id,
                         "doc_id": result.doc_id, "position": result.position,
                         "duplicate": result.duplicate}), 202
+
+    @bp.post("/explain")
+    def explain():
+        from .explain import explain_impression, explain_search
+
+        body = _json_body(policy)
+        if "impression_id" in body:
+            _reject_unknown(body, {"impression_id"})
+            return jsonify(explain_impression(service, body.get("impression_id")))
+        _reject_unknown(body, {"query", "size", "filter"})
+        return jsonify(explain_search(service, body.get("query"), body.get("size"),
+                                      body.get("filter")))
 
     @bp.get("/healthz")
     def healthz():

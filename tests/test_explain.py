@@ -1,0 +1,71 @@
+"""POST /explain: features, scores and their parts for a search, and what an impression's
+clicks taught."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def test_explain_a_search_gives_features_scores_and_parts(live):
+    answer = live.post("/explain", {"query": "tea kettle", "size": 5})
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["learner"] == "preference_perceptron" and len(body["hits"]) == 5
+    names = list(body["weights"])
+    assert names[:2] == ["backend_score", "backend_reciprocal_rank"]
+    scores = [hit["score"] for hit in body["hits"]]
+    assert scores == sorted(scores, reverse=True)  # the model's own order
+    for hit in body["hits"]:
+        assert set(hit["features"]) == set(names) == set(hit["normalized"])
+        # the score is the sum of its parts, each a total weight times a normalised feature
+        assert sum(hit["parts"].values()) == pytest.approx(hit["score"])
+        for name, part in hit["parts"].items():
+            assert part == pytest.approx(body["weights"][name]["total"]
+                                         * hit["normalized"][name])
+        assert hit["engine_score"] == hit["features"]["backend_score"]
+    # a new model ranks by the engine's order: its first hit is the engine's first
+    assert body["hits"][0]["engine_rank"] == 1
+    assert live.service.events.stats()["impressions"] == 0  # explaining logs nothing
+
+
+def test_explain_an_impression_says_what_its_clicks_taught(live):
+    page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+    imp_id = page["impression_id"]
+    nothing = live.post("/explain", {"impression_id": imp_id}).json()
+    assert nothing["training"] == {"learns": False, "why": "no click"}
+    assert [hit["id"] for hit in nothing["hits"]] == [hit["id"] for hit in page["hits"]]
+    assert [hit["rank"] for hit in nothing["hits"]] == list(range(1, 11))
+    imp = live.service.events.get_impression(imp_id)
+    offset = imp.context["pair_offset"]
+    lower = offset + 1  # 0-based lower position of this page's first randomised pair
+    live.post("/click", {"impression_id": imp_id, "doc_id": page["hits"][lower]["id"]})
+    taught = live.post("/explain", {"impression_id": imp_id}).json()
+    assert taught["training"]["learns"] is True
+    (preference,) = taught["training"]["preferences"]
+    assert preference == {"preferred": page["hits"][lower]["id"],
+                          "over": page["hits"][lower - 1]["id"], "over_rank": lower}
+    assert [hit["clicked"] for hit in taught["hits"]].count(True) == 1
+    # a click on the upper result of a pair teaches nothing, and says why
+    page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+    upper = live.service.events.get_impression(page["impression_id"]).context["pair_offset"]
+    live.post("/click", {"impression_id": page["impression_id"],
+                         "doc_id": page["hits"][upper]["id"]})
+    why = live.post("/explain", {"impression_id": page["impression_id"]}).json()["training"]
+    assert why["learns"] is False and "lower result of a randomised pair" in why["why"]
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"impression_id": "nope"}, 404, "unknown impression_id 'nope'"),
+    ({"impression_id": 3}, 400, "'impression_id' must be a non-empty string"),
+    ({"query": ""}, 400, "'query' must be a non-empty string"),
+    ({"query": "tea", "from": 3}, 400, "unknown field 'from'"),
+])
+def test_explain_refuses_bad_requests(live, body, status, message):
+    answer = live.post("/explain", body)
+    assert answer.status_code == status and message in answer.json()["error"]["message"]
+
+
+def test_explain_numbers_are_finite(live):
+    body = live.post("/explain", {"query": "green tea"}).json()
+    assert all(np.isfinite(v) for hit in body["hits"] for v in hit["normalized"].values())
