@@ -170,6 +170,9 @@ def train(config_path: str | None, close_all: bool) -> None:
                            f"no version was saved")
             else:
                 click.echo(f"{prefix}nothing to train: no impression is closed and unapplied")
+    for why, count in report.uninformative.items():
+        click.echo(f"{count} clicks taught nothing: {why} (POST /explain with an impression id "
+                   f"says why for one page)")
     if report.skipped:
         click.echo(f"skipped {report.skipped} impressions logged with another feature set",
                    err=True)

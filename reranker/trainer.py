@@ -44,6 +44,8 @@ class TrainReport:
     versions: list[int] = field(default_factory=list)  # versions saved
     model_errors: list[str] = field(default_factory=list)  # newer versions that failed to load
     arms: dict[str, TrainReport] = field(default_factory=dict)  # by arm label
+    #: Clicks that taught nothing, by reason (see :func:`uninformative_reason`).
+    uninformative: dict[str, int] = field(default_factory=dict)
 
     @property
     def version(self) -> int | None:
@@ -55,6 +57,8 @@ class TrainReport:
             setattr(self, key, getattr(self, key) + getattr(report, key))
         self.versions.extend(report.versions)
         self.model_errors.extend(report.model_errors)
+        for reason, count in report.uninformative.items():
+            self.uninformative[reason] = self.uninformative.get(reason, 0) + count
 
 
 class Trainer:
@@ -197,6 +201,9 @@ class Trainer:
         report.applied += 1
         report.clicks += clicked
         report.updates += int(changed)
+        if clicked and not changed:
+            reason = uninformative_reason(model.learner, feedback)
+            report.uninformative[reason] = report.uninformative.get(reason, 0) + clicked
 
     def run_pass(self) -> TrainReport | None:
         """One background pass: :meth:`run_once`, with any error logged and kept in
@@ -213,9 +220,11 @@ class Trainer:
         self.last_error = None
         for label, arm_report in report.arms.items():
             if arm_report.versions:
+                idle = "; ".join(f"{n} {why}" for why, n in arm_report.uninformative.items())
                 log.info("%s: trained on %d impressions (%d clicks, %d updates, %d skipped): "
-                         "model version %d", label, arm_report.applied, arm_report.clicks,
-                         arm_report.updates, arm_report.skipped, arm_report.version)
+                         "model version %d%s", label, arm_report.applied, arm_report.clicks,
+                         arm_report.updates, arm_report.skipped, arm_report.version,
+                         f"; clicks that taught nothing: {idle}" if idle else "")
         return report
 
     def run_forever(self, stop: threading.Event, interval: float) -> None:
@@ -231,3 +240,14 @@ class Trainer:
         return {"last_run": self.last_run, "last_error": self.last_error,
                 "last_saved_version": report.version if report else None,
                 "last_skipped": report.skipped if report else 0}
+
+
+def uninformative_reason(learner, feedback) -> str:
+    """Why the clicks of an impression changed nothing, in a few words for the log."""
+    from .coactive import CoactiveLearner
+
+    if isinstance(learner, CoactiveLearner):
+        if learner.swap_probability > 0:
+            return "not on the lower result of a randomised pair with its upper unclicked"
+        return "on results already on top"
+    return "the learner's update left the model as it was"

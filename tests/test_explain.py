@@ -69,3 +69,24 @@ def test_explain_refuses_bad_requests(live, body, status, message):
 def test_explain_numbers_are_finite(live):
     body = live.post("/explain", {"query": "green tea"}).json()
     assert all(np.isfinite(v) for hit in body["hits"] for v in hit["normalized"].values())
+
+
+def test_the_trainer_counts_clicks_that_taught_nothing_with_the_reason(live, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="reranker.trainer")
+    for _ in range(4):
+        page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+        imp = live.service.events.get_impression(page["impression_id"])
+        upper = imp.context["pair_offset"]  # the upper result of the first pair: no lesson
+        live.post("/click", {"impression_id": page["impression_id"],
+                             "doc_id": page["hits"][upper]["id"]})
+    page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+    lower = live.service.events.get_impression(page["impression_id"]).context["pair_offset"] + 1
+    live.post("/click", {"impression_id": page["impression_id"],
+                         "doc_id": page["hits"][lower]["id"]})
+    report = live.service.trainer.run_pass()
+    assert report.uninformative == {
+        "not on the lower result of a randomised pair with its upper unclicked": 4}
+    assert report.updates == 1
+    assert "clicks that taught nothing: 4 not on the lower result" in caplog.text
