@@ -249,3 +249,26 @@ def test_cloud_id_and_tls_settings(tmp_path):
     path = scenarios.es_config(tmp_path, "https://localhost:9200", "x", ca_certs="missing-ca.crt")
     with pytest.raises(BackendError, match="backend.ca_certs: .*missing-ca.crt does not exist"):
         scenarios.backend_for(path)._connect()
+
+
+def test_fields_are_checked_against_the_mapping_at_start_up(es8, tmp_path, corpus):
+    index, _ = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    misspelt = scenarios.es_config(tmp_path, es8.url, index, fields=["title", "bdy"])
+    with pytest.raises(BackendError, match="backend.fields: the mapping of .* has no field "
+                                           "'bdy'; did you mean 'body'"):
+        scenarios.backend_for(misspelt).open()
+    numeric = scenarios.es_config(tmp_path, es8.url, index,
+                                  sections={"features": {"numeric_fields": ["popularty"]}})
+    with pytest.raises(BackendError, match="did you mean 'popularity'"):
+        scenarios.backend_for(numeric).open()
+    # a number kept as a keyword is refused at start-up, not served as a feature that is 0
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text('{"properties": {"id": {"type": "keyword"}, "title": {"type": "text"},'
+                       ' "body": {"type": "text"}, "popularity": {"type": "keyword"}}}')
+    other = scenarios.unique_index()
+    path = scenarios.es_config(tmp_path, es8.url, other, mapping=str(mapping))
+    run_cli("index", "-c", str(path), str(write_docs(tmp_path, corpus.documents[:5])),
+            check=False)
+    result = run_cli("serve", "-c", str(path), "--port", "0", check=False, timeout=60)
+    assert result.returncode != 0
+    assert "maps 'popularity' as keyword, not as a number" in result.stderr

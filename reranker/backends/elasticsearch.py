@@ -315,6 +315,7 @@ class ElasticsearchBackend(Backend):
                                f"Elasticsearch at {self._where()}; run `reranker index` to "
                                f"create it")
         backend = self.config.backend
+        self._check_fields()
         if backend.template_id is not None:
             stored = self._call(lambda: es.get_script(id=backend.template_id),
                                 f"reading the stored template {backend.template_id!r}")
@@ -331,6 +332,36 @@ class ElasticsearchBackend(Backend):
                            f"feature query {name!r}")
         self._validate(self._retrieval(PROBE_TEXT), "the retrieval query")
         self.search(PROBE_TEXT, 1)  # the whole request runs
+
+    def _check_fields(self) -> None:
+        """Every configured field must be in the index's mapping (of every index behind an
+        alias), numeric fields as numbers: an error names the field and the closest names the
+        mapping has, instead of a feature that is always 0."""
+        from ..config import did_you_mean
+
+        es = self.es
+        answer = self._call(lambda: es.indices.get_mapping(index=self.index),
+                            f"reading the mapping of {self.index!r}")
+        types: dict[str, str] = {}
+        for entry in dict(answer).values():
+            _mapped_fields(entry.get("mappings", {}).get("properties", {}), "", types)
+        backend = self.config.backend
+        checks = [("features.numeric_fields", self.numeric_fields),
+                  ("backend.filter_fields", backend.filter_fields)]
+        if not backend.feature_queries and not backend.ltr_featureset:
+            checks.insert(0, ("backend.fields", self.fields))
+        for key, fields in checks:
+            for field in fields:
+                if field not in types:
+                    raise BackendError(
+                        f"{key}: the mapping of {self.index!r} has no field {field!r}"
+                        f"{did_you_mean(field, types)} (it maps: "
+                        f"{', '.join(sorted(types)[:30])})")
+        for field in self.numeric_fields:
+            if types[field] not in NUMERIC_TYPES:
+                raise BackendError(f"features.numeric_fields: {self.index!r} maps {field!r} as "
+                                   f"{types[field]}, not as a number; map it as a number (or "
+                                   f"reindex the values as JSON numbers)")
 
     def _validate(self, query: dict[str, Any], what: str) -> None:
         result = self._call(lambda: self.es.indices.validate_query(
@@ -554,6 +585,20 @@ class ElasticsearchBackend(Backend):
     def close(self) -> None:
         if self._es is not None:
             self._es.close()
+
+
+NUMERIC_TYPES = {"long", "integer", "short", "byte", "double", "float", "half_float",
+                 "scaled_float", "unsigned_long", "date", "date_nanos"}
+
+
+def _mapped_fields(properties: dict[str, Any], prefix: str, out: dict[str, str]) -> None:
+    """Every field path of a mapping with its type (objects' sub-fields and multi-fields
+    such as ``title.keyword`` included)."""
+    for name, spec in properties.items():
+        path = prefix + name
+        out[path] = spec.get("type", "object")
+        _mapped_fields(spec.get("properties", {}), path + ".", out)
+        _mapped_fields(spec.get("fields", {}), path + ".", out)
 
 
 class _NothingIndexed(Exception):
