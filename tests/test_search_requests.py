@@ -170,12 +170,11 @@ def test_bad_filters_paging_and_facets_are_400_naming_the_field(shop_server, bod
 
 def test_a_range_on_a_keyword_field_is_refused(shop_server):
     server, _, standin = shop_server
+    if standin is not None:
+        pytest.skip("on Elasticsearch a range on a keyword field is valid (a string range)")
     answer = server.post("/search", {"query": "shop",
                                      "filter": [{"range": {"brand": {"gte": 1}}}]})
-    if standin is None:  # the embedded engine knows the field's type
-        assert answer.status_code == 400 and "a range needs a numeric field" in answer.text
-    else:  # Elasticsearch decides; a keyword range is valid there and matches nothing here
-        assert answer.status_code in (200, 400, 502)
+    assert answer.status_code == 400 and "a range needs a numeric field" in answer.text
 
 
 def test_elasticsearch_gets_structured_clauses_and_aggregations(tmp_path):
