@@ -75,6 +75,12 @@ class SecondOrderPreferencePerceptron(CoactiveLearner):
         A_inv[:old, :old] = self.A_inv_
         self.A_, self.A_inv_ = A, A_inv
 
+    def carry_over(self, old, source) -> None:
+        super().carry_over(old, source)
+        # A dropped feature's rows leave A's inverse: the kept block of A^-1 is not the
+        # inverse of the kept block of A, so invert again.
+        self.A_inv_ = np.linalg.inv(self.A_)
+
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         delta = self.direction(X, feedback)
         if delta is None:

@@ -1,11 +1,20 @@
 """Arms: a learner with its parameters and feature-map settings, and the model it serves.
 
 An arm's identity is its learner's name plus a stable hash of its settings (the learner's
-parameters with their defaults filled in, the joint feature map, the normalisation):
-``preference_perceptron-3f9c0a1b2e``. Each arm keeps its model versions in its own folder,
-``<store.models>/<arm id>/``, with an ``arm.json`` that says what the arm is, so two
-configurations that differ only in a learner parameter never share a model, and a saved
-model is refused by an arm with other settings (:meth:`reranker.model.ModelFactory.from_dict`).
+parameters with their defaults filled in, the joint feature map, the normalisation, the
+feature set): ``preference_perceptron-3f9c0a1b2e``. Each arm keeps its model versions in its
+own folder, ``<store.models>/<arm id>/``, with an ``arm.json`` that says what the arm is, so
+two configurations that differ only in a learner parameter or a feature never share a model,
+and a saved model is refused by an arm with other settings
+(:meth:`reranker.model.ModelFactory.from_dict`).
+
+A configuration whose feature set changed gets a new folder. Its first version carries the
+newest model of the same learner and settings under the previous feature set onto the new
+one, by feature name (:meth:`reranker.learner.Learner.carry_over`; docs/algorithms.md,
+"Models across feature sets"), or, where the learner or the normalisation cannot, it starts
+a new model; either way with a one-line warning. The old folder stays: the impressions
+logged under the old feature set are its arm's, and train it whenever that configuration
+runs again.
 
 A configuration without an ``experiment:`` section has one arm, its ``learner:`` section;
 an experiment has one arm per entry of ``experiment.arms``.
@@ -32,8 +41,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,7 +62,7 @@ from .events import Impression
 from .featuremap import FeatureMap
 from .features import FeatureSpec
 from .feedback import Feedback, feedback_from_clicks
-from .model import ModelFactory, RankingModel
+from .model import ModelFactory, RankingModel, feature_change
 from .model_store import ModelStore
 
 log = logging.getLogger(__name__)
@@ -72,13 +82,14 @@ class ArmSpec:
     depth: int
     discount: str
     normalization: str
+    features: tuple[str, ...] = ()  # the feature set's names, in order
     seed: int | None = None  # not part of the identity: it changes no model
 
     def settings(self) -> dict[str, Any]:
         """Everything that makes a model of this arm mean what it means."""
         return {"learner": self.learner, "params": dict(self.params),
                 "feature_map": FeatureMap(self.depth, self.discount).to_dict(),
-                "normalization": self.normalization}
+                "normalization": self.normalization, "features": list(self.features)}
 
     @property
     def id(self) -> str:
@@ -136,7 +147,8 @@ def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str
     learner.validate_params()
     spec = ArmSpec(label=label, learner=learner_cls.name, params=learner.get_params(),
                    depth=section["depth"], discount=section["discount"],
-                   normalization=config.features.normalization, seed=section["seed"])
+                   normalization=config.features.normalization,
+                   features=factory.feature_names, seed=section["seed"])
     factory.arm_settings = spec.settings()
     return spec, factory
 
@@ -177,7 +189,7 @@ class Arm:
         spec = ArmSpec(label=label or learner.name, learner=learner.name,
                        params=learner.get_params(), depth=factory.feature_map.depth,
                        discount=factory.feature_map.discount,
-                       normalization=factory.normalization)
+                       normalization=factory.normalization, features=factory.feature_names)
         return cls(spec, factory, models_root, keep=keep)
 
     @property
@@ -191,45 +203,133 @@ class Arm:
     # -- the model folder -------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Create the arm's folder with its ``arm.json``, taking over the model folder of the
-        learner's name that versions before arms wrote (``<models>/<learner>/``) when its
-        newest model has exactly this arm's settings; read the aliases."""
+        """Create the arm's folder with its ``arm.json`` and read the aliases. A new folder
+        takes over one an earlier version wrote for exactly these settings, or starts from
+        the newest model of the same arm under another feature set (module docstring)."""
         folder = self.models.dir
-        legacy = folder.parent / self.spec.learner
-        if not folder.exists() and legacy.is_dir() and not (legacy / ARM_FILE).exists():
-            legacy_store = ModelStore(folder.parent, self.spec.learner)
-            settings = _legacy_settings(legacy_store)
-            if settings is None and legacy_store.versions():
-                _, errors = legacy_store.load_latest(self.factory)
-                raise ModelLoadError(f"no saved model of learner {self.spec.learner!r} "
-                                     f"loads: {'; '.join(errors)}; move {legacy} away to "
-                                     f"start a new model")
-            if settings == self.spec.settings():
-                try:
-                    os.rename(legacy, folder)
-                    log.warning("model folder %s is now %s (arm %s)", legacy, folder, self.id)
-                    self._write_arm_file(aliases=[self.spec.learner])
-                except OSError as exc:
-                    log.warning("could not take over %s: %s", legacy, exc)
-            elif settings is not None:
-                log.warning("the models in %s were trained with other settings than arm %r; "
-                            "it starts a new model in %s", legacy, self.label, folder)
-        path = folder / ARM_FILE
-        if not path.exists():
+        if not folder.exists():
+            self._start_folder()
+        if not (folder / ARM_FILE).exists():
             self._write_arm_file(aliases=[])
+        data = self.arm_file()
+        self.aliases = tuple(str(a) for a in data.get("aliases", []))
+
+    def arm_file(self) -> dict[str, Any]:
+        """The arm's ``arm.json`` (empty before the folder exists); :class:`ModelLoadError`
+        naming it when it cannot be read."""
+        path = self.models.dir / ARM_FILE
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            self.aliases = tuple(str(a) for a in data.get("aliases", []))
-        except (OSError, ValueError, AttributeError) as exc:
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{path} is not readable: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ModelLoadError(f"{path} is not readable: not a JSON object")
+        return data
 
-    def _write_arm_file(self, aliases: list[str]) -> None:
+    def _start_folder(self) -> None:
+        """Start the arm's folder as :meth:`predecessor` says."""
+        found = self.predecessor()
+        if found is None:
+            return
+        how, other, settings = found
+        if how == "take over":
+            self._take_over(other)
+        else:
+            self._carry_from(other, settings)
+
+    def predecessor(self) -> tuple[str, Path, dict[str, Any]] | None:
+        """Where a new folder of this arm starts from, among the other folders in
+        ``store.models`` (read only): ``("take over", folder, settings)`` for a folder an
+        earlier version wrote for exactly these settings (``<learner>/`` before arms, an id
+        without the feature set before feature sets had their own folders), which is renamed
+        to this arm's id, its impressions counting as this arm's; else ``("carry", folder,
+        settings)`` for the folder with the newest model of the same learner and settings
+        under another feature set, carried onto these features as this arm's first version
+        with a one-line warning; else None."""
+        mine = self.spec.settings()
+        others: list[tuple[float, Path, dict[str, Any]]] = []
+        for other, settings, legacy in _sibling_folders(self.models.dir.parent,
+                                                        self.spec.learner):
+            if settings is None:  # it may be this arm's: starting afresh would strand it
+                _, errors = ModelStore(other.parent, other.name).load_latest(self.factory)
+                raise ModelLoadError(f"no saved model of learner {self.spec.learner!r} loads: "
+                                     f"{'; '.join(errors)}; move {other} away to start a new "
+                                     f"model")
+            if {**settings, "features": mine["features"]} != mine:
+                if legacy and other.name == self.spec.learner:  # (a folder from before arms)
+                    log.warning("the models in %s were trained with other settings than arm "
+                                "%r; it starts a new model in %s", other, self.label,
+                                self.models.dir)
+                continue
+            if settings["features"] == mine["features"]:
+                if legacy:  # an earlier version's folder of this very arm
+                    return "take over", other, settings
+                continue
+            store = ModelStore(other.parent, other.name)
+            saved = max((store.saved_at(v) or 0.0 for v in store.versions()), default=None)
+            if saved is not None:
+                others.append((saved, other, settings))
+        if not others:
+            return None
+        _, other, settings = max(others, key=lambda entry: entry[0])
+        return "carry", other, settings
+
+    def _take_over(self, other: Path) -> None:
         folder = self.models.dir
+        try:
+            old = json.loads((other / ARM_FILE).read_text(encoding="utf-8"))
+            aliases = [other.name, *old.get("aliases", [])]
+        except (OSError, ValueError, AttributeError):  # (a folder from before arms)
+            aliases = [other.name]
+        try:
+            os.rename(other, folder)
+        except OSError as exc:
+            log.warning("could not take over %s: %s", other, exc)
+            return
+        log.warning("model folder %s is now %s (arm %s)", other, folder, self.id)
+        self._write_arm_file(aliases=aliases)
+
+    def _carry_from(self, other: Path, settings: dict[str, Any]) -> None:
+        """Start this arm from the newest good model in ``other`` (the same arm under feature
+        set ``settings["features"]``), or from a new model when it cannot be carried over."""
+        factory = ModelFactory(self.factory.learner_cls, dict(self.factory.params),
+                               self.factory.feature_map, settings["features"],
+                               self.factory.normalization)
+        change = feature_change(settings["features"], self.spec.features)
+        kept = (f"; the models of the old feature set stay in {other.name} and serve again "
+                f"if the configuration goes back")
+        old, _ = ModelStore(other.parent, other.name).load_latest(factory)
+        try:
+            if old is None:
+                raise ValueError(f"no model in {other} loads")
+            model = self.factory.carry_over(old)
+        except ValueError as exc:
+            log.warning("arm %r: the feature set changed (%s): a new model starts in %s, "
+                        "since %s%s", self.label, change, self.id, exc, kept)
+            return
+        with self.models.lock():
+            if self.models.versions():  # another process carried it meanwhile
+                return
+            model.version = self.models.next_version()
+            self._write_arm_file(aliases=[], carried_from={
+                "arm": other.name, "version": old.version, "change": change})
+            self.models.save(model)
+        shared = sum(name in old.feature_names for name in self.spec.features)
+        log.warning("arm %r: the feature set changed (%s): its new model %s starts from the "
+                    "weights of version %d on the %d features both share%s", self.label,
+                    change, self.id, old.version, shared, kept)
+
+    def _write_arm_file(self, aliases: list[str],
+                        carried_from: dict[str, Any] | None = None) -> None:
+        folder = self.models.dir
+        extra = {"carried_from": carried_from} if carried_from else {}
         try:
             folder.mkdir(parents=True, exist_ok=True)
             tmp = folder / f".{ARM_FILE}.{os.getpid()}.tmp"
             tmp.write_text(json.dumps({"id": self.id, **self.spec.settings(),
-                                       "aliases": aliases}, indent=1) + "\n",
+                                       "aliases": aliases, **extra}, indent=1) + "\n",
                            encoding="utf-8")
             os.replace(tmp, folder / ARM_FILE)
         except OSError as exc:
@@ -445,14 +545,54 @@ def _ranges(versions: list[int]) -> str:
     return ", ".join(parts)
 
 
-def _legacy_settings(store: ModelStore) -> dict[str, Any] | None:
-    """The arm settings of the newest readable model in a pre-arm model folder."""
+def _sibling_folders(root: Path, learner: str
+                     ) -> Iterator[tuple[Path, dict[str, Any] | None, bool]]:
+    """The model folders in ``root`` that may hold models of ``learner``, each with the arm
+    settings its models have, and whether an earlier version wrote it (a folder named
+    ``learner`` without ``arm.json``, from before arms; an ``arm.json`` without the feature
+    set, from before feature sets had their own folders). A folder whose settings cannot be
+    read is passed over, except a folder from before arms with saved versions, which comes
+    with settings None."""
+    try:
+        children = sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError:
+        return
+    for child in children:
+        store = ModelStore(root, child.name)
+        arm_file = child / ARM_FILE
+        if arm_file.exists():
+            try:
+                data = json.loads(arm_file.read_text(encoding="utf-8"))
+                settings = {key: data[key] for key in ARM_SETTINGS if key != "features"}
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if settings["learner"] != learner:
+                continue
+            if isinstance(data.get("features"), list):
+                yield child, {**settings, "features": data["features"]}, False
+                continue
+            saved = _saved_settings(store)  # the feature set is the models'
+            if saved is not None:
+                yield child, saved, True
+        elif child.name == learner:
+            saved = _saved_settings(store)
+            if saved is not None or store.versions():
+                yield child, saved, True
+
+
+#: The keys of :meth:`ArmSpec.settings`.
+ARM_SETTINGS = ("learner", "params", "feature_map", "normalization", "features")
+
+
+def _saved_settings(store: ModelStore) -> dict[str, Any] | None:
+    """The arm settings of the newest readable model in a folder."""
     for version in reversed(store.versions()):
         try:
             data = json.loads(store.path(version).read_text(encoding="utf-8"))
             return {"learner": data["learner"]["name"], "params": data["learner"]["params"],
                     "feature_map": data["feature_map"],
-                    "normalization": data["features"]["normalization"]["method"]}
+                    "normalization": data["features"]["normalization"]["method"],
+                    "features": list(data["features"]["names"])}
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return None

@@ -174,8 +174,8 @@ def train(config_path: str | None, close_all: bool) -> None:
         click.echo(f"{count} clicks taught nothing: {why} (POST /explain with an impression id "
                    f"says why for one page)")
     if report.skipped:
-        click.echo(f"skipped {report.skipped} impressions logged with another feature set",
-                   err=True)
+        click.echo(f"skipped {report.skipped} impressions whose update failed or whose features "
+                   f"are not the model's (the log says which)", err=True)
     stats = trainer.events.stats()
     if stats["open_impressions"]:
         click.echo(f"{stats['open_impressions']} impressions are still inside their feedback "
@@ -420,6 +420,12 @@ def _versions_of(arm: Arm) -> dict[str, Any]:
         pinned, pin_error = None, exc.message
     else:
         pin_error = None
+    try:  # where a feature-set change carried its first version from, or will
+        carried_from = arm.arm_file().get("carried_from")
+        found = None if arm.models.dir.exists() else arm.predecessor()
+    except ModelLoadError as exc:
+        carried_from, found, pin_error = None, None, pin_error or exc.message
+    starts_from = None if found is None else {"how": found[0], "folder": found[1].name}
     versions = arm.models.versions()
     rows, serving, newest_good = [], None, None
     for version in versions:
@@ -442,7 +448,8 @@ def _versions_of(arm: Arm) -> dict[str, Any]:
             "learner": arm.spec.learner, "folder": str(arm.models.dir),
             "next_version": arm.models.next_version(), "pinned": pinned,
             "pin_error": pin_error, "serving": serving,
-            "newest": versions[-1] if versions else None, "versions": rows}
+            "newest": versions[-1] if versions else None, "versions": rows,
+            "carried_from": carried_from, "starts_from": starts_from}
 
 
 @cli.group(cls=_Group)
@@ -477,14 +484,26 @@ def list_models(config_path: str | None, label: str | None, as_json: bool) -> No
     for info in listing:
         click.echo(f"arm {', '.join(info['labels'])} ({info['id']}), learner {info['learner']}, "
                    f"folder {info['folder']}")
+        carried = info["carried_from"]
+        if carried:
+            click.echo(f"  started from version {carried.get('version')} of "
+                       f"{carried.get('arm')} when the feature set changed "
+                       f"({carried.get('change')})")
         if info["pin_error"]:
             click.echo(f"  warning: {info['pin_error']}")
         elif info["pinned"] is not None and info["serving"] is None:
             click.echo(f"  warning: the pinned version {info['pinned']} does not load: a "
                        f"running service keeps its model, a starting one refuses to start")
         if not info["versions"]:
-            click.echo("  no saved version: the service serves version 0, the learner's "
-                       "initial model")
+            start = info["starts_from"]
+            if start:
+                how = ("takes over" if start["how"] == "take over"
+                       else "starts from the newest model of")
+                click.echo(f"  no folder yet: the first `serve` or `train` {how} "
+                           f"{start['folder']}")
+            else:
+                click.echo("  no saved version: the service serves version 0, the learner's "
+                           "initial model")
             continue
         table = Table()
         table.add_column("Version", justify="right")

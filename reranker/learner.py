@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -124,7 +124,9 @@ class Learner(ABC):
     #: (Delage's KL cost). ``stochastic`` and ``policy`` may be properties when they depend
     #: on a parameter.
     policy: ClassVar[str] = "argmax"
-    #: True when the learner extends its model with zeros for features that appear later.
+    #: True when the learner's state is kept per feature: it extends its model with zeros
+    #: for features that appear later (:meth:`grow`) and carries it onto another feature set
+    #: (:meth:`carry_over`).
     supports_growth: ClassVar[bool] = False
     #: True when the learner's feedback rule is defined on a list mixed from several
     #: learners' rankings (an interleaved experiment): it then learns from its own ranking
@@ -320,6 +322,48 @@ class Learner(ABC):
     def _grow(self, n_features: int) -> None:
         """Extend the learned state for new trailing features (learners with growth)."""
         raise NotImplementedError
+
+    def carry_over(self, old: Learner, source: Sequence[int]) -> None:
+        """Take ``old``'s learned state onto this learner's features (a configuration that
+        changed its feature set, docs/algorithms.md, "Models across feature sets"). ``self``
+        is freshly initialised for the new features; ``source[i]`` is the column of ``old``
+        that new feature ``i`` was, or -1 for a feature ``old`` never had, which keeps its
+        initial state (a zero weight, as :meth:`grow` gives it). A dropped feature's weight
+        is dropped with it.
+
+        The default copies every learned array along the axes as long as ``old``'s feature
+        count, and every learned number, which is right for state kept per feature (weight
+        vectors, per-feature statistics, feature-by-feature matrices); a learner whose state
+        has another shape overrides it. Learners without :attr:`supports_growth` refuse with
+        a ``ValueError``."""
+        if not self.supports_growth or not isinstance(old, type(self)):
+            raise ValueError(f"learner {old.name!r} cannot carry its learned state onto "
+                             f"another feature set")
+        source = np.asarray(source, dtype=np.intp)
+        n_old, n_new = old.n_features_in_, self.n_features_in_
+        if source.shape != (n_new,) or np.any(source >= n_old) or np.any(source < -1):
+            raise ValueError(f"source must give, for each of the {n_new} features, a column "
+                             f"of the old {n_old} or -1")
+        kept = np.flatnonzero(source >= 0)
+        fresh = self.get_state()
+        for key, value in old.get_state().items():
+            if key in ("n_features_in_", "feature_names_in_") or key not in fresh:
+                continue
+            if not isinstance(value, np.ndarray):
+                setattr(self, key, value)
+                continue
+            axes = {axis for axis, size in enumerate(value.shape) if size == n_old}
+            target = fresh[key].copy()
+            if not axes and target.shape == value.shape:
+                target = value.copy()
+            elif all((target.shape[a] == n_new) if a in axes else
+                     (target.shape[a] == value.shape[a]) for a in range(value.ndim)):
+                into = np.ix_(*[kept if a in axes else np.arange(value.shape[a])
+                                for a in range(value.ndim)])
+                out_of = np.ix_(*[source[kept] if a in axes else np.arange(value.shape[a])
+                                  for a in range(value.ndim)])
+                target[into] = value[out_of]
+            setattr(self, key, target)
 
     def _grow_prior(self, old: int, n_features: int,  # noqa: B027 -- optional
                     prior: np.ndarray | None) -> None:

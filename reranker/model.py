@@ -170,6 +170,24 @@ class ModelFactory:
         return RankingModel(learner=learner, normalizer=make_normalizer(self.normalization),
                             feature_names=self.feature_names)
 
+    def carry_over(self, old: RankingModel) -> RankingModel:
+        """A new model of this factory's features that starts from ``old``'s learned state on
+        the features both have (docs/algorithms.md, "Models across feature sets"); the
+        features ``old`` lacks start as a new model's do. Raise ``ValueError`` saying why
+        when it cannot."""
+        if old.learner_name != self.learner_cls.name:
+            raise ValueError(f"it was trained by learner {old.learner_name!r}")
+        if self.normalization == "zscore":
+            raise ValueError("zscore normalisation keeps statistics per feature, which the "
+                             "new features lack")
+        model = self.new()
+        source = [old.feature_names.index(name) if name in old.feature_names else -1
+                  for name in self.feature_names]
+        if all(index < 0 for index in source):
+            raise ValueError("the two feature sets share no feature")
+        model.learner.carry_over(old.learner, source)
+        return model
+
     def from_dict(self, data: Any, source: str) -> RankingModel:
         """Rebuild a saved model; raise :class:`ModelLoadError` naming ``source`` and the
         problem when it is corrupt or does not fit the configuration."""
@@ -220,8 +238,8 @@ class ModelFactory:
             appended = (len(names) < len(self.feature_names)
                         and self.feature_names[: len(names)] == names)
             if not appended:
-                raise fail(f"it was trained on features {list(names)} but the config gives "
-                           f"{list(self.feature_names)}")
+                raise fail(f"it was trained on other features than the config gives "
+                           f"({feature_change(names, self.feature_names)})")
             if not self.learner_cls.supports_growth:
                 raise fail(f"the config adds features {list(self.feature_names[len(names):])} "
                            f"and learner {self.learner_cls.name!r} does not support new "
@@ -252,3 +270,13 @@ class ModelFactory:
             raise fail(str(exc)) from None
         return RankingModel(learner=learner, normalizer=normalizer,
                             feature_names=self.feature_names, version=version, progress=progress)
+
+
+def feature_change(old: tuple[str, ...] | list[str], new: tuple[str, ...] | list[str]) -> str:
+    """What changed from feature set ``old`` to ``new``, in a few words: ``adds x, y; drops
+    z`` (or ``reorders them``)."""
+    added = [name for name in new if name not in old]
+    dropped = [name for name in old if name not in new]
+    parts = ([f"adds {', '.join(added)}"] if added else []) + \
+        ([f"drops {', '.join(dropped)}"] if dropped else [])
+    return "; ".join(parts) or "reorders them"

@@ -322,6 +322,47 @@ def check_starts_from_the_prior(cls: type[Learner], params: dict | None = None) 
         f"{cls.name}: a restored model lost its starting ranking"
 
 
+def check_carries_over_to_another_feature_set(cls: type[Learner], params: dict | None = None
+                                               ) -> None:
+    """A learner with :attr:`~reranker.learner.Learner.supports_growth` carries its learned
+    state onto a feature set that reorders, drops and adds features: it scores as before on
+    the features both sets share (a dropped feature as if it were 0, a new one without
+    influence), and keeps learning; a learner without it refuses with ``ValueError``."""
+    learner = _make(cls, params)
+    _train(learner, 6, 15)
+    names = ["x3", "new", "x1", "x0"]  # x2 dropped, "new" added, the rest reordered
+    source = [3, -1, 1, 0]
+    carried = cls(feature_map=FeatureMap(depth=5), **(params or {}))
+    carried.validate_params()
+    carried.initialize(len(names), names)
+    if not cls.supports_growth:
+        try:
+            carried.carry_over(learner, source)
+        except ValueError:
+            return
+        raise AssertionError(f"{cls.name}: carry_over() without supports_growth did not "
+                             f"refuse")
+    carried.carry_over(learner, source)
+    assert carried.n_features_in_ == len(names) and carried.feature_names_in_ == names, \
+        f"{cls.name}: carry_over() changed the feature names it was initialised with"
+    rng = np.random.default_rng(8)
+    for n in (3, 8):
+        X_old = rng.random((n, N_FEATURES))
+        X_old[:, 2] = 0.0
+        X_new = np.column_stack([X_old[:, 3], rng.random(n), X_old[:, 1], X_old[:, 0]])
+        before = learner.rank(X_old, n, np.random.default_rng(2)).scores
+        after = carried.rank(X_new, n, np.random.default_rng(2)).scores
+        assert np.allclose(before, after), \
+            f"{cls.name}: a carried model scores the shared features differently " \
+            f"({after} against {before})"
+    X = rng.random((6, len(names)))
+    result = carried.rank(X, 3, rng)
+    carried.update(X, feedback_from_clicks(result.ranking, 3, np.array([5])))
+    assert sorted(carried.rank(X, 3, rng).ranking.tolist()) == list(range(6))
+    restored = cls(feature_map=FeatureMap(depth=5), **(params or {}))
+    restored.set_state(copy.deepcopy(carried.get_state()))
+
+
 LEARNER_CHECKS: list[Callable[..., None]] = [
     check_declares_itself,
     check_ranks_are_permutations,
@@ -332,6 +373,7 @@ LEARNER_CHECKS: list[Callable[..., None]] = [
     check_no_information_changes_nothing,
     check_probabilities,
     check_starts_from_the_prior,
+    check_carries_over_to_another_feature_set,
 ]
 
 

@@ -44,6 +44,15 @@ def write_config(folder: Path, **sections) -> Path:
     return path
 
 
+def learn(search, click, pages: int = 1, query: str = "tea kettle") -> None:
+    """Pages the perceptron learns from: clicks on ranks 6 and 3, one of which is the lower
+    result of its pair whichever random pairing the page used."""
+    for _ in range(pages):
+        page = search(query)
+        for position in (5, 2):
+            click(page["impression_id"], page["hits"][position]["id"])
+
+
 def write_docs(folder: Path, documents) -> Path:
     path = folder / "docs.jsonl"
     with open(path, "w", encoding="utf-8") as handle:

@@ -7,6 +7,7 @@ from reranker.learner import Learner, LinearLearner, RankResult, argmax_ranking
 from reranker.policies import gumbel_top_k, plackett_luce_log_prob, plackett_luce_prefix_log_prob
 from reranker.testing import (
     check_bad_features_are_refused,
+    check_carries_over_to_another_feature_set,
     check_declares_itself,
     check_inputs_not_mutated,
     check_no_information_changes_nothing,
@@ -143,6 +144,23 @@ class ForgetsWhenGrowing(Good):
         self.w_ = np.zeros(n)
 
 
+class GrowsWell(Good):
+    name = "grows_well"
+    supports_growth = True
+
+    def _grow(self, n):
+        self.w_ = np.concatenate([self.w_, np.zeros(n - len(self.w_))])
+
+
+class CarriesByPosition(GrowsWell):
+    """Carries its weights over by column number, not by feature name."""
+
+    name = "carries_by_position"
+
+    def carry_over(self, old, source):
+        self.w_[: min(len(old.w_), len(self.w_))] = old.w_[: len(self.w_)]
+
+
 class GoodLinear(LinearLearner):
     name = "good_linear"
     description = "a linear learner that starts from the prior"
@@ -175,8 +193,10 @@ def test_the_prior_check_catches_a_learner_that_ignores_its_starting_ranking():
     (check_save_load_round_trip, HiddenCounter),
     (check_probabilities, LogsTheWholeRanking),
     (check_bad_features_are_refused, ForgetsWhenGrowing),
+    (check_carries_over_to_another_feature_set, CarriesByPosition),
 ])
 def test_check_catches_a_broken_learner(check, broken):
-    check(Good)  # the correct learner passes
+    # the correct learner passes
+    check(GrowsWell if check is check_carries_over_to_another_feature_set else Good)
     with pytest.raises(AssertionError):
         check(broken)

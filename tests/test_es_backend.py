@@ -10,7 +10,7 @@ from conftest import LiveServer, run_cli, write_config, write_docs
 from es_standin import Standin
 
 from reranker.config import load_config
-from reranker.errors import BackendError, BackendUnavailableError, ModelLoadError
+from reranker.errors import BackendError, BackendUnavailableError
 from reranker.service import RerankerService
 
 
@@ -179,19 +179,33 @@ def test_learning_to_rank_feature_set(es8, tmp_path, corpus):
         scenarios.backend_for(path).open()
 
 
-def test_a_model_from_other_features_is_refused(es8, tmp_path, corpus):
-    """A model trained with one feature set is refused where the features differ."""
+def test_a_changed_feature_query_starts_from_the_shared_weights(es8, tmp_path, corpus,
+                                                                 caplog):
+    """A model trained with one feature set is kept apart when the features change; the new
+    one starts from its weights on the features both share."""
     index, path = scenarios.index_corpus(tmp_path, es8.url, corpus)
     service = RerankerService(load_config(path)).open()
     page = service.search("espresso grinder", 10)
     for position in (4, 1):  # one of them teaches whichever pairing the page used
         service.click(page["impression_id"], page["hits"][position]["id"])
     service.trainer.run_once(close_all=True)
+    old = service.model
     service.close()
     path = scenarios.es_config(tmp_path, es8.url, index,
                                feature_queries={"title": {"match": {"title": "{{query}}"}}})
-    with pytest.raises(ModelLoadError, match="trained on features"):
-        RerankerService(load_config(path)).open()
+    service = RerankerService(load_config(path)).open()
+    try:
+        model = service.model
+        assert model.version == 1 and model.feature_names != old.feature_names
+        shared = [name for name in model.feature_names if name in old.feature_names]
+        assert shared and "query_score:title" in model.feature_names
+        new_w = dict(zip(model.feature_names, model.learner.learned_weights(), strict=True))
+        old_w = dict(zip(old.feature_names, old.learner.learned_weights(), strict=True))
+        assert all(new_w[name] == old_w[name] for name in shared)
+        assert any("the feature set changed" in r.getMessage() for r in caplog.records)
+        assert service.search("espresso grinder", 10)["hits"]
+    finally:
+        service.close()
 
 
 def test_embedded_only_options_are_refused_on_the_embedded_backend(tmp_path):

@@ -1,11 +1,10 @@
-"""Learners selected in YAML serve live traffic; new features grow the models that can."""
+"""Learners selected in YAML serve live traffic."""
 
 import numpy as np
 import pytest
 from conftest import write_config
 
 from reranker.config import load_config
-from reranker.errors import ModelLoadError
 from reranker.service import RerankerService
 
 
@@ -76,62 +75,3 @@ def test_the_default_learner_logs_what_it_shows_and_a_seed_reproduces_it(workdir
     for query, ids in zip(queries, runs[0], strict=True):
         by_query.setdefault(query, set()).add(tuple(ids))
     assert any(len(orders) > 1 for orders in by_query.values())  # it does perturb
-
-
-@pytest.mark.parametrize("name", ["greedy_klrank", "online_ranknet", "noregret_klrank"])
-def test_a_new_feature_in_config_grows_the_model(workdir, name):
-    features = {"numeric_fields": [], "click_features": False}
-    path = write_config(workdir, features=features, learner={"name": name})
-    service = serve(path)
-    train_some(service)
-    theta = service.model.learner.theta_.copy()
-    page = service.search("tea kettle", 10)  # logged with the old features, not yet trained
-    service.click(page["impression_id"], page["hits"][5]["id"])
-    service.close()
-    path = write_config(workdir, features={**features, "numeric_fields": ["popularity"]},
-                        learner={"name": name})
-    service = serve(path)
-    try:
-        model = service.model
-        assert model.feature_names[-1] == "field_value:popularity"
-        np.testing.assert_array_equal(model.learner.theta_, np.append(theta, 0.0))
-        assert service.search("tea kettle", 10)["hits"]
-        report = train_some(service)
-        assert report.skipped >= 1  # impressions logged with the old features are passed over
-        assert report.updates >= 3
-        assert service.model.learner.theta_[-1] != 0.0  # the new feature is being learned
-    finally:
-        service.close()
-
-
-def test_a_new_feature_is_refused_by_a_learner_without_growth(workdir):
-    learner = {"name": "exponentiated_preference_perceptron"}
-    path = write_config(workdir, features={"click_features": False}, learner=learner)
-    service = serve(path)
-    train_some(service)
-    service.close()
-    path = write_config(workdir, features={"click_features": True}, learner=learner)
-    with pytest.raises(ModelLoadError, match="does not support new features"):
-        serve(path)
-
-
-def test_a_model_from_before_the_click_features_keeps_learning(workdir):
-    """An upgrade: a perceptron trained without click features grows to take them, with
-    zero weights, and keeps its learned weights."""
-    path = write_config(workdir, features={"click_features": False})
-    service = serve(path)
-    train_some(service)
-    w = service.model.learner.w_.copy()
-    service.close()
-    path = write_config(workdir, features={"click_features": True}, learner={"seed": 1})
-    service = serve(path)
-    try:
-        model = service.model
-        assert model.feature_names[-2:] == ("click_lift:query_doc", "click_lift:doc")
-        np.testing.assert_array_equal(model.learner.w_, np.append(w, [0.0, 0.0]))
-        # the starting ranking takes the query's click rate in, as a new model's does
-        np.testing.assert_array_equal(model.learner.prior_[-2:], [1.0, 0.0])
-        report = train_some(service, clicks=6)  # (each click informs with chance 1/2)
-        assert report.updates >= 1 and service.model.version == 2
-    finally:
-        service.close()

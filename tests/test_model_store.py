@@ -76,7 +76,7 @@ def test_corrupt_versions_are_refused_and_the_last_good_one_loads(tmp_path, how,
 
 
 @pytest.mark.parametrize("other, message", [
-    (factory(names=("a", "b", "d")), "trained on features ['a', 'b', 'c']"),
+    (factory(names=("a", "b", "d")), "other features than the config gives (adds d; drops c)"),
     (factory(normalization="zscore"), "normalisation 'per_query_minmax'"),
     (factory(depth=5), "feature map"),
 ])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import LiveServer, run_cli, write_config
+from conftest import LiveServer, learn, run_cli, write_config
 
 from reranker.config import load_config
 from reranker.service import RerankerService
@@ -29,15 +29,6 @@ def failing(*args: str) -> str:
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     return result.stderr
-
-
-def learn(search, click, pages: int = 1, query: str = "tea kettle") -> None:
-    """Pages the perceptron learns from: clicks on ranks 6 and 3, one of which is the lower
-    result of its pair whichever random pairing the page used."""
-    for _ in range(pages):
-        page = search(query)
-        for position in (5, 2):
-            click(page["impression_id"], page["hits"][position]["id"])
 
 
 def learn_in(service: RerankerService, pages: int = 1) -> None:
