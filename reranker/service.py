@@ -200,6 +200,8 @@ class RerankerService:
                   "total": candidates.total, "from": offset, "hits": hits}
         if facet_fields:
             answer["facets"] = candidates.facets
+        if candidates.aggregations:
+            answer["aggregations"] = candidates.aggregations
         if self.experiment is not None:
             answer["experiment"] = impression.experiment
             answer["arm"] = page["label"]

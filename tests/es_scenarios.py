@@ -92,7 +92,8 @@ def scenario_template_parameters_are_never_rendered_again(tmp_path, url, corpus)
     backend = backend_for(path)
     backend.open()
     for text in ("{{size}}", "{{nope}}", '{{#extra}}"x"{{/extra}}', 'espresso "quoted"'):
-        query = backend._retrieval(text)
+        query, aggs = backend._retrieval(text)
+        assert aggs == {}
         assert query["bool"]["must"][0]["match"]["title"] == text
         assert query["bool"]["should"][0]["match"]["body"] == text
         assert "x" not in query["bool"]  # a missing section renders empty, as in Elasticsearch
@@ -122,6 +123,28 @@ def scenario_template_and_stored_template(tmp_path, url, corpus):
     backend.close()
 
 
+def scenario_template_aggregations_are_kept(tmp_path, url, corpus):
+    """A site's search template that renders aggregations beside its query: the query
+    retrieves, the aggregations go with the same request and come back in the answer."""
+    index, _ = index_corpus(tmp_path, url, corpus)
+    template = ('{"query": {"match": {"title": {{#toJson}}query{{/toJson}}}}, '
+                '"aggs": {"popular": {"terms": {"field": "popularity", "size": 3}}}}')
+    path = es_config(tmp_path, url, index, template=template)
+    service = RerankerService(load_config(path)).open()
+    try:
+        answer = service.search("espresso grinder", 10)
+        buckets = answer["aggregations"]["popular"]["buckets"]
+        assert 0 < len(buckets) <= 3 and answer["hits"]
+        assert sum(b["doc_count"] for b in buckets) <= answer["total"]
+        assert "facets" not in answer
+    finally:
+        service.close()
+    reserved = template.replace('"popular"', '"reranker_facet:popular"')
+    path = es_config(tmp_path, url, index, template=reserved)
+    with pytest.raises(BackendError, match="reserved for the facets"):
+        RerankerService(load_config(path)).open()
+
+
 def backend_for_template_ids(tmp_path, url, index, template):
     path = es_config(tmp_path, url, index, template=template, template_params={"op": "or"})
     backend = backend_for(path)
@@ -142,7 +165,7 @@ def scenario_start_up_checks_name_the_problem(tmp_path, url, corpus):
         ({"template": '{"query": {"match": {"title": "{{query}}", "x": "{{missing}}"}}}'},
          "retrieval query"),
         ({"template": '{"query": {"match": {"title": "{{query}}"}}, "sort": ["_doc"]}'},
-         "render the query alone"),
+         "render the query, and aggregations if any, alone"),
         ({"template": '{"query": {"match": {"title": "{{query}"}}}'}, "does not render"),
         ({"template_id": "no-such-template"}, "no-such-template"),
     ]

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.skipif(not URL, reason="RERANKER_TEST_ES_URL is not set
                                   "user_text_is_only_a_parameter",
                                   "template_parameters_are_never_rendered_again",
                                   "template_and_stored_template",
+                                  "template_aggregations_are_kept",
                                   "start_up_checks_name_the_problem",
                                   "service_uses_elasticsearch_features",
                                   "clicked_result_moves_up"])

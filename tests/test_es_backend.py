@@ -32,6 +32,7 @@ def es8():
                                   "user_text_is_only_a_parameter",
                                   "template_parameters_are_never_rendered_again",
                                   "template_and_stored_template",
+                                  "template_aggregations_are_kept",
                                   "start_up_checks_name_the_problem",
                                   "service_uses_elasticsearch_features"])
 def test_scenario(standin, tmp_path, corpus, name):

@@ -196,7 +196,7 @@ def test_elasticsearch_gets_structured_clauses_and_aggregations(tmp_path):
         (body,) = searches
         filters = body["query"]["bool"]["filter"]
         assert filters[1:] == FILTERS  # the clauses as given, after the features' clause
-        assert body["aggs"] == {"brand": {"terms": {"field": "brand", "size": 100}}}
+        assert body["aggs"] == {"reranker_facet:brand": {"terms": {"field": "brand", "size": 100}}}
         assert text not in str(filters[1:]) and text not in str(body["aggs"])
     finally:
         standin.stop()

@@ -38,6 +38,8 @@ class Candidates:
     total: int | None = None  # how many documents matched, when the backend knows
     #: Per facet field asked for, each value's count over every matching document.
     facets: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: The aggregations a search template asks for, as the engine answered them.
+    aggregations: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)

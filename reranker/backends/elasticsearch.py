@@ -37,7 +37,7 @@ from .. import hookimpl
 from ..documents import field_value
 from ..errors import BackendError, BackendUnavailableError
 from . import Backend, Candidates, IndexReport
-from .filters import FACET_SIZE, Clause, filter_types
+from .filters import FACET_PREFIX, FACET_SIZE, Clause, filter_types
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,8 @@ class TemplateQuery:
 
     #: Keys of a rendered search body that reranker replaces or can drop safely.
     BODY_KEYS = {"query", "size", "from", "_source", "track_total_hits", "timeout"}
+    #: Kept: sent with every search, answered in the response's ``aggregations``.
+    AGGS_KEYS = {"aggs", "aggregations"}
     _TO_JSON = re.compile(r"\{\{#toJson\}\}\s*([\w.]+)\s*\{\{/toJson\}\}")
 
     def __init__(self, source: str, params: dict[str, Any], where: str):
@@ -146,6 +148,12 @@ class TemplateQuery:
                                            missing_tags="ignore")
 
     def render(self, text: str) -> dict[str, Any]:
+        """The retrieval query for the user's ``text``."""
+        return self.render_search(text)[0]
+
+    def render_search(self, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The retrieval query for the user's ``text`` and the aggregations the template's
+        search body asks for (empty when it renders the query alone)."""
         params = {**self.params, "query": text}
         for slot, name in self._json_params:
             params[slot] = json.dumps(field_value(params, name))
@@ -161,16 +169,25 @@ class TemplateQuery:
         if not isinstance(body, dict):
             raise BackendError(f"{self.where}: the template must render a JSON object")
         if "query" not in body:
-            return body  # the template renders the query itself
-        extra = sorted(set(body) - self.BODY_KEYS)
+            return body, {}  # the template renders the query itself
+        extra = sorted(set(body) - self.BODY_KEYS - self.AGGS_KEYS)
         if extra:
             raise BackendError(f"{self.where}: the template renders a search body with "
                                f"{', '.join(extra)}, which reranker cannot keep (it retrieves "
                                f"with the query and reranks the hits); make the template "
-                               f"render the query alone")
+                               f"render the query, and aggregations if any, alone")
         if not isinstance(body["query"], dict):
             raise BackendError(f"{self.where}: the template's query must be an object")
-        return body["query"]
+        aggs: dict[str, Any] = {}
+        for key in self.AGGS_KEYS & set(body):
+            if not isinstance(body[key], dict):
+                raise BackendError(f"{self.where}: the template's {key} must be an object")
+            aggs.update(body[key])
+        clash = sorted(name for name in aggs if name.startswith(FACET_PREFIX))
+        if clash:
+            raise BackendError(f"{self.where}: aggregation name {clash[0]!r} is reserved for "
+                               f"the facets of a search; rename it")
+        return body["query"], aggs
 
 
 class ElasticsearchBackend(Backend):
@@ -330,7 +347,7 @@ class ElasticsearchBackend(Backend):
         for name, query in self._features.items():
             self._validate(substitute(query, {"query": PROBE_TEXT}),
                            f"feature query {name!r}")
-        self._validate(self._retrieval(PROBE_TEXT), "the retrieval query")
+        self._validate(self._retrieval(PROBE_TEXT)[0], "the retrieval query")
         self.search(PROBE_TEXT, 1)  # the whole request runs
 
     def _check_fields(self) -> None:
@@ -390,16 +407,17 @@ class ElasticsearchBackend(Backend):
 
     # -- search -----------------------------------------------------------------------------
 
-    def _retrieval(self, text: str) -> dict[str, Any]:
+    def _retrieval(self, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The retrieval query and the template's aggregations."""
         if self._template is not None:
-            return self._template.render(text)
-        return substitute(self._query, {"query": text})
+            return self._template.render_search(text)
+        return substitute(self._query, {"query": text}), {}
 
     def request_body(self, text: str, n: int, filters: tuple[Clause, ...] = (),
                      facets: tuple[str, ...] = ()) -> dict[str, Any]:
         """The one search request: retrieval in ``must``, features and the search's filter
         clauses in ``filter``, facets as terms aggregations."""
-        retrieval = self._retrieval(text)  # a fresh structure for every request
+        retrieval, aggs = self._retrieval(text)  # a fresh structure for every request
         named = [{"bool": {"must": [retrieval], "_name": "backend_score"}}]
         body: dict[str, Any] = {"size": n, "track_total_hits": True}
         backend = self.config.backend
@@ -417,8 +435,10 @@ class ElasticsearchBackend(Backend):
         body["query"] = {"bool": {"must": named,
                                   "filter": [{"bool": {"should": should + [{"match_all": {}}]}},
                                              *(clause.to_dict() for clause in filters)]}}
-        if facets:  # built from checked field names only, never from the user's text
-            body["aggs"] = {f: {"terms": {"field": f, "size": FACET_SIZE}} for f in facets}
+        for f in facets:  # built from checked field names only, never from the user's text
+            aggs[FACET_PREFIX + f] = {"terms": {"field": f, "size": FACET_SIZE}}
+        if aggs:
+            body["aggs"] = aggs
         return body
 
     def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
@@ -459,16 +479,21 @@ class ElasticsearchBackend(Backend):
                 numeric[i, j] = _number(field_value(source, field))
         total = response.get("hits", {}).get("total")
         total = total.get("value") if isinstance(total, dict) else total
-        facets = {}
+        facets, aggregations = {}, {}
         for name, agg in (response.get("aggregations") or {}).items():
-            facets[name] = {str(b.get("key_as_string", _facet_key(b.get("key")))):
-                            int(b.get("doc_count", 0)) for b in agg.get("buckets", [])}
+            if not name.startswith(FACET_PREFIX):  # the template's own, as answered
+                aggregations[name] = agg
+                continue
+            facets[name[len(FACET_PREFIX):]] = {
+                str(b.get("key_as_string", _facet_key(b.get("key")))): int(b.get("doc_count", 0))
+                for b in agg.get("buckets", [])}
 
         def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
             return [hits[i].get("_source") or {} for i in indices]
 
         return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,
-                          load_sources=load_sources, total=total, facets=facets)
+                          load_sources=load_sources, total=total, facets=facets,
+                          aggregations=aggregations)
 
     # -- indexing ---------------------------------------------------------------------------
 

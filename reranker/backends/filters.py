@@ -34,6 +34,8 @@ RANGE_BOUNDS = ("gte", "gt", "lte", "lt")
 MAX_TERMS = 1000
 #: Values per facet, at most (the most frequent first).
 FACET_SIZE = 100
+#: The prefix of the facet aggregations' names in a search request.
+FACET_PREFIX = "reranker_facet:"
 
 Scalar = str | int | float | bool
 
