@@ -24,3 +24,48 @@ def median_p99_us(samples_ns: list[int]) -> tuple[float, float]:
     """Median and 99th percentile in microseconds."""
     arr = np.asarray(samples_ns) / 1000.0
     return float(np.median(arr)), float(np.percentile(arr, 99))
+
+
+def mq2008_benchmark_args(description: str, impressions: int, click_model: str):
+    """The command line of the simulator benchmarks (``--data``, ``--impressions``,
+    ``--repeats``, ``--click-model``) and MQ2008 fold 1 loaded for the simulator; exits with
+    a message when the data is not there."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    from reranker.simulation import prepare
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data", type=Path,
+                        default=Path(__file__).resolve().parents[2] / "shared" / "data"
+                        / "letor4-mq2008", help="folder with MQ2008's S1..S5.txt.gz")
+    parser.add_argument("--impressions", type=int, default=impressions)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--click-model", default=click_model)
+    args = parser.parse_args()
+    if not (args.data / "S1.txt.gz").is_file():
+        sys.exit(f"MQ2008 not found in {args.data}; pass --data")
+    data = prepare([args.data / f"S{i}.txt.gz" for i in (1, 2, 3)], args.data / "S5.txt.gz")
+    return args, data
+
+
+def simulation_speeds(data, cases: dict, settings, repeats: int) -> dict[str, dict]:
+    """Run every case (a label and a ``LearnerSpec``) ``repeats`` times, interleaved so that
+    a slow spell of the machine touches them all alike; per case the median and best
+    impressions per second and the median share of time in learner code."""
+    import statistics
+
+    from reranker.simulation import run_one
+
+    timings: dict[str, list[dict]] = {name: [] for name in cases}
+    for repeat in range(repeats):
+        for name, spec in cases.items():
+            timings[name].append(run_one(data, spec, settings, repeat)[1])
+    out = {}
+    for name, runs in timings.items():
+        speeds = [t["impressions_per_second"] for t in runs]
+        out[name] = {"median": statistics.median(speeds), "best": max(speeds),
+                     "share": statistics.median(t["learner_seconds"] / t["seconds"]
+                                                for t in runs)}
+    return out

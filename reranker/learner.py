@@ -91,10 +91,11 @@ class RankResult:
 
     ``scores`` are the per-candidate scores the ranking is sorted or sampled from.
     A stochastic learner also reports ``log_prob``, the log-probability of the shown top
-    ``n_shown`` under its policy, and may report ``propensities``, the per-candidate
-    marginal probability of being shown. ``context`` is a small JSON-able record the
-    learner wants back with the feedback on this impression (for the perceptrons, which
-    pairs they randomised); it is logged with the impression.
+    ``n_shown`` under its policy, and ``propensities``, the per-candidate marginal
+    probability of being shown (:meth:`Learner.rank` fills them in from
+    :meth:`Learner.marginals` when ``_rank`` leaves them out). ``context`` is a small
+    JSON-able record the learner wants back with the feedback on this impression (for the
+    perceptrons, which pairs they randomised); it is logged with the impression.
     """
 
     ranking: np.ndarray
@@ -124,6 +125,12 @@ class Learner(ABC):
     #: (Delage's KL cost). ``stochastic`` and ``policy`` may be properties when they depend
     #: on a parameter.
     policy: ClassVar[str] = "argmax"
+    #: False for a stochastic learner whose randomness includes more than coins its
+    #: probabilities can sum over (DBGD's continuous exploration direction): it then logs no
+    #: probability of its lists, and :meth:`log_probability`,
+    #: :meth:`first_log_probabilities` and :meth:`marginals` are not defined for it
+    #: (``NotImplementedError``, None).
+    exact_probabilities: ClassVar[bool] = True
     #: True when the learner's state is kept per feature: it extends its model with zeros
     #: for features that appear later (:meth:`grow`) and carries it onto another feature set
     #: (:meth:`carry_over`).
@@ -268,7 +275,10 @@ class Learner(ABC):
         n_shown = X.shape[0] if n_shown is None else min(int(n_shown), X.shape[0])
         if rng is None and self.stochastic:
             rng = _fallback_rng()
-        return self._rank(X, n_shown, rng)
+        result = self._rank(X, n_shown, rng)
+        if result.propensities is None and self.stochastic:  # what logging needs
+            result.propensities = self.marginals(X, n_shown)
+        return result
 
     def update(self, X: np.ndarray, feedback: Feedback) -> bool:
         """Learn from the feedback on one impression; return True if the model changed."""
@@ -461,7 +471,7 @@ class LinearLearner(Learner):
     def weights(self) -> np.ndarray:
         """The weights it ranks with: learned, plus the starting ranking."""
         learned = self.learned_weights()
-        if not self.prior_.any():
+        if self.prior_steps == 0 or not self.prior_.any():
             return learned
         return learned + self.prior_weight() * self.prior_
 
@@ -488,9 +498,9 @@ class LinearLearner(Learner):
         self.prior_ = np.concatenate([self.prior_, extra])
 
     def _learn(self, X: np.ndarray, feedback: Feedback) -> bool:
-        if type(self).weights is not LinearLearner.weights:
-            # A subclass with its own weights() (the interface before the starting ranking)
-            # ranks without it: no steps to count.
+        if self.prior_steps == 0 or type(self).weights is not LinearLearner.weights:
+            # No starting ranking to scale, or a subclass with its own weights() (the
+            # interface before the starting ranking) that ranks without it: no steps to count.
             return self._update(X, feedback)
         before = self.learned_weights().copy()
         changed = self._update(X, feedback)
@@ -503,6 +513,38 @@ class LinearLearner(Learner):
               rng: np.random.Generator | None) -> RankResult:
         scores = X @ self.weights()
         return RankResult(ranking=argmax_ranking(scores), scores=scores)
+
+
+def learning_rate_params(rate: float, decay: float) -> tuple[Param, Param]:
+    """The ``learning_rate`` and ``learning_rate_decay`` of a :class:`GradientStepLearner`."""
+    return (Param("learning_rate", float, rate, "eta, the step size", minimum=0.0,
+                  exclusive_minimum=True),
+            Param("learning_rate_decay", float, decay, "the learning rate is multiplied by "
+                  "it after every step (the reference experiments' 0.9999977)", minimum=0.0,
+                  maximum=1.0, exclusive_minimum=True))
+
+
+class GradientStepLearner(LinearLearner):
+    """A linear learner that moves ``w`` by ``eta * direction`` per step, ``eta`` starting at
+    ``learning_rate`` and multiplied by ``learning_rate_decay`` after each step (PDGD and
+    DBGD, as their reference implementation runs them). It starts from ``w = 0``."""
+
+    supports_growth = True
+    learning_rate: float = 0.1
+    learning_rate_decay: float = 1.0
+
+    def _initialize(self, n_features: int) -> None:
+        self.w_ = np.zeros(n_features)
+        self.eta_ = float(self.learning_rate)
+        self.n_updates_ = 0
+
+    def _grow(self, n_features: int) -> None:
+        self.w_ = np.concatenate([self.w_, np.zeros(n_features - len(self.w_))])
+
+    def _step(self, direction: np.ndarray) -> None:
+        self.w_ = self.w_ + self.eta_ * direction
+        self.eta_ *= self.learning_rate_decay
+        self.n_updates_ += 1
 
 
 _FALLBACK_RNG: list[np.random.Generator] = []

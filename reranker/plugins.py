@@ -22,6 +22,9 @@ DEFAULT_PLUGINS = (
     "reranker_plugins.noregret_klrank",
     "reranker_plugins.greedy_klrank",
     "reranker_plugins.online_ranknet",
+    "reranker_plugins.pdgd",
+    "reranker_plugins.dbgd",
+    "reranker_plugins.ranking_svm",
     "reranker_plugins.random_ranking",
     "reranker_plugins.backend_order",
 )

@@ -36,6 +36,7 @@ from .clicks.position_bias import randomized_pairs
 from .errors import DataError
 from .featuremap import FeatureMap
 from .features import PerQueryMinMax, engine_prior
+from .learner import LinearLearner
 from .letor import RankingData, load_letor, load_many
 from .metrics import dcg
 from .model import ModelFactory
@@ -240,14 +241,10 @@ class _Metrics:
         self.has_click = np.zeros(B, dtype=bool)
         self.policy_cost = np.zeros(B)  # -log P(first = clicked) of the showing policy
         self.size = 0
-        # running sums
-        self.utility_regret = self.dcg_regret = 0.0
-        self.window_ndcg = 0.0
-        self.window_count = 0
-        self.clicked_impressions = 0
-        self.kl = self.kl_scores = self.distance = self.single_ndcg = 0.0
-        self.first = 0
-        self.clicks = 0
+        self.totals = dict.fromkeys(self.SUMS, 0.0)  # running sums over flushed impressions
+        self.pending: list[tuple[int, int, dict, dict]] = []  # checkpoints awaiting a flush
+        self.rows: list[dict] = []  # completed checkpoint rows
+        self.last_row = (0, 0.0)  # impression and NDCG sum of the previous row
 
     def add_clicks(self, i: int, n: int, scores: np.ndarray, items: np.ndarray,
                    positions: np.ndarray, first_log_probs: np.ndarray) -> None:
@@ -255,15 +252,27 @@ class _Metrics:
         gave every candidate the chance ``exp(first_log_probs)`` of being shown first."""
         c = min(len(items), self.MAX_CLICKS)
         with np.errstate(divide="ignore"):
-            self.policy_cost[i] = -float(first_log_probs[items[:c]].mean())
+            self.policy_cost[i] = -float(first_log_probs[items[:c]].sum()) / c
         self.n[i] = n
         self.scores[i, :n] = scores
         self.click_items[i, :c] = items[:c]
         self.click_ranks[i, :c] = positions[:c] + 1
         self.has_click[i] = True
 
+    #: The running sums a checkpoint's row reports, in :meth:`row`'s terms.
+    SUMS = ("utility_regret", "dcg_regret", "ndcg", "kl", "kl_scores", "distance", "first",
+            "single_ndcg", "clicked", "clicks")
+
+    def mark(self, t: int, head: dict, tail: dict) -> None:
+        """A checkpoint after impression ``t`` (the last one added): its row, ``head``, the
+        metrics of the impressions up to ``t`` and ``tail``, is completed at the next
+        :meth:`flush`, which computes every buffered impression's metrics in one go (a
+        checkpoint costs no flush of its own, so offline evaluations can be frequent)."""
+        self.pending.append((self.size, t, head, tail))
+
     def flush(self, train: QuerySet, labels_chunk: np.ndarray, utility_chunk: np.ndarray) -> None:
-        """Reduce the buffered impressions into the running sums and reset the buffer."""
+        """Reduce the buffered impressions into the running sums, complete the rows of the
+        checkpoints among them, and reset the buffer."""
         size = self.size
         if size == 0:
             return
@@ -274,29 +283,38 @@ class _Metrics:
         labels = np.where(valid, labels_chunk[rows], 0)
         utility = np.where(valid, utility_chunk[rows], 0.0)
         g5 = _DISCOUNTS[:USER_DEPTH]
-        self.utility_regret += float((train.ideal_utility[q]
-                                      - utility[:, :USER_DEPTH] @ g5).sum())
+        per = {"utility_regret": train.ideal_utility[q] - utility[:, :USER_DEPTH] @ g5}
         top5 = labels[:, :USER_DEPTH]
         gains5 = np.exp2(top5) - 1.0 if self.exp_gain else top5
-        self.dcg_regret += float((train.ideal_dcg5[q] - gains5 @ g5).sum())
+        per["dcg_regret"] = train.ideal_dcg5[q] - gains5 @ g5
         ideal10 = train.ideal_dcg10[q]
         dcg10 = (np.exp2(labels) - 1.0) @ _DISCOUNTS
         ndcg10 = np.divide(dcg10, ideal10, out=np.zeros(size), where=ideal10 > 0)
-        self.window_ndcg += float(ndcg10.sum())
-        self.window_count += size
+        per["ndcg"] = ndcg10
         if len(self.windows):
             which = (self.time[:size] - 1) // self.window
             full = which < len(self.windows)
             np.add.at(self.windows, which[full], ndcg10[full])
             np.add.at(self.window_sizes, which[full], 1.0)
-        with_click = np.flatnonzero(self.has_click[:size])
-        if with_click.size:
-            self._flush_clicks(with_click)
+        per.update(self._click_metrics(size))
+        cumulative = {name: self.totals[name] + np.cumsum(values)
+                      for name, values in per.items()}
+        for at, t, head, tail in self.pending:  # the sums up to each checkpoint
+            sums = {name: float(c[at - 1]) if at else self.totals[name]
+                    for name, c in cumulative.items()}
+            self.rows.append({**head, **self.row(t, sums), **tail})
+        self.pending.clear()
+        self.totals = {name: float(c[-1]) for name, c in cumulative.items()}
         self.size = 0
 
-    def _flush_clicks(self, rows: np.ndarray) -> None:
-        """Delage's Table 2 family over the impressions ``rows`` that have clicks; several
-        clicks in one impression are averaged (each weighted 1 / #clicks)."""
+    def _click_metrics(self, size: int) -> dict[str, np.ndarray]:
+        """Delage's Table 2 family per buffered impression (0 for those without clicks);
+        several clicks in one impression are averaged (each weighted 1 / #clicks)."""
+        out = {name: np.zeros(size) for name in ("kl", "kl_scores", "distance", "first",
+                                                  "single_ndcg", "clicked", "clicks")}
+        rows = np.flatnonzero(self.has_click[:size])
+        if not rows.size:
+            return out
         scores = self.scores[rows]
         top = scores.max(axis=1)
         lse = top + np.log(np.exp(scores - top[:, None]).sum(axis=1))
@@ -305,40 +323,42 @@ class _Metrics:
         counts = mask.sum(axis=1)
         chosen = np.take_along_axis(scores, self.click_items[rows], axis=1)
         # KL cost of the softmax of the learner's scores: -log P(first = I) = lse - s_I
-        cost = np.where(mask, lse[:, None] - chosen, 0.0)
-        self.kl_scores += float((cost.sum(axis=1) / counts).sum())
+        out["kl_scores"][rows] = np.where(mask, lse[:, None] - chosen, 0.0).sum(axis=1) / counts
         # KL cost of the policy that presented the list (Delage, Table 2, column 1), from the
         # probabilities its learner gave the clicked results of being first
-        policy_cost = self.policy_cost[rows]
-        self.kl += float(policy_cost.sum())
+        out["kl"][rows] = self.policy_cost[rows]
         safe = np.where(mask, ranks, 1.0)
-        self.distance += float(((np.where(mask, safe, 0.0) / self.n[rows, None]).sum(axis=1)
-                                / counts).sum())
-        self.first += int((mask & (ranks == 1)).any(axis=1).sum())
-        self.single_ndcg += float((np.where(mask, np.log(2) / np.log1p(safe), 0.0).sum(axis=1)
-                                   / counts).sum())
-        self.clicked_impressions += rows.size
-        self.clicks += int(counts.sum())
+        out["distance"][rows] = ((np.where(mask, safe, 0.0) / self.n[rows, None]).sum(axis=1)
+                                 / counts)
+        out["first"][rows] = (mask & (ranks == 1)).any(axis=1)
+        out["single_ndcg"][rows] = (np.where(mask, np.log(2) / np.log1p(safe), 0.0).sum(axis=1)
+                                    / counts)
+        out["clicked"][rows] = 1.0
+        out["clicks"][rows] = counts
         self.scores[rows] = -np.inf
         self.click_ranks[rows] = 0.0
         self.click_items[rows] = 0
         self.has_click[rows] = False
+        return out
 
-    def row(self, t: int) -> dict:
-        clicked = self.clicked_impressions
+    def row(self, t: int, sums: dict[str, float]) -> dict:
+        """The metrics after impression ``t`` from the running ``sums`` up to it; online
+        NDCG@10 over the impressions since the previous row."""
+        clicked = sums["clicked"]
+        since = t - self.last_row[0]
         row = {
-            "utility_regret": self.utility_regret / t,
-            "dcg_star_regret": self.dcg_regret / t,
-            "online_ndcg@10": (self.window_ndcg / self.window_count if self.window_count
+            "utility_regret": sums["utility_regret"] / t,
+            "dcg_star_regret": sums["dcg_regret"] / t,
+            "online_ndcg@10": ((sums["ndcg"] - self.last_row[1]) / since if since
                                else math.nan),
-            "kl_cost": self.kl / clicked if clicked else math.nan,
-            "kl_cost_of_scores": self.kl_scores / clicked if clicked else math.nan,
-            "relative_click_distance": self.distance / clicked if clicked else math.nan,
-            "clicked_first_rate": self.first / clicked if clicked else math.nan,
-            "single_click_ndcg": self.single_ndcg / clicked if clicked else math.nan,
-            "clicks": self.clicks,
+            "kl_cost": sums["kl"] / clicked if clicked else math.nan,
+            "kl_cost_of_scores": sums["kl_scores"] / clicked if clicked else math.nan,
+            "relative_click_distance": sums["distance"] / clicked if clicked else math.nan,
+            "clicked_first_rate": sums["first"] / clicked if clicked else math.nan,
+            "single_click_ndcg": sums["single_ndcg"] / clicked if clicked else math.nan,
+            "clicks": int(round(sums["clicks"])),
         }
-        self.window_ndcg, self.window_count = 0.0, 0
+        self.last_row = (t, sums["ndcg"])
         return row
 
 
@@ -456,6 +476,9 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     learner = simulation_factory(data, spec, settings).new().learner
     rank, learn = learner._rank, learner._learn
     first_log_probabilities = learner._first_log_probabilities
+    if not learner.exact_probabilities:  # no KL cost for a policy without probabilities
+        def first_log_probabilities(X):
+            return np.full(X.shape[0], np.nan)
     respond = make_user(settings.click_model, data.grades).respond
     clicks = _ClickLog(data, settings.click_smoothing) if settings.click_features else None
     train = data.train
@@ -464,13 +487,14 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     n_train = len(train)
     row_query = np.repeat(np.arange(n_train), train.sizes())
     checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints).tolist())
+    test_queries = _TestQueries(data.test)
     metrics = _Metrics(settings.gain, int(train.sizes().max()), settings.impressions,
                        settings.window)
     m_query, m_base, m_shown, m_k = metrics.query, metrics.base, metrics.shown, metrics.k
     m_time = metrics.time
     add_clicks = metrics.add_clicks
     block = metrics.BLOCK
-    rows: list[dict] = []
+    rows = metrics.rows
     learner_seconds = 0.0
     clock = time.perf_counter
     started = clock()
@@ -520,12 +544,13 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             if positions is not None and len(positions):
                 add_clicks(i, n, result.scores, feedback.clicked, positions, first_log_probs)
             metrics.size = i + 1
-            if metrics.size == block or t in checkpoints:
-                metrics.flush(train, labels_chunk, utility_chunk)
             if t in checkpoints:
-                rows.append({"learner": spec.key, "run": run, "t": t, **metrics.row(t),
-                             "offline_ndcg@10": offline_ndcg(data, learner, test_rng, clicks),
-                             "seconds": round(clock() - started, 4)})
+                metrics.mark(t, {"learner": spec.key, "run": run, "t": t},
+                             {"offline_ndcg@10": offline_ndcg(data, learner, test_rng, clicks,
+                                                              test_queries),
+                              "seconds": round(clock() - started, 4)})
+            if metrics.size == block:
+                metrics.flush(train, labels_chunk, utility_chunk)
             if progress is not None and t - last_reported >= 2000:
                 progress(t - last_reported)
                 last_reported = t
@@ -539,25 +564,66 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     return rows, timing
 
 
+class _TestQueries:
+    """The held-out queries with a relevant document, padded into a few matrices (queries of
+    similar sizes together, so that little of them is padding) so that a linear model's
+    NDCG@10 over all of them is a matrix product and a few sorts (an offline evaluation
+    every few impressions, as the online learning-to-rank literature reports curves, costs
+    little)."""
+
+    def __init__(self, test: QuerySet):
+        self.queries = [i for i in range(len(test)) if test.ideal_dcg10[i] > 0]
+        sizes = test.sizes()
+        gains = np.exp2(test.labels.astype(np.float64)) - 1.0
+        self.groups = []  # (rows, padding, gains, ideal DCG@10) per group of similar sizes
+        by_width: dict[int, list[int]] = {}
+        for i in self.queries:
+            by_width.setdefault(1 << max(3, int(sizes[i] - 1).bit_length()), []).append(i)
+        for width, members in sorted(by_width.items()):
+            rows = np.full((len(members), width), -1, dtype=np.intp)
+            for j, i in enumerate(members):
+                rows[j, : sizes[i]] = np.arange(test.offsets[i], test.offsets[i + 1])
+            pad = rows < 0
+            at = np.maximum(rows, 0)
+            self.groups.append((at, pad, np.where(pad, 0.0, gains[at]),
+                                test.ideal_dcg10[members], min(PAGE, width)))
+
+    def ndcg(self, scores: np.ndarray) -> float:
+        """Mean NDCG@10 of the order of ``scores`` (one per test row; ties in file order)."""
+        if not self.queries:
+            return math.nan
+        total = 0.0
+        for at, pad, gains, ideal, depth in self.groups:
+            negated = -scores[at]
+            negated[pad] = np.inf
+            top = np.argsort(negated, axis=1, kind="stable")[:, :depth]
+            total += float((np.take_along_axis(gains, top, axis=1) @ _DISCOUNTS[:depth]
+                            / ideal).sum())
+        return total / len(self.queries)
+
+
 def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator,
-                 clicks: _ClickLog | None = None) -> float:
+                 clicks: _ClickLog | None = None, queries: _TestQueries | None = None
+                 ) -> float:
     """Mean NDCG@10 of the current model's argmax ranking (by its scores; ties in the
     file's order) over the test queries that have at least one relevant document. With
-    click features, the test queries' own counts are empty (they were never asked)."""
+    click features, the test queries' own counts are empty (they were never asked).
+
+    A :class:`reranker.learner.LinearLearner` scores a candidate by ``x . weights()``
+    alone, so all test queries are scored at once; any other learner's scores come from
+    its ``_rank`` on each query's candidates."""
     test = data.test
-    values = []
-    for i in range(len(test)):
-        if test.ideal_dcg10[i] == 0:
-            continue
+    queries = queries if queries is not None else _TestQueries(test)
+    X = test.X
+    if clicks is not None:
+        X = np.hstack([X, clicks.test_features(test.docs)])
+    if isinstance(learner, LinearLearner):
+        return queries.ndcg(X @ learner.weights())
+    scores = np.zeros(len(X))
+    for i in queries.queries:
         lo, hi = test.offsets[i], test.offsets[i + 1]
-        labels = test.labels[lo:hi]
-        X = test.X[lo:hi]
-        if clicks is not None:
-            X = np.hstack([X, clicks.test_features(test.docs[lo:hi])])
-        scores = learner._rank(X, min(PAGE, hi - lo), rng).scores
-        top = labels[np.argsort(-scores, kind="stable")[:PAGE]]
-        values.append(float((np.exp2(top) - 1.0) @ _DISCOUNTS[: len(top)]) / test.ideal_dcg10[i])
-    return float(np.mean(values)) if values else math.nan
+        scores[lo:hi] = learner._rank(X[lo:hi], min(PAGE, hi - lo), rng).scores
+    return queries.ndcg(scores)
 
 
 # -- many runs, in parallel ----------------------------------------------------------------

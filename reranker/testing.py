@@ -237,6 +237,15 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
     learner = _make(cls, params)
     _train(learner, 13, 15)
     rng = np.random.default_rng(21)
+    if not cls.exact_probabilities:
+        # Randomness no finite sum covers: it must log no probability it cannot give.
+        assert learner.stochastic, f"{cls.name}: exact_probabilities=False is for policies " \
+                                   f"that sample"
+        for n, k in ((3, 1), (6, 2)):
+            result = learner.rank(rng.random((n, N_FEATURES)), k, rng)
+            assert result.log_prob is None and result.propensities is None, \
+                f"{cls.name}: logged probabilities it says it cannot compute"
+        return
     for n, k in ((3, 1), (4, 3), (6, 2), (5, 5)):
         X = rng.random((n, N_FEATURES))
         space = list(itertools.permutations(range(n), k))
@@ -250,6 +259,9 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
         assert np.allclose(first, expected_first, atol=1e-9), \
             f"{cls.name}: first_log_probabilities disagree with log_probability (n={n})"
         marginals = learner.marginals(X, k)
+        assert marginals is not None or not learner.stochastic, \
+            f"{cls.name}: a stochastic learner must give each candidate's chance of being " \
+            f"shown (marginals), which its impressions log"
         if marginals is not None:
             expected = np.array([probs[[i in top for top in space]].sum() for i in range(n)])
             assert np.allclose(marginals, expected, atol=1e-9), \
@@ -259,6 +271,9 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
         for _ in range(20):  # what it logs is the probability of what it shows
             result = learner.rank(X, k, rng)
             assert result.log_prob is not None, f"{cls.name}: no log_prob logged"
+            assert result.propensities is not None and np.allclose(
+                result.propensities, learner.marginals(X, k), atol=1e-9), \
+                f"{cls.name}: the logged propensities are not its marginals"
             expected_lp = learner.log_probability(X, result.ranking[:k])
             assert abs(result.log_prob - expected_lp) < 1e-9, \
                 f"{cls.name}: logged log-probability {result.log_prob} of a top-{k} of {n}, " \

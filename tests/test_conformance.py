@@ -39,9 +39,9 @@ def test_learner_conforms_with_a_starting_ranking(name, check):
 
 
 def test_every_paper_learner_is_registered():
-    assert len(COACTIVE) == 5 and len(WITH_PRIOR) == 8
+    assert len(COACTIVE) == 6 and len(WITH_PRIOR) == 11
     assert set(LEARNERS) >= {
         "preference_perceptron", "batch_preference_perceptron",
         "exponentiated_preference_perceptron", "convex_preference_perceptron",
         "second_order_preference_perceptron", "noregret_klrank", "greedy_klrank",
-        "online_ranknet", "random", "backend_order"}
+        "online_ranknet", "random", "backend_order", "pdgd", "dbgd", "ranking_svm"}

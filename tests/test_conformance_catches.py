@@ -161,6 +161,29 @@ class CarriesByPosition(GrowsWell):
         self.w_[: min(len(old.w_), len(self.w_))] = old.w_[: len(self.w_)]
 
 
+class NoMarginals(Good):
+    """A Plackett-Luce sampler that does not say each candidate's chance of being shown."""
+
+    name = "no_marginals"
+    stochastic = True
+
+    def _rank(self, X, n_shown, rng):
+        s = X @ self.w_
+        ranking = gumbel_top_k(s, rng)
+        return RankResult(ranking=ranking, scores=s,
+                          log_prob=plackett_luce_log_prob(s, ranking, n_shown))
+
+    def log_probability(self, X, top):
+        return plackett_luce_prefix_log_prob(X @ self.w_, top)
+
+
+class ClaimsInexactButLogs(NoMarginals):
+    """Says its probabilities are not exact, and logs one anyway."""
+
+    name = "claims_inexact_but_logs"
+    exact_probabilities = False
+
+
 class GoodLinear(LinearLearner):
     name = "good_linear"
     description = "a linear learner that starts from the prior"
@@ -194,6 +217,8 @@ def test_the_prior_check_catches_a_learner_that_ignores_its_starting_ranking():
     (check_probabilities, LogsTheWholeRanking),
     (check_bad_features_are_refused, ForgetsWhenGrowing),
     (check_carries_over_to_another_feature_set, CarriesByPosition),
+    (check_probabilities, NoMarginals),
+    (check_probabilities, ClaimsInexactButLogs),
 ])
 def test_check_catches_a_broken_learner(check, broken):
     # the correct learner passes

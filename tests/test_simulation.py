@@ -399,8 +399,7 @@ def test_kl_cost_of_a_perturbed_presentation():
         metrics.k[0] = shown_length
         metrics.add_clicks(0, 3, scores, np.array([clicked]), np.array([0]),
                            learner.first_log_probabilities(X))
-        metrics._flush_clicks(np.array([0]))
-        return metrics.kl
+        return metrics._click_metrics(1)["kl"][0]
 
     def first_chance(shown_length, item):
         return sum(np.exp(learner.log_probability(X, np.array(top)))
