@@ -182,3 +182,32 @@ def test_ranking_svm_fits_the_preferences_on_its_schedule():
     pairs = svm.get_state()["pairs_"]
     assert pairs.shape == (15, 2)
     np.testing.assert_allclose(svm.w_, fit_pairwise_svm(pairs, 100.0), atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["pdgd", "dbgd", "ranking_svm"])
+def test_the_baselines_serve_and_learn_through_the_service(workdir, name):
+    """Each one ranks live searches, logs what its policy can say of its probabilities,
+    and learns from the clicks in the trainer."""
+    from conftest import write_config
+
+    from reranker.config import load_config
+    from reranker.service import RerankerService
+
+    path = write_config(workdir, learner={"name": name, "seed": 4})
+    service = RerankerService(load_config(path)).open()
+    try:
+        for _ in range(8):
+            page = service.search("tea kettle", 10)
+            for position in (5, 2):
+                service.click(page["impression_id"], page["hits"][position]["id"])
+        imp = service.events.get_impression(page["impression_id"])
+        if name == "pdgd":  # a Plackett-Luce sample: its probability and the marginals
+            assert imp.log_prob is not None and imp.log_prob < 0
+            assert imp.propensities is not None and len(imp.propensities) == len(imp.doc_ids)
+            assert imp.propensities.sum() == pytest.approx(10.0)
+        if name == "dbgd":
+            assert imp.log_prob is None and "dbgd" in imp.context
+        report = service.trainer.run_once(close_all=True)
+        assert report.applied == 8 and report.updates >= 1
+    finally:
+        service.close()
