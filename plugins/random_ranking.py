@@ -39,6 +39,10 @@ class RandomRanking(Learner):
         n = self.check_features(X).shape[0]
         return np.full(n, min(n_shown, n) / n) if n else np.empty(0)
 
+    def position_marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray:
+        n = self.check_features(X).shape[0]
+        return np.full((n, min(n_shown, n)), 1.0 / n) if n else np.empty((0, 0))
+
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         return False
 

@@ -244,6 +244,103 @@ def promote(config_path: str | None, arm: str) -> None:
 
 
 @cli.command()
+@config_option
+@click.option("--learner", "learner_name", default=None, metavar="NAME",
+              help="The target learner (default: the config's learner section).")
+@click.option("--param", "params", multiple=True, metavar="LEARNER.KEY=VALUE",
+              help="A parameter of the target learner, e.g. pdgd.learning_rate=0.05.")
+@click.option("--version", "version", type=int, default=None,
+              help="A saved model version of the target (default: its newest, or its initial "
+                   "model when it has none).")
+@click.option("--depth", type=click.IntRange(1, 100), default=10, show_default=True,
+              help="K of clicks@K, the metric estimated.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def evaluate(config_path: str | None, learner_name: str | None, params: tuple[str, ...],
+             version: int | None, depth: int, as_json: bool) -> None:
+    """Estimate from the logged pages and clicks how a learner's model would have done:
+    its clicks@K by item-position IPS, self-normalised IPS and a doubly robust estimator,
+    with 95% intervals and effective sample sizes, beside the logged policy's own.
+
+    Needs logs of a stochastic policy (its impressions carry each shown result's chance of
+    its position); refuses when the logging policy gave zero probability to what the target
+    would show. Reads the event store; the service may be running.
+    """
+    import json
+
+    import numpy as np
+
+    from .arms import Arm, arm_section, build_arm
+    from .errors import ConfigError, UnprocessableError
+    from .evaluation.estimators import SupportError
+    from .evaluation.estimators import evaluate as estimate
+    from .evaluation.logs import pages_from_log
+    from .events import EventStore
+    from .plugins import get_plugin_manager
+    from .simulation import parse_param
+
+    config = load_config(config_path)
+    name = learner_name or config.learner.name
+    section: dict[str, Any] = {"name": name, "params": {}}
+    if learner_name is None:
+        section["params"] = dict(config.learner.params)
+    for text in params:
+        owner, key, value = parse_param(text)
+        if owner != name:
+            raise ConfigError(f"--param {text!r} is for learner {owner!r}, the target is "
+                              f"{name!r}")
+        section["params"][key] = value
+    defaults = {k: config.learner[k] for k in ("depth", "discount", "seed")}
+    section = arm_section("target", section, defaults, "--learner")
+    spec, factory = build_arm("target", section, config, get_plugin_manager(), "--learner")
+    arm = Arm(spec, factory, config.store.models)
+    if version is not None:
+        model = arm.load_version(version)
+    else:
+        model, _ = arm.models.load_latest(factory)
+        model = model or factory.new()
+    if not model.learner.exact_probabilities or (
+            model.learner.stochastic and model.learner.position_marginals(
+                np.zeros((2, len(model.feature_names))), 1) is None):
+        raise UnprocessableError(f"learner {name!r} cannot say where it would place each "
+                                 f"result (its policy has no exact probabilities), so no "
+                                 f"off-policy estimate of it is possible")
+    events = EventStore(config.store.path)
+    try:
+        logged = pages_from_log(events, model)
+    finally:
+        events.close()
+    skipped = "; ".join(f"{n} {why}" for why, n in logged.skipped.items())
+    if not logged.pages:
+        raise UnprocessableError(
+            f"no logged first page to evaluate on in {config.store.path}"
+            + (f" (passed over: {skipped})" if skipped else "") + "; serve a stochastic "
+            "learner and close its impressions (`reranker train`) first")
+    try:
+        result = estimate(lambda X, k: model.learner.position_marginals(X, k), logged.pages,
+                          depth)
+    except SupportError as exc:
+        raise UnprocessableError(str(exc)) from None
+    target = {"learner": name, "arm": arm.id, "model_version": model.version}
+    if as_json:
+        click.echo(json.dumps({"target": target, **result.to_dict(),
+                               "skipped": dict(logged.skipped)}, indent=1))
+        return
+    click.echo(f"target: {name} ({arm.id}), model version {model.version}; "
+               f"{result.pages} logged first pages" + (f" (passed over: {skipped})"
+                                                       if skipped else ""))
+    click.echo(f"{'':<22}{'clicks@' + str(depth):>12}{'95% interval':>22}"
+               f"{'effective n':>14}")
+    low, high = result.logged_interval
+    click.echo(f"{'logged policy':<22}{result.logged_value:>12.4f}"
+               f"{f'{low:.4f} - {high:.4f}':>22}{result.pages:>14,}")
+    for e in result.estimates:
+        click.echo(f"{'target, ' + e.name:<22}{e.value:>12.4f}"
+                   f"{f'{e.low:.4f} - {e.high:.4f}':>22}{e.ess:>14,.0f}")
+    for note in result.notes:
+        click.echo(f"note: {note}")
+
+
+@cli.command()
 def learners() -> None:
     """List the registered learners with their parameters."""
     from .plugins import get_plugin_manager, learner_classes

@@ -161,6 +161,31 @@ class CoactiveLearner(LinearLearner):
             out[best[n_shown]] = self.swap_probability / 2
         return out
 
+    def position_marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray | None:
+        """Each pairing (chance 1/2) keeps every pair of its own (chance 1 - p) or swaps it
+        (chance p); the positions outside its pairs keep the argmax's result."""
+        if not self.stochastic:
+            return super().position_marginals(X, n_shown)
+        X = self.check_features(X)
+        best = argmax_ranking(X @ self.weights()).tolist()
+        k = min(int(n_shown), len(best))
+        out = np.zeros((len(best), k))
+        p = self.swap_probability
+        for uppers in _pair_uppers(k, len(best)):
+            covered = set()
+            for upper in uppers:
+                lower = upper + 1
+                out[best[upper], upper] += 0.5 * (1.0 - p)
+                out[best[lower], upper] += 0.5 * p
+                if lower < k:
+                    out[best[upper], lower] += 0.5 * p
+                    out[best[lower], lower] += 0.5 * (1.0 - p)
+                covered.update((upper, lower))
+            for r in range(k):
+                if r not in covered:
+                    out[best[r], r] += 0.5
+        return out
+
     def improved(self, feedback: Feedback) -> np.ndarray | None:
         """``ybar`` of this feedback, or None when it carries no information: the coactive
         improved ranking when the learner presents the argmax, the pair-swapped ranking

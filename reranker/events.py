@@ -115,6 +115,11 @@ _UPSERT_BIAS = ("INSERT INTO position_bias (position, upper, lower) VALUES (?, ?
                 "lower = lower + excluded.lower")
 
 
+#: The context key of the probability that each shown result was shown at its position
+#: (logged for the stochastic policies that can say it; off-policy evaluation reads it).
+SHOWN_PROPENSITIES = "shown_propensities"
+
+
 @dataclass(eq=False)
 class Impression:
     """One logged search result page."""

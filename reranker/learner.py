@@ -103,6 +103,10 @@ class RankResult:
     log_prob: float | None = None
     propensities: np.ndarray | None = None
     context: dict | None = None
+    #: The probability that each shown result was shown at its position (position ``r`` of
+    #: the first ``n_shown``), filled in by :meth:`Learner.rank` from
+    #: :meth:`Learner.position_marginals` for stochastic learners.
+    shown_propensities: np.ndarray | None = None
 
 
 class Learner(ABC):
@@ -135,6 +139,11 @@ class Learner(ABC):
     #: for features that appear later (:meth:`grow`) and carries it onto another feature set
     #: (:meth:`carry_over`).
     supports_growth: ClassVar[bool] = False
+    #: True when the learner learns each shown result's own reward (a click or none: the
+    #: semibandit feedback), so that a page without clicks tells it that every shown result
+    #: earned nothing; False for learners of preferences, which a page without clicks leaves
+    #: as they were.
+    per_item_feedback: ClassVar[bool] = False
     #: True when the learner's feedback rule is defined on a list mixed from several
     #: learners' rankings (an interleaved experiment): it then learns from its own ranking
     #: and the clicks on the results it contributed (:mod:`reranker.arms`). A learner whose
@@ -276,8 +285,15 @@ class Learner(ABC):
         if rng is None and self.stochastic:
             rng = _fallback_rng()
         result = self._rank(X, n_shown, rng)
-        if result.propensities is None and self.stochastic:  # what logging needs
-            result.propensities = self.marginals(X, n_shown)
+        if self.stochastic and self.exact_probabilities:  # what logging needs
+            at = self.position_marginals(X, n_shown)
+            if at is not None:
+                k = at.shape[1]
+                result.shown_propensities = at[result.ranking[:k], np.arange(k)]
+                if result.propensities is None:
+                    result.propensities = np.clip(at.sum(axis=1), 0.0, 1.0)
+            if result.propensities is None:
+                result.propensities = self.marginals(X, n_shown)
         return result
 
     def update(self, X: np.ndarray, feedback: Feedback) -> bool:
@@ -419,6 +435,19 @@ class Learner(ABC):
         X = self.check_features(X)
         out = np.zeros(X.shape[0])
         out[self._rank(X, n_shown, None).ranking[:n_shown]] = 1.0
+        return out
+
+    def position_marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray | None:
+        """``P[i, r]``: the probability that candidate ``i`` is shown at position ``r``
+        (``r < n_shown``), the propensity an off-policy estimate of a per-position click
+        metric divides by; None where the learner cannot say it exactly. A deterministic
+        learner: 1 where its ranking puts each of its top ``n_shown``."""
+        if self.stochastic:
+            return None
+        X = self.check_features(X)
+        k = min(int(n_shown), X.shape[0])
+        out = np.zeros((X.shape[0], k))
+        out[self._rank(X, k, None).ranking[:k], np.arange(k)] = 1.0
         return out
 
     @classmethod

@@ -25,6 +25,8 @@ DEFAULT_PLUGINS = (
     "reranker_plugins.pdgd",
     "reranker_plugins.dbgd",
     "reranker_plugins.ranking_svm",
+    "reranker_plugins.epsilon_greedy",
+    "reranker_plugins.linucb",
     "reranker_plugins.random_ranking",
     "reranker_plugins.backend_order",
 )

@@ -173,3 +173,7 @@ class PlackettLucePolicy:
 
     def marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray:
         return plackett_luce_marginals(self.policy_scores(self.check_features(X)), n_shown)
+
+    def position_marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray:
+        return plackett_luce_position_marginals(self.policy_scores(self.check_features(X)),
+                                                n_shown)

@@ -29,7 +29,7 @@ from .clicks import query_key
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import Config
 from .errors import BadRequestError, NotFoundError, RerankerError
-from .events import ClickResult, EventStore, Impression
+from .events import SHOWN_PROPENSITIES, ClickResult, EventStore, Impression
 from .experiments.experiment import Decision, Experiment, experiment_from_config
 from .experiments.interleaving import perturb_pairs, perturbed_list_log_probability, team_draft
 from .features import FeatureSpec
@@ -269,8 +269,12 @@ class RerankerService:
             log_prob = result.log_prob
             if log_prob is None and not model.learner.stochastic:
                 log_prob = 0.0  # a deterministic policy shows its ranking with certainty
+            context = result.context
+            if result.shown_propensities is not None:
+                context = {**(context or {}),
+                           SHOWN_PROPENSITIES: result.shown_propensities.tolist()}
             page.update(ranking=result.ranking, scores=result.scores, log_prob=log_prob,
-                        propensities=result.propensities, context=result.context)
+                        propensities=result.propensities, context=context)
         else:
             page.update(ranking=np.empty(0, np.intp), scores=np.empty(0))
         return page

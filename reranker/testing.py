@@ -213,14 +213,17 @@ def check_inputs_not_mutated(cls: type[Learner], params: dict | None = None) -> 
 
 
 def check_no_information_changes_nothing(cls: type[Learner], params: dict | None = None) -> None:
-    """Feedback without clicks and with ``ybar == y`` leaves the model as it was."""
+    """Feedback without clicks and with ``ybar == y`` leaves the model as it was (for a
+    learner of per-item rewards, which learns from a page without clicks too: a page that
+    showed nothing)."""
     learner = _make(cls, params)
     _train(learner, 6, 10)
     rng = np.random.default_rng(8)
+    shown = 0 if cls.per_item_feedback else 5
     for X, _ in _requests(12, 10):
         before = copy.deepcopy(learner.get_state())
         ranking = learner.rank(X, 5, rng).ranking
-        changed = learner.update(X, Feedback(ranking=ranking, n_shown=5))
+        changed = learner.update(X, Feedback(ranking=ranking, n_shown=shown))
         assert not changed, f"{cls.name}: update() reported a change without information"
         assert _states_equal(before, learner.get_state()), \
             f"{cls.name}: feedback without information changed the model"
@@ -266,6 +269,16 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
             expected = np.array([probs[[i in top for top in space]].sum() for i in range(n)])
             assert np.allclose(marginals, expected, atol=1e-9), \
                 f"{cls.name}: marginals of a top-{k} of {n} disagree with log_probability"
+        at = learner.position_marginals(X, k)
+        assert at is not None or not learner.stochastic, \
+            f"{cls.name}: a stochastic learner must give each candidate's chance of each " \
+            f"shown position (position_marginals)"
+        if at is not None:
+            expected = np.array([[probs[[top[r] == i for top in space]].sum()
+                                  for r in range(k)] for i in range(n)])
+            assert at.shape == (n, k) and np.allclose(at, expected, atol=1e-9), \
+                f"{cls.name}: position_marginals of a top-{k} of {n} disagree with " \
+                f"log_probability"
         if not learner.stochastic:
             continue
         for _ in range(20):  # what it logs is the probability of what it shows

@@ -184,7 +184,7 @@ def test_ranking_svm_fits_the_preferences_on_its_schedule():
     np.testing.assert_allclose(svm.w_, fit_pairwise_svm(pairs, 100.0), atol=1e-9)
 
 
-@pytest.mark.parametrize("name", ["pdgd", "dbgd", "ranking_svm"])
+@pytest.mark.parametrize("name", ["pdgd", "dbgd", "ranking_svm", "epsilon_greedy", "linucb"])
 def test_the_baselines_serve_and_learn_through_the_service(workdir, name):
     """Each one ranks live searches, logs what its policy can say of its probabilities,
     and learns from the clicks in the trainer."""

@@ -1,0 +1,125 @@
+"""epsilon-Greedy over ranked lists with a regression oracle (Krishnamurthy, Agarwal & Dudik,
+*Contextual Semibandits via Supervised Learning Oracles*, NIPS 2016, the baseline of section
+5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from reranker import hookimpl
+from reranker.feedback import Feedback
+from reranker.learner import Learner, Param, RankResult, argmax_ranking
+from reranker.policies import uniform_log_prob
+
+#: Context key: each shown result's chance of being shown when the page was ranked.
+SHOWN_CHANCE = "shown_chance"
+
+
+class EpsilonGreedy(Learner):
+    """With probability ``epsilon`` shows a uniformly random list, else the list of the
+    regression oracle: items ranked by ``theta . x``, ``theta`` a ridge regression of each
+    shown item's click on its features, weighted by the inverse of its chance of being shown
+    (an unbiased estimate of every item's reward), refitted at doubling epochs."""
+
+    name = "epsilon_greedy"
+    description = ("epsilon-Greedy (Krishnamurthy et al. 2016): a uniformly random list with "
+                   "probability epsilon, else the ridge oracle's; importance-weighted refits.")
+    per_item_feedback = True
+    params = (
+        Param("epsilon", float, 0.1, "chance of a uniformly random list", minimum=0.0,
+              maximum=1.0),
+        Param("ridge", float, 1.0, "lambda of the ridge regression oracle", minimum=0.0,
+              exclusive_minimum=True),
+    )
+    policy = "epsilon_greedy"
+
+    @property  # type: ignore[override]
+    def stochastic(self) -> bool:
+        return self.epsilon > 0
+
+    def _initialize(self, n_features: int) -> None:
+        self.A_ = self.ridge * np.eye(n_features)  # lambda I + sum w x x^T
+        self.b_ = np.zeros(n_features)  # sum w y x
+        self.theta_ = np.zeros(n_features)  # the oracle's current regressor
+        self.rounds_ = 0
+        self.next_fit_ = 1  # epochs double: refit after 1, 2, 4, ... rounds
+
+    def _greedy(self, X: np.ndarray) -> np.ndarray:
+        return argmax_ranking(X @ self.theta_)
+
+    def _rank(self, X: np.ndarray, n_shown: int,
+              rng: np.random.Generator | None) -> RankResult:
+        scores = X @ self.theta_
+        greedy = argmax_ranking(scores)
+        explore = self.epsilon > 0 and rng.random() < self.epsilon
+        ranking = rng.permutation(X.shape[0]) if explore else greedy
+        chance = self._marginals(greedy, X.shape[0], n_shown)
+        log_prob = self._list_log_prob(greedy, ranking[:n_shown], X.shape[0]) \
+            if self.stochastic else None
+        return RankResult(ranking=ranking, scores=scores, log_prob=log_prob,
+                          context={SHOWN_CHANCE: chance[ranking[:n_shown]].tolist()})
+
+    def _marginals(self, greedy: np.ndarray, n: int, k: int) -> np.ndarray:
+        k = min(k, n)
+        out = np.full(n, self.epsilon * k / n if n else 0.0)
+        out[greedy[:k]] += 1.0 - self.epsilon
+        return out
+
+    def _list_log_prob(self, greedy: np.ndarray, top: np.ndarray, n: int) -> float:
+        p = self.epsilon * math.exp(uniform_log_prob(n, len(top)))
+        if np.array_equal(top, greedy[: len(top)]):
+            p += 1.0 - self.epsilon
+        return math.log(p) if p > 0 else -math.inf
+
+    def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:
+        X = self.check_features(X)
+        return self._list_log_prob(self._greedy(X), np.asarray(top, dtype=np.intp),
+                                   X.shape[0])
+
+    def _first_log_probabilities(self, X: np.ndarray) -> np.ndarray:
+        n = X.shape[0]
+        out = np.full(n, self.epsilon / n if n else 0.0)
+        if n:
+            out[self._greedy(X)[0]] += 1.0 - self.epsilon
+        with np.errstate(divide="ignore"):
+            return np.log(out)
+
+    def marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray:
+        X = self.check_features(X)
+        return self._marginals(self._greedy(X), X.shape[0], n_shown)
+
+    def position_marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray:
+        X = self.check_features(X)
+        n = X.shape[0]
+        k = min(int(n_shown), n)
+        out = np.full((n, k), self.epsilon / n if n else 0.0)
+        out[self._greedy(X)[:k], np.arange(k)] += 1.0 - self.epsilon
+        return out
+
+    def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
+        k = min(feedback.n_shown, len(feedback.ranking))
+        if k == 0:
+            return False
+        shown = np.asarray(feedback.ranking[:k], dtype=np.intp)
+        chance = (feedback.context or {}).get(SHOWN_CHANCE)
+        if chance is None or len(chance) < k:  # not logged: the current policy's
+            chance = self.marginals(X, k)[shown]
+        weight = 1.0 / np.maximum(np.asarray(chance[:k], dtype=np.float64), 1e-12)
+        clicked = np.isin(shown, np.asarray(feedback.clicked, dtype=np.intp)).astype(float)
+        Xs = X[shown]
+        # Krishnamurthy et al., appendix C: regress only onto the items shown, each with
+        # target y_t(a) and weight 1 / q_t(a)
+        self.A_ = self.A_ + (Xs * weight[:, None]).T @ Xs
+        self.b_ = self.b_ + (weight * clicked) @ Xs
+        self.rounds_ += 1
+        if self.rounds_ >= self.next_fit_:  # an epoch's end: refit the oracle
+            self.theta_ = np.linalg.solve(self.A_, self.b_)
+            self.next_fit_ *= 2
+        return True
+
+
+@hookimpl
+def reranker_register_learners():
+    return [EpsilonGreedy]

@@ -1,0 +1,167 @@
+"""Off-policy estimates of clicks@10 from another stochastic policy's logs cover the
+target's true on-policy value, and unsupported targets are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reranker.evaluation.estimators import LoggedPage, SupportError, evaluate
+from reranker.policies import gumbel_top_k, plackett_luce_position_marginals
+
+QUERIES, DOCS, FEATURES, DEPTH = 30, 12, 4, 10
+THETA = (1.0 / np.arange(1, DEPTH + 1)) ** 0.8  # position-based examination
+
+
+def world(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = [rng.random((DOCS, FEATURES)) for _ in range(QUERIES)]
+    truth = np.array([2.0, -1.0, 1.0, 0.5])
+    attraction = [1.0 / (1.0 + np.exp(-(x @ truth - 1.0))) for x in X]
+    return X, attraction
+
+
+class PolicyCache:
+    """pi(d at r) of a Plackett-Luce policy, per query's feature matrix (computed once)."""
+
+    def __init__(self, w: np.ndarray):
+        self.w, self.cache = w, {}
+
+    def __call__(self, X: np.ndarray, k: int) -> np.ndarray:
+        key = (id(X), k)
+        if key not in self.cache:
+            self.cache[key] = plackett_luce_position_marginals(X @ self.w, k)
+        return self.cache[key]
+
+
+def log_pages(X, attraction, logging: PolicyCache, n: int, rng) -> list[LoggedPage]:
+    pages = []
+    for q in rng.integers(QUERIES, size=n).tolist():
+        ranking = gumbel_top_k(X[q] @ logging.w, rng)[:DEPTH]
+        at = logging(X[q], DEPTH)
+        chance = THETA * attraction[q][ranking]
+        pages.append(LoggedPage(X=X[q], shown=ranking,
+                                clicks=(rng.random(DEPTH) < chance).astype(float),
+                                propensities=at[ranking, np.arange(DEPTH)],
+                                shown_marginals=at.sum(axis=1)))
+    return pages
+
+
+def true_value(X, attraction, target: PolicyCache) -> float:
+    return float(np.mean([(target(x, DEPTH) * (attraction[q][:, None] * THETA)).sum()
+                          for q, x in enumerate(X)]))
+
+
+def test_estimates_cover_the_true_value_in_at_least_90_of_100_repetitions():
+    X, attraction = world()
+    logging = PolicyCache(np.array([0.5, 0.5, 0.5, 0.5]))
+    target = PolicyCache(np.array([3.0, -1.5, 1.5, 0.0]))
+    truth = true_value(X, attraction, target)
+    logged_truth = true_value(X, attraction, logging)
+    assert truth - logged_truth > 0.2  # a target clearly unlike the logging policy
+    covered = {"IPS": 0, "SNIPS": 0, "DR": 0}
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        result = evaluate(target, log_pages(X, attraction, logging, 1500, rng), DEPTH)
+        assert result.logged_interval[0] - 0.1 < logged_truth < result.logged_interval[1] + 0.1
+        for estimate in result.estimates:
+            covered[estimate.name] += estimate.low <= truth <= estimate.high
+    assert all(count >= 90 for count in covered.values()), covered
+
+
+def test_a_target_the_logs_cannot_support_is_refused():
+    X, attraction = world()
+    rng = np.random.default_rng(2)
+    logging = PolicyCache(np.array([0.5, 0.5, 0.5, 0.5]))
+    pages = log_pages(X, attraction, logging, 50, rng)
+    for page in pages:  # a logging policy that never shows candidate 11
+        page.shown_marginals = page.shown_marginals.copy()
+        page.shown_marginals[11] = 0.0
+    pages[0].id = "abc"
+    with pytest.raises(SupportError, match="impression abc: candidate 11, which the target "
+                                           "shows with probability"):
+        evaluate(PolicyCache(np.zeros(FEATURES)), pages, DEPTH)
+
+
+# -- reranker evaluate, on a real event store -------------------------------------------
+
+
+def attraction(doc_id: str) -> float:
+    return 0.05 + 0.6 * (sum(map(ord, doc_id)) % 7) / 6
+
+
+def log_traffic(workdir, learner: str, searches: int, seed: int = 0):
+    """A service with ``learner`` serving simulated users (position-based clicks), its
+    impressions closed; returns the config path and the pages' candidates per query."""
+    from conftest import write_config
+
+    from reranker.config import load_config
+    from reranker.service import RerankerService
+
+    path = write_config(workdir, learner={"name": learner, "seed": seed},
+                        features={"numeric_fields": ["popularity"], "click_features": False})
+    service = RerankerService(load_config(path)).open()
+    rng = np.random.default_rng(seed)
+    queries = ["tea kettle", "green tea", "espresso"]
+    candidates = {}
+    try:
+        for i in range(searches):
+            query = queries[i % len(queries)]
+            page = service.search(query, DEPTH)
+            imp = service.events.get_impression(page["impression_id"])
+            candidates[query] = imp
+            for r, hit in enumerate(page["hits"]):
+                if rng.random() < attraction(hit["id"]) / (r + 1):
+                    service.click(page["impression_id"], hit["id"])
+        service.trainer.run_once(close_all=True)
+    finally:
+        service.close()
+    return path, candidates
+
+
+def test_reranker_evaluate_estimates_a_target_from_random_logs(workdir):
+    import json
+
+    from conftest import run_cli
+
+    from reranker.config import load_config
+    from reranker.featuremap import FeatureMap
+    from reranker.features import FeatureSpec
+    from reranker.model import ModelFactory
+    from reranker.plugins import get_plugin_manager, learner_classes
+
+    learners = learner_classes(get_plugin_manager())
+    path, candidates = log_traffic(workdir, "random", 900)
+    out = run_cli("evaluate", "-c", str(path), "--learner", "preference_perceptron",
+                  "--json").stdout
+    result = json.loads(out)
+    assert result["pages"] == 900 and result["metric"] == "clicks@10"
+    assert {e["estimator"] for e in result["estimates"]} == {"IPS", "SNIPS", "DR"}
+    # the truth: the target's own chance of each result at each position, the users' clicks
+    config = load_config(path)
+    model = ModelFactory(learners["preference_perceptron"], {}, FeatureMap(
+        config.learner.depth, config.learner.discount), FeatureSpec.from_config(config).names,
+        config.features.normalization).new()
+    truth = np.mean([
+        (model.learner.position_marginals(model.normalize(imp.features), DEPTH)
+         * np.array([[attraction(d) for d in imp.doc_ids]]).T
+         / np.arange(1, DEPTH + 1)).sum() for imp in candidates.values()])
+    for estimate in result["estimates"]:
+        half = (estimate["high"] - estimate["low"]) / 2
+        assert abs(estimate["value"] - truth) < 4 * half, (estimate, truth)
+        assert estimate["effective_sample_size"] > 20
+    table = run_cli("evaluate", "-c", str(path), "--learner", "preference_perceptron").stdout
+    assert "target, DR" in table and "logged policy" in table
+
+
+def test_reranker_evaluate_refuses_what_the_logs_cannot_tell(workdir):
+    from conftest import run_cli
+
+    path, _ = log_traffic(workdir, "backend_order", 30)
+    result = run_cli("evaluate", "-c", str(path), "--learner", "random", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "the logging policy gave zero probability to what the target would show on 30 " \
+           "of 30 pages" in result.stderr
+    result = run_cli("evaluate", "-c", str(path), "--learner", "dbgd", check=False)
+    assert result.returncode == 1
+    assert "learner 'dbgd' cannot say where it would place each result" in result.stderr

@@ -1,0 +1,80 @@
+"""The semibandit learners: their updates worked out by hand, and their probabilities."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from reranker_plugins.epsilon_greedy import SHOWN_CHANCE, EpsilonGreedy
+from reranker_plugins.linucb import LinUCB
+
+from reranker.featuremap import FeatureMap
+from reranker.feedback import Feedback
+
+X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+
+
+def learner(cls, **params):
+    out = cls(feature_map=FeatureMap(depth=5), **params)
+    out.initialize(2, ["a", "b"])
+    return out
+
+
+def page(shown, clicked, chance=None) -> Feedback:
+    rest = [i for i in range(3) if i not in shown]
+    feedback = Feedback(ranking=np.array(shown + rest), n_shown=len(shown),
+                        clicked=np.array(clicked, dtype=np.intp))
+    if chance is not None:
+        feedback.context = {SHOWN_CHANCE: chance}
+    return feedback
+
+
+def test_epsilon_greedy_weights_each_shown_item_by_its_chance_and_refits_at_epochs():
+    eg = learner(EpsilonGreedy, epsilon=0.2, ridge=1.0)
+    # shown 0 and 1 with chances 1/2 and 1/4, 1 clicked: weights 2 and 4
+    assert eg._update(X, page([0, 1], [1], [0.5, 0.25]))
+    np.testing.assert_allclose(eg.A_, np.diag([3.0, 5.0]))
+    np.testing.assert_allclose(eg.b_, [0.0, 4.0])
+    np.testing.assert_allclose(eg.theta_, [0.0, 0.8])  # refit after round 1
+    assert eg.next_fit_ == 2
+    assert eg._update(X, page([2], [2], [1.0]))  # round 2: refit
+    A = np.diag([3.0, 5.0]) + np.ones((2, 2))
+    np.testing.assert_allclose(eg.theta_, np.linalg.solve(A, [1.0, 5.0]))
+    theta = eg.theta_.copy()
+    assert eg._update(X, page([0], [], [0.9]))  # round 3: statistics only, no refit
+    np.testing.assert_allclose(eg.theta_, theta)
+    assert eg.b_.tolist() == [1.0, 5.0] and eg.next_fit_ == 4
+    assert not eg._update(X, page([], []))  # nothing shown: nothing learned
+
+
+def test_epsilon_greedy_probabilities():
+    eg = learner(EpsilonGreedy, epsilon=0.3)
+    eg.theta_ = np.array([1.0, 0.5])  # greedy: 2, 0, 1
+    assert eg.log_probability(X, np.array([2, 0])) == pytest.approx(
+        math.log(0.3 / 6 + 0.7))
+    assert eg.log_probability(X, np.array([0, 2])) == pytest.approx(math.log(0.3 / 6))
+    np.testing.assert_allclose(eg.marginals(X, 2), [0.2 + 0.7, 0.2, 0.2 + 0.7])
+    np.testing.assert_allclose(eg.position_marginals(X, 2),
+                               [[0.1, 0.8], [0.1, 0.1], [0.8, 0.1]])
+    result = eg.rank(X, 2, np.random.default_rng(0))
+    chance = eg.marginals(X, 2)[result.ranking[:2]]
+    assert result.context[SHOWN_CHANCE] == pytest.approx(chance.tolist())
+
+
+def test_linucb_refreshes_every_n_rounds():
+    ucb = learner(LinUCB, alpha=2.0, ridge=1.0, refresh=2)
+    result = ucb.rank(X, 3)  # no data: the bonus alone, alpha * |x|
+    np.testing.assert_allclose(result.scores, 2.0 * np.linalg.norm(X, axis=1))
+    assert result.ranking[0] == 2
+    assert ucb._update(X, page([2, 0], [0]))
+    Sigma = np.eye(2) + np.outer(X[2], X[2]) + np.outer(X[0], X[0])
+    np.testing.assert_allclose(ucb.Sigma_, Sigma)
+    assert not ucb.theta_.any()  # not refreshed yet
+    assert ucb._update(X, page([1], [1]))
+    Sigma += np.outer(X[1], X[1])
+    np.testing.assert_allclose(ucb.theta_, np.linalg.solve(Sigma, X[0] + X[1]))
+    np.testing.assert_allclose(ucb.Sigma_inv_, np.linalg.inv(Sigma))
+    x = X[1]
+    assert ucb.rank(X, 3).scores[1] == pytest.approx(
+        ucb.theta_ @ x + 2.0 * math.sqrt(x @ np.linalg.inv(Sigma) @ x))
