@@ -1,8 +1,8 @@
-"""The HTTP API: ``POST /search``, ``POST /click``, ``POST /explain``, ``GET /healthz``, and
-for an experiment
+"""The HTTP API: ``POST /search``, ``POST /click``, ``POST /reward``, ``POST /explain``,
+``GET /healthz``, and for an experiment
 ``GET /experiments`` (its results as JSON) and ``GET /dashboard`` (a live page of them);
 ``GET /reranker.js`` serves the browser snippet, and ``server.cors_origins`` lets pages on
-other origins call ``/search`` and ``/click`` (CORS).
+other origins call ``/search``, ``/click`` and ``/reward`` (CORS).
 
 ``create_app(config)`` builds a Flask app around a :class:`RerankerService`, and
 ``blueprint(service)`` gives the same endpoints to mount in an existing Flask app; nothing is
@@ -85,6 +85,14 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         return jsonify({"accepted": True, "impression_id": result.impression_id,
                         "doc_id": result.doc_id, "position": result.position,
                         "duplicate": result.duplicate}), 202
+
+    @bp.post("/reward")
+    def reward():
+        body = _json_body(policy)
+        _reject_unknown(body, {"impression_id", "value"})
+        result = service.reward(body.get("impression_id"), body.get("value"))
+        return jsonify({"accepted": True, "impression_id": result.impression_id,
+                        "value": result.value, "replaced": result.replaced}), 202
 
     @bp.post("/explain")
     def explain():
@@ -238,8 +246,8 @@ def _register_errors(app: Flask | Blueprint) -> None:
 
 #: The endpoints a page on another origin may call, with the methods each one answers.
 CORS_ROUTES = {"search": "POST, OPTIONS", "click": "POST, OPTIONS",
-               "snippet": "GET, OPTIONS"}
-CORS_PATHS = ("/search", "/click", "/reranker.js")
+               "reward": "POST, OPTIONS", "snippet": "GET, OPTIONS"}
+CORS_PATHS = ("/search", "/click", "/reward", "/reranker.js")
 
 SNIPPET_CACHE = "public, max-age=3600"  # the snippet changes only with the package
 

@@ -519,7 +519,7 @@ class Arm:
         if imp.arm in self.names():
             return imp.features, feedback_from_clicks(
                 imp.ranking, imp.n_shown, clicked, log_prob=imp.log_prob,
-                propensities=imp.propensities, context=imp.context)
+                propensities=imp.propensities, context=imp.context, reward=imp.reward)
         logged = (imp.context or {}).get("arms", {})
         if imp.arm is not None or not any(entry.get("id") in self.names()
                                            for entry in logged.values()) \

@@ -94,6 +94,11 @@ CREATE TABLE IF NOT EXISTS experiment_state (
     state TEXT NOT NULL,           -- JSON: promoted arm, held arms, with when and why
     updated REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS rewards (
+    impression_id TEXT PRIMARY KEY REFERENCES impressions (id),
+    value REAL NOT NULL,           -- the application's reward for the page (POST /reward)
+    created REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS position_bias (
     position INTEGER PRIMARY KEY,  -- 0-based upper position of a randomised adjacent pair
     upper REAL NOT NULL,           -- inverse-propensity-weighted clicks at it
@@ -145,6 +150,7 @@ class Impression:
     page_key: str | None = None  # query, filters and user or session (later pages find it)
     closed_seq: int | None = None
     clicked: list[str] | None = None  # doc ids, filled when read for training
+    reward: float | None = None  # the application's reward for the page, if it sent one
 
     def shown(self) -> np.ndarray:
         """The shown candidates (indices), in the order shown."""
@@ -160,6 +166,13 @@ class ClickResult:
     doc_id: str
     position: int
     duplicate: bool
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    impression_id: str
+    value: float
+    replaced: float | None  # the value it replaced, if the page had one
 
 
 class EventStore:
@@ -408,6 +421,30 @@ class EventStore:
                 conn.executemany(_UPSERT_BIAS, counts)
             return ClickResult(impression_id, doc_id, position, duplicate=False)
 
+    def record_reward(self, impression_id: str, value: float,
+                      now: float | None = None) -> RewardResult:
+        """Store the application's reward for a page durably (a later one replaces it while
+        the page is open). Unknown impression: :class:`NotFoundError`; a closed impression:
+        :class:`ConflictError`, unless it is the value already stored."""
+        now = time.time() if now is None else now
+        conn = self._conn()
+        with self._write(conn, durable=True):
+            row = conn.execute("SELECT closed_seq, (SELECT value FROM rewards WHERE "
+                               "impression_id = ?) FROM impressions WHERE id = ?",
+                               (impression_id, impression_id)).fetchone()
+            if row is None:
+                raise NotFoundError(f"unknown impression_id {impression_id!r}")
+            closed, before = row
+            if closed is not None:
+                if before == value:
+                    return RewardResult(impression_id, value, before)
+                raise ConflictError(f"impression {impression_id!r} no longer accepts a reward: "
+                                    f"its feedback window has closed and it was trained on")
+            conn.execute("INSERT INTO rewards (impression_id, value, created) VALUES (?, ?, ?) "
+                         "ON CONFLICT (impression_id) DO UPDATE SET value = excluded.value, "
+                         "created = excluded.created", (impression_id, value, now))
+            return RewardResult(impression_id, value, before)
+
     def close_impressions(self, before: float, limit: int | None = None) -> int:
         """Close open impressions created before ``before`` (oldest first, at most
         ``limit``), numbering them in order; return how many were closed."""
@@ -602,7 +639,8 @@ def _stat_cells(key: str, doc_id: str) -> tuple[tuple[str, str], ...]:
 
 _COLUMNS = ("id, created, query, user_id, learner, model_version, doc_ids, feature_names, "
             "features, ranking, n_shown, log_prob, propensities, teams, closed_seq, context, "
-            "arm, experiment, page_offset, page_key")
+            "arm, experiment, page_offset, page_key, "
+            "(SELECT value FROM rewards WHERE rewards.impression_id = impressions.id)")
 
 
 def _impression(row: tuple) -> Impression:
@@ -616,4 +654,4 @@ def _impression(row: tuple) -> Impression:
         propensities=None if row[12] is None else np.frombuffer(row[12], dtype=np.float64),
         teams=None if row[13] is None else json.loads(row[13]), closed_seq=row[14],
         context=None if row[15] is None else json.loads(row[15]), arm=row[16],
-        experiment=row[17], offset=row[18], page_key=row[19])
+        experiment=row[17], offset=row[18], page_key=row[19], reward=row[20])

@@ -57,6 +57,7 @@ class Feedback:
     informative: bool | None = None
     positions: np.ndarray | None = None  # 0-based positions of ``clicked`` in ``ranking``
     context: dict | None = None  # what the learner logged with the impression
+    reward: float | None = None  # the application's reward for the page (POST /reward)
 
     def __post_init__(self) -> None:
         if self.clicked is None:
@@ -92,7 +93,8 @@ def feedback_from_positions(ranking: np.ndarray, n_shown: int, positions: np.nda
 def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray, *,
                          log_prob: float | None = None,
                          propensities: np.ndarray | None = None,
-                         context: dict | None = None) -> Feedback:
+                         context: dict | None = None,
+                         reward: float | None = None) -> Feedback:
     """Feedback of an impression from its clicked candidate indices (any order, no repeats),
     as live traffic logs them: located in the ranking, then :func:`feedback_from_positions`."""
     ranking = np.asarray(ranking, dtype=np.intp)
@@ -105,6 +107,7 @@ def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray,
     feedback = feedback_from_positions(ranking, int(n_shown), positions, log_prob=log_prob)
     feedback.propensities = propensities
     feedback.context = context
+    feedback.reward = reward
     return feedback
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from flask import Blueprint, Flask
 
 from .config import Config, config_from_dict, load_config
-from .events import ClickResult
+from .events import ClickResult, RewardResult
 from .service import RerankerService
 from .trainer import TrainReport
 
@@ -73,6 +73,11 @@ class Reranker:
     def click(self, impression_id: str, doc_id: str) -> ClickResult:
         """``POST /click``: durable when this returns."""
         return self.service.click(impression_id, doc_id)
+
+    def reward(self, impression_id: str, value: float) -> RewardResult:
+        """``POST /reward``: the application's reward for a page; durable when this
+        returns."""
+        return self.service.reward(impression_id, value)
 
     def train(self, *, close_all: bool = False) -> TrainReport:
         """One training pass (``reranker train``)."""

@@ -29,7 +29,7 @@ from .clicks import query_key
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import Config
 from .errors import BadRequestError, NotFoundError, RerankerError
-from .events import SHOWN_PROPENSITIES, ClickResult, EventStore, Impression
+from .events import SHOWN_PROPENSITIES, ClickResult, EventStore, Impression, RewardResult
 from .experiments.experiment import Decision, Experiment, experiment_from_config
 from .experiments.interleaving import perturb_pairs, perturbed_list_log_probability, team_draft
 from .features import FeatureSpec
@@ -335,6 +335,17 @@ class RerankerService:
         _check_text("impression_id", impression_id)
         _check_text("doc_id", doc_id)
         return self.events.record_click(impression_id, doc_id)
+
+    def reward(self, impression_id: Any, value: Any) -> RewardResult:
+        """Record the application's reward for a page (a purchase, a satisfaction signal),
+        which learners of unknown position weights learn from; durable when this returns."""
+        if not isinstance(impression_id, str) or not impression_id:
+            raise BadRequestError("'impression_id' must be a non-empty string")
+        _check_text("impression_id", impression_id)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise BadRequestError(f"'value' must be a finite number, got {value!r}")
+        return self.events.record_reward(impression_id, float(value))
 
     def arm_info(self) -> dict[str, dict[str, Any]]:
         """Per arm label: its id, learner, parameters and serving model version."""

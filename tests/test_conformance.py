@@ -45,4 +45,4 @@ def test_every_paper_learner_is_registered():
         "exponentiated_preference_perceptron", "convex_preference_perceptron",
         "second_order_preference_perceptron", "noregret_klrank", "greedy_klrank",
         "online_ranknet", "random", "backend_order", "pdgd", "dbgd", "ranking_svm",
-        "epsilon_greedy", "linucb"}
+        "epsilon_greedy", "linucb", "eels"}

@@ -27,6 +27,18 @@ def learn_in(service, pages: int = 2) -> None:
     learn(lambda q: service.search(q, 10), service.click, pages)
 
 
+def prefer(search, click, pages: int = 6, query: str = "tea kettle") -> None:
+    """Pages on which users click the same two results (those the first page showed at
+    ranks 6 and 3) wherever they are shown: consistent preferences, which randomised pairs
+    cannot cancel out as they can clicks by position."""
+    first = search(query)
+    liked = [first["hits"][5]["id"], first["hits"][2]["id"]]
+    for page in [first] + [search(query) for _ in range(pages - 1)]:
+        for hit in page["hits"]:
+            if hit["id"] in liked:
+                click(page["impression_id"], hit["id"])
+
+
 def weights(model) -> dict[str, float]:
     return dict(zip(model.feature_names, model.learner.learned_weights(), strict=True))
 
@@ -42,8 +54,8 @@ def test_a_changed_feature_set_starts_from_the_shared_weights_and_old_clicks_sti
     write_config(workdir, features=NO_CLICK_FEATURES).rename(old_path)
     live = LiveServer(old_path)
     try:
-        learn(lambda q: live.post("/search", {"query": q}).json(),
-              lambda i, d: live.post("/click", {"impression_id": i, "doc_id": d}), pages=2)
+        prefer(lambda q: live.post("/search", {"query": q}).json(),
+               lambda i, d: live.post("/click", {"impression_id": i, "doc_id": d}), pages=6)
         out = run_cli("train", "-c", str(old_path), "--close-all").stdout
         assert "saved model version 1" in out, out
         # a page logged under the old feature set, clicked and not yet trained on
@@ -109,7 +121,7 @@ def test_learners_with_other_state_carry_over_by_feature_name(workdir, name):
     features = {"numeric_fields": ["popularity"], "click_features": True}
     path = write_config(workdir, features=features, learner={"name": name})
     service = serve(path)
-    learn_in(service, pages=4)
+    prefer(lambda q: service.search(q, 10), service.click, pages=8)
     service.trainer.run_once(close_all=True)
     old = service.model
     service.close()

@@ -41,8 +41,11 @@ def test_rerank_ranks_logs_and_learns_from_the_applications_candidates(tmp_path)
             page = reranker.rerank("tea", CANDIDATES, size=10)
             for hit in (page["hits"][4], page["hits"][7]):
                 reranker.click(page["impression_id"], hit["id"])
+        result = reranker.reward(page["impression_id"], 12.5)  # a purchase worth 12.50
+        assert result.value == 12.5 and result.replaced is None
         report = reranker.train(close_all=True)
         assert report.applied == 4 and report.clicks == 6 and report.versions
+        assert reranker.service.events.get_impression(page["impression_id"]).reward == 12.5
         page2 = reranker.rerank("tea", CANDIDATES, size=10, user_id="u1", offset=5)
         assert page2["hits"][0]["rank"] == 6
 

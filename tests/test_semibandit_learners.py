@@ -78,3 +78,31 @@ def test_linucb_refreshes_every_n_rounds():
     x = X[1]
     assert ucb.rank(X, 3).scores[1] == pytest.approx(
         ucb.theta_ @ x + 2.0 * math.sqrt(x @ np.linalg.inv(Sigma) @ x))
+
+
+def test_eels_explores_then_estimates_the_position_weights_and_exploits():
+    from reranker_plugins.eels import EELS
+
+    eels = learner(EELS, positions=2, min_rounds=2, min_eigenvalue=0.5, ridge=1.0)
+    rng = np.random.default_rng(0)
+    assert eels.stochastic and eels.rank(X, 2, rng).log_prob == pytest.approx(math.log(1 / 6))
+    no_reward = page([0, 1], [0])
+    assert not eels._update(X, no_reward)  # a page without a reward teaches nothing
+    first = page([0, 1], [0])
+    first.reward = 2.0  # y = (1, 0)
+    assert eels._update(X, first) and not eels.exploiting_
+    second = page([2, 1], [1])
+    second.reward = 1.0  # y = (0, 1)
+    assert eels._update(X, second)
+    # sum y y^T = I reaches the eigenvalue: w = (2, 1), and the oracle is fitted once, each
+    # shown result weighted 3 / 2 (the inverse of a random list's chance to show it)
+    assert eels.exploiting_ and not eels.stochastic
+    np.testing.assert_allclose(eels.w_hat_, [2.0, 1.0])
+    A = np.eye(2) + 1.5 * (np.outer(X[0], X[0]) + 2 * np.outer(X[1], X[1])
+                           + np.outer(X[2], X[2]))
+    np.testing.assert_allclose(eels.theta_, np.linalg.solve(A, 1.5 * (X[0] + X[1])))
+    best = np.argsort(-(X @ eels.theta_), kind="stable")
+    assert eels.rank(X, 2).ranking[:2].tolist() == best[:2].tolist()  # position 1 weighs most
+    eels.w_hat_ = np.array([1.0, 2.0])  # position 2 weighs most: the best result goes there
+    assert eels.rank(X, 2).ranking[:2].tolist() == [best[1], best[0]]
+    assert not eels._update(X, second)  # it exploits for good
