@@ -115,9 +115,9 @@ class EELS(Learner):
         # Algorithm 2: the pages' rewards against their per-position feedback
         self.YY_ = self.YY_ + np.outer(y, y)
         self.Yr_ = self.Yr_ + float(feedback.reward) * y
-        # the oracle's data: each shown result's click, weighted by 1 / q(a) = n / k, the
-        # inverse of its chance of being shown by a uniformly random list
-        weight = n / min(feedback.n_shown, n)
+        # the oracle's data: each result shown in the first k positions, its click weighted
+        # by 1 / q(a) = n / k, the inverse of a uniformly random list's chance to put it there
+        weight = n / k
         Xs = X[shown]
         self.A_ = self.A_ + weight * Xs.T @ Xs
         self.b_ = self.b_ + weight * clicked @ Xs

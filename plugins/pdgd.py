@@ -42,69 +42,66 @@ def click_pairs(feedback: Feedback) -> tuple[np.ndarray, np.ndarray]:
             np.tile(np.array(skipped, dtype=np.intp), len(clicked)))
 
 
-def swap_log_ratios(scores: np.ndarray, ranking: np.ndarray, upper: np.ndarray,
-                    lower: np.ndarray) -> np.ndarray:
-    """``log P(R*) - log P(R)`` for each pair of positions ``upper < lower`` of the
-    Plackett-Luce ranking ``R`` with ``scores``, ``R*`` being ``R`` with the two swapped.
-    Both rankings place the same items before ``upper`` and after ``lower`` and the same
-    items (in another order) between, so only the normalisers at the positions after
-    ``upper`` up to ``lower`` differ: there the not-yet-placed items hold ``R[upper]``
-    instead of ``R[lower]``."""
-    if not len(upper):
-        return np.empty(0)
-    depth = int(lower.max()) + 2
-    e = np.exp(scores[ranking] - scores.max())  # shifted: only ratios matter
-    # after[r]: the sum over positions r.. (the normaliser of R at r)
-    after = np.concatenate([np.cumsum(e[::-1])[::-1], [0.0]])[:depth]
-    r = np.arange(depth - 1)
-    inside = (r > upper[:, None]) & (r <= lower[:, None])  # (pairs, positions)
-    # R*'s normaliser at r: positions r..b-1 and after b, plus R[a] (all positive terms)
-    swapped = (after[r] - after[lower][:, None]) + after[lower + 1][:, None] \
-        + e[upper][:, None]
-    logs = np.log(after[r])[None, :] - np.log(np.where(inside, swapped, 1.0))
-    return np.where(inside, logs, 0.0).sum(axis=1)
+class _Normalisers:
+    """The Plackett-Luce normalisers of a ranking's first ``depth`` positions, in scalars (a
+    page has a few clicks and at most a page of positions, where numpy's per-call cost would
+    dominate): ``e[r]`` the shifted exponentiated score at position ``r``, ``after[r]`` the
+    normaliser at ``r`` (the sum of ``e`` over positions ``r..``), and ``log_after[r]`` the
+    sum of ``log after`` over positions before ``r``."""
+
+    def __init__(self, ranked: RankedScores, depth: int):
+        shifted = ranked.shifted
+        self.e = shifted[:depth].tolist()
+        self.after = after = [0.0] * (depth + 1)
+        total = float(shifted[depth:].sum())
+        after[depth] = total
+        for r in range(depth - 1, -1, -1):
+            total += self.e[r]
+            after[r] = total
+        self.log_after = [0.0] * (depth + 1)
+        for r in range(depth):
+            self.log_after[r + 1] = self.log_after[r] + math.log(after[r])
+
+    def swap_log_ratio(self, a: int, b: int) -> float:
+        """``log P(R*) - log P(R)`` for positions ``a < b``, ``R*`` being the ranking with
+        the two swapped. Both place the same items before ``a`` and after ``b`` and the same
+        items (in another order) between, so only the normalisers at ``a+1..b`` differ:
+        there the items not yet placed hold ``R[a]`` instead of ``R[b]``, ``after[r] - e_b +
+        e_a`` (at least ``e_a``; the clamp only catches rounding), multiplied up and logged
+        once."""
+        e_a, after = self.e[a], self.after
+        change = e_a - self.e[b]
+        product = 1.0
+        for value in after[a + 1:b + 1]:
+            value += change
+            product *= value if value > e_a else e_a
+        if 1e-280 < product < 1e280:
+            log_swapped = math.log(product)
+        else:  # (a product this far out of range: log each term)
+            log_swapped = sum(math.log(max(value + change, e_a)) for value in after[a + 1:b + 1])
+        return self.log_after[b + 1] - self.log_after[a + 1] - log_swapped
+
+
+def swap_log_ratio(scores: np.ndarray, ranking: np.ndarray, a: int, b: int) -> float:
+    """``log P(R*) - log P(R)`` of swapping positions ``a < b`` of the Plackett-Luce ranking
+    ``R`` with ``scores``."""
+    return _Normalisers(RankedScores(scores, ranking), b + 1).swap_log_ratio(a, b)
 
 
 def pair_weights(ranked: RankedScores, clicked: list[int],
                  skipped: list[int]) -> tuple[list[float], list[float]]:
     """For every pair of a clicked position ``k`` and a skipped one ``l``, PDGD's weight
     ``rho * exp(s_k) exp(s_l) / (exp(s_k) + exp(s_l))^2`` (eqs. 7 and 9), summed per clicked
-    and per skipped position. ``rho = P(R*) / (P(R) + P(R*))`` comes from the log-ratio of
-    :func:`swap_log_ratios`, here in scalar arithmetic: a page has a few clicks and at most
-    a page of positions, where numpy's per-call cost would dominate. ``ranked`` holds the
-    ranking's scores."""
+    and per skipped position; ``rho = P(R*) / (P(R) + P(R*))`` from the swap's log-ratio.
+    ``ranked`` holds the ranking's scores."""
     depth = max(clicked[-1], skipped[-1]) + 1
-    shifted = ranked.shifted  # exp of the scores in the ranking's order, shifted
-    e = shifted[:depth].tolist()
+    normalisers = _Normalisers(ranked, depth)
     s = ranked.ordered[:depth].tolist()
-    after = [0.0] * (depth + 1)  # after[r]: the normaliser of R at r
-    total = float(shifted[depth:].sum())
-    after[depth] = total
-    for r in range(depth - 1, -1, -1):
-        total += e[r]
-        after[r] = total
-    log_after = [0.0] * (depth + 1)  # log_after[r]: sum of log after[0..r-1]
-    for r in range(depth):
-        log_after[r + 1] = log_after[r] + math.log(after[r])
     up_weight = [0.0] * len(clicked)
     down_weight = [0.0] * len(skipped)
     for i, k in enumerate(clicked):
         for j, m in enumerate(skipped):
-            a, b = (k, m) if k < m else (m, k)
-            e_a, e_b = e[a], e[b]
-            # R*'s normalisers at a+1..b hold R[a] instead of R[b]: after[r] - e_b + e_a
-            # (at least e_a; the clamp only catches rounding), multiplied up and logged once
-            change = e_a - e_b
-            product = 1.0
-            for value in after[a + 1:b + 1]:
-                value += change
-                product *= value if value > e_a else e_a
-            if 1e-280 < product < 1e280:
-                log_swapped = math.log(product)
-            else:  # (a product this far out of range: log each term)
-                log_swapped = sum(math.log(max(value + change, e_a))
-                                  for value in after[a + 1:b + 1])
-            log_ratio = log_after[b + 1] - log_after[a + 1] - log_swapped
+            log_ratio = normalisers.swap_log_ratio(min(k, m), max(k, m))
             rho = 1.0 / (1.0 + math.exp(-log_ratio)) if log_ratio > -700.0 else 0.0
             z = math.exp(-min(abs(s[k] - s[m]), 700.0))  # e^d / (1 + e^d)^2, d = s_k - s_m
             weight = rho * z / ((1.0 + z) * (1.0 + z))

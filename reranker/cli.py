@@ -441,6 +441,10 @@ class _GreedyCommand(click.Command):
               "queries (which repeat) [default: on, as in the service].")
 @click.option("--window", type=click.IntRange(min=1), help="Impressions per window of online "
               "NDCG@10 for the worst-window report [default: 200].")
+@click.option("--evaluate", metavar="LEARNER", help="Off-policy check: estimate this "
+              "learner's clicks@10 (its initial model, with its --param values) from every "
+              "simulated learner's logged pages, and compare with its true on-policy value on "
+              "the same queries (slower: each page's position probabilities are computed).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="YAML simulation plan with any of the options above as keys (train, test, "
                    "learners, params, click_model, ...); options given here win.")

@@ -95,6 +95,47 @@ class CoactiveLearner(LinearLearner):
                           context={PAIR_OFFSET: offset, SWAPPED: swapped,
                                    SWAP_PROBABILITY_KEY: p})
 
+    def _log_chances(self, X: np.ndarray, n_shown: int, result: RankResult) -> None:
+        # the argmax is the shown ranking with its swapped pairs put back
+        best = result.ranking.tolist()
+        for upper in (result.context or {}).get(SWAPPED, ()):
+            best[upper], best[upper + 1] = best[upper + 1], best[upper]
+        result.propensities = self._shown_chances(best, n_shown)
+        result.shown_propensities = self._position_chances(
+            best, result.ranking, n_shown, _pair_uppers(n_shown, len(best)))
+
+    def _shown_chances(self, best: list[int], n_shown: int) -> np.ndarray:
+        """Each candidate's chance of being shown (:meth:`marginals`) from the argmax."""
+        n = len(best)
+        k = min(n_shown, n)
+        out = np.zeros(n)
+        out[best[:k]] = 1.0
+        if 0 < k < n:
+            out[best[k - 1]] = 1.0 - self.swap_probability / 2
+            out[best[k]] = self.swap_probability / 2
+        return out
+
+    def _position_chances(self, best: list[int], shown: np.ndarray, n_shown: int,
+                          uppers: tuple[range, range]) -> np.ndarray:
+        """The chance of each shown result at its position (:meth:`position_marginals` on
+        the shown list) from the argmax ``best``: summed over the two pairings (1/2 each),
+        kept (1 - p) or swapped (p) within a pair, certain outside the pairs."""
+        p = self.swap_probability
+        k = min(n_shown, len(best))
+        items = shown[:k].tolist()
+        out = []
+        for r in range(k):
+            item, chance = items[r], 0.0
+            for pairing in uppers:
+                if r in pairing:  # the upper of a pair: kept, or its lower moved up
+                    chance += (1.0 - p) if item == best[r] else p if item == best[r + 1] else 0
+                elif r - 1 in pairing:  # the lower of a pair
+                    chance += (1.0 - p) if item == best[r] else p if item == best[r - 1] else 0
+                else:
+                    chance += 1.0 if item == best[r] else 0.0
+            out.append(0.5 * chance)
+        return np.array(out)
+
     def _list_log_prob(self, offset: int, n_swapped: int,
                        uppers: tuple[range, range]) -> float:
         """Log-probability of a shown top made with pairing ``offset`` (whose pairs start at

@@ -179,8 +179,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                             minimum=1),
         "max_size": Key("int", 100, "Largest size a search may ask for.", minimum=1),
         "cors_origins": Key("list[str]", [], "Origins (scheme://host[:port]) of the web pages "
-                            "that may call /search and /click from the browser; '*' allows "
-                            "any; empty: no CORS headers, same-origin pages only."),
+                            "that may call /search, /click and /reward from the browser; '*' "
+                            "allows any; empty: no CORS headers, same-origin pages only."),
         "cors_max_age": Key("int", 600, "Seconds a browser may cache the answer to a CORS "
                             "preflight request.", minimum=0, maximum=86400),
     },

@@ -105,7 +105,8 @@ class RankResult:
     context: dict | None = None
     #: The probability that each shown result was shown at its position (position ``r`` of
     #: the first ``n_shown``), filled in by :meth:`Learner.rank` from
-    #: :meth:`Learner.position_marginals` for stochastic learners.
+    #: :meth:`Learner.position_marginals` for stochastic learners whose ``_rank`` leaves it
+    #: out.
     shown_propensities: np.ndarray | None = None
 
 
@@ -285,16 +286,24 @@ class Learner(ABC):
         if rng is None and self.stochastic:
             rng = _fallback_rng()
         result = self._rank(X, n_shown, rng)
-        if self.stochastic and self.exact_probabilities:  # what logging needs
+        if self.stochastic and self.exact_probabilities:
+            self._log_chances(X, n_shown, result)
+        return result
+
+    def _log_chances(self, X: np.ndarray, n_shown: int, result: RankResult) -> None:
+        """Fill in what a stochastic policy's impression logs and ``_rank`` left out: each
+        candidate's chance of being shown and each shown result's chance at its position
+        (from :meth:`position_marginals`, or :meth:`marginals`). The offline simulator,
+        which calls ``_rank``, does without them."""
+        if result.shown_propensities is None:
             at = self.position_marginals(X, n_shown)
             if at is not None:
                 k = at.shape[1]
                 result.shown_propensities = at[result.ranking[:k], np.arange(k)]
                 if result.propensities is None:
                     result.propensities = np.clip(at.sum(axis=1), 0.0, 1.0)
-            if result.propensities is None:
-                result.propensities = self.marginals(X, n_shown)
-        return result
+        if result.propensities is None:
+            result.propensities = self.marginals(X, n_shown)
 
     def update(self, X: np.ndarray, feedback: Feedback) -> bool:
         """Learn from the feedback on one impression; return True if the model changed."""

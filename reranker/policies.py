@@ -84,8 +84,9 @@ def log_softmax(scores: np.ndarray) -> np.ndarray:
 
 
 #: Step of the quadrature grid in log-time of :func:`plackett_luce_position_marginals`; the
-#: trapezoid rule on these smooth, rapidly decaying integrands is accurate to ~1e-12 at it.
-_LOG_TIME_STEP = 0.25
+#: trapezoid rule on these smooth, rapidly decaying integrands is accurate to ~1e-10 at it
+#: (measured on 50 to 300 candidates, the first ten positions).
+_LOG_TIME_STEP = 0.2
 
 
 def plackett_luce_position_marginals(scores: np.ndarray, k: int) -> np.ndarray:
@@ -107,10 +108,12 @@ def plackett_luce_position_marginals(scores: np.ndarray, k: int) -> np.ndarray:
         out[0, 0] = 1.0
         return out
     lam = np.exp(scores - scores.max())  # rates; the largest is 1
-    smallest = max(float(lam.min()), 1e-300)
-    # log t from where every clock is still silent (mass below < 1e-12) to where every one
-    # has rung (mass above < e^-40)
-    x = np.arange(math.log(1e-12), math.log(40.0 / smallest) + _LOG_TIME_STEP,
+    # log t from where every clock is still silent (mass below < 1e-12) to where the k + 1
+    # fastest clocks have all rung (after that, fewer than k others have rung with chance
+    # below (k + 1) e^-40: no candidate can still be placed in the first k)
+    slowest_needed = max(float(np.partition(lam, n - k - 1)[n - k - 1]) if k < n
+                         else float(lam.min()), 1e-300)
+    x = np.arange(math.log(1e-12), math.log(40.0 / slowest_needed) + _LOG_TIME_STEP,
                   _LOG_TIME_STEP)
     t = np.exp(x)
     rung = -np.expm1(-np.outer(lam, t))  # (n, T): clock j has rung by t

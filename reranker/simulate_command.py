@@ -13,6 +13,7 @@ from .console import progress_bar
 from .errors import ConfigError
 from .simulation import (
     METRICS,
+    LearnerSpec,
     Settings,
     best_single_feature,
     learner_specs,
@@ -28,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "click_model": "informational", "impressions": 10_000, "runs": 5, "seed": 0,
     "out": "simulation", "depth": None, "discount": "log2", "gain": "linear",
     "backend_feature": "best", "checkpoints": 40, "workers": None, "library": "fixed",
-    "reveal": 0.5, "start": "engine", "click_features": True, "window": 200,
+    "reveal": 0.5, "start": "engine", "click_features": True, "window": 200, "evaluate": None,
 }
 SHOWN = ("offline_ndcg@10", "online_ndcg@10", "utility_regret")
 
@@ -86,7 +87,8 @@ def run_simulate(options: dict[str, Any], console: Console | None = None) -> dic
                             checkpoints=plan["checkpoints"], library=plan["library"],
                             reveal=plan["reveal"], start=plan["start"],
                             click_features=bool(plan["click_features"]),
-                            window=plan["window"], backend_feature=feature)
+                            window=plan["window"], backend_feature=feature,
+                            evaluate=_target(plan["evaluate"], plan["params"]))
     except TypeError as exc:  # pragma: no cover -- keys are fixed above
         raise ConfigError(str(exc)) from exc
     if settings.library not in ("fixed", "growing"):
@@ -116,9 +118,50 @@ def run_simulate(options: dict[str, Any], console: Console | None = None) -> dic
             "learners": [s.key for s in specs], "wall_seconds": time.perf_counter() - started}
     document = write_reports(result, out, meta)
     _print_summary(console, document["learners"], settings.impressions)
+    if settings.evaluate is not None:
+        _print_off_policy(console, document["learners"], settings.evaluate.key)
     console.print(f"Wrote {out / 'results.csv'}, {out / 'windows.csv'}, "
                   f"{out / 'summary.json'} and {len(METRICS) + 1} plots in {out}.")
     return document
+
+
+def _target(entry: Any, params: dict[str, dict]) -> LearnerSpec | None:
+    """The ``evaluate`` target: a learner name (its ``--param`` values apply) or a mapping
+    with ``name`` and ``params``."""
+    if entry is None:
+        return None
+    specs = learner_specs([entry], params, None)
+    return specs[0]
+
+
+def _print_off_policy(console: Console, summary: dict, target: str) -> None:
+    table = Table(title=f"Off-policy check: {target}'s clicks@10 estimated from each "
+                        f"learner's logged pages, against its true value on the same queries "
+                        f"(mean over runs; runs whose 95% interval held the truth)")
+    table.add_column("logging learner", no_wrap=True)
+    table.add_column("true", justify="right")
+    for name in ("IPS", "SNIPS", "DR"):
+        table.add_column(name, justify="right")
+    table.add_column("effective n", justify="right")
+    for learner, entry in summary.items():
+        check = entry.get("off_policy")
+        if check is None:
+            continue
+        true = check["true"]["mean"]
+        cells = [f"{true:.3f}" if true is not None else "-"]
+        if "refused" in check:
+            cells += ["refused"] * 3 + ["-"]
+        else:
+            for name in ("IPS", "SNIPS", "DR"):
+                e = check[name]
+                cells.append(f"{e['mean']:.3f} ({e['covered']}/{check['runs']})")
+            cells.append(f"{check['IPS']['effective_sample_size']['mean']:,.0f}")
+        table.add_row(learner, *cells)
+    console.print(table)
+    refused = {learner: entry["off_policy"]["refused"] for learner, entry in summary.items()
+               if "refused" in entry.get("off_policy", {})}
+    for learner, why in refused.items():
+        console.print(f"{learner}: {why}")
 
 
 def _print_summary(console: Console, summary: dict, impressions: int) -> None:

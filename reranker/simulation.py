@@ -127,6 +127,9 @@ class Settings:
     click_smoothing: float = 5.0
     window: int = 200  # impressions per window of online NDCG@10
     backend_feature: str | None = None  # the engine's order; None: the best single feature
+    #: a fixed target whose clicks@10 each learner's logged pages estimate off-policy, checked
+    #: against its on-policy value (``--evaluate``); None: no check
+    evaluate: LearnerSpec | None = None
 
 
 def prepare(train_paths: list[str], test_path: str, gain: str = "linear") -> SimulationData:
@@ -470,7 +473,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     every learner of a run sees the same queries in the same order.
     """
     settings = with_backend_feature(data, settings)
-    streams = np.random.SeedSequence([settings.seed, run]).spawn(4)
+    streams = np.random.SeedSequence([settings.seed, run]).spawn(5)
     stream_rng, user_rng = np.random.default_rng(streams[0]), np.random.default_rng(streams[1])
     learner_rng, test_rng = np.random.default_rng(streams[2]), np.random.default_rng(streams[3])
     learner = simulation_factory(data, spec, settings).new().learner
@@ -481,6 +484,13 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             return np.full(X.shape[0], np.nan)
     respond = make_user(settings.click_model, data.grades).respond
     clicks = _ClickLog(data, settings.click_smoothing) if settings.click_features else None
+    check = None
+    if settings.evaluate is not None:  # (its own random numbers: the runs stay as they were)
+        from .evaluation.simulated import OffPolicyCheck
+
+        target = simulation_factory(data, settings.evaluate, settings).new().learner
+        check = OffPolicyCheck(target, make_user(settings.click_model, data.grades),
+                               np.random.default_rng(streams[4]), PAGE)
     train = data.train
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
@@ -528,6 +538,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             positions = feedback.positions
             if positions is not None and len(positions):  # before the model changes
                 first_log_probs = first_log_probabilities(X)
+            if check is not None:
+                check.observe(learner, X, y, k, positions, labels, utility, ideal_utility[qi])
             t2 = clock()
             learn(X, feedback)
             learner_seconds += (t1 - t0) + (clock() - t2)
@@ -561,6 +573,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     timing = {"seconds": total, "learner_seconds": learner_seconds,
               "impressions_per_second": settings.impressions / total if total > 0 else math.inf,
               "windows": (metrics.windows / np.maximum(metrics.window_sizes, 1)).tolist()}
+    if check is not None:
+        timing["off_policy"] = check.result()
     return rows, timing
 
 
@@ -733,8 +747,32 @@ def summarize(result: SimulationResult) -> dict[str, dict[str, Any]]:
         entry["learner_time_share"] = _mean_stderr([t["learner_seconds"] / t["seconds"]
                                                     for t in timings if t["seconds"] > 0])
         entry.update(_worst_window(result, learner))
+        checks = [t["off_policy"] for t in timings if "off_policy" in t]
+        if checks:
+            entry["off_policy"] = _off_policy_summary(checks)
         summary[learner] = entry
     return summary
+
+
+def _off_policy_summary(checks: list[dict]) -> dict[str, Any]:
+    """Over the runs: the target's true clicks@10, and per estimator its mean estimate and
+    in how many runs its 95% interval held the true value (or why there was none)."""
+    out: dict[str, Any] = {"target": checks[0]["target"], "runs": len(checks),
+                           "true": _mean_stderr([c["true"]["value"] for c in checks
+                                                 if "true" in c])}
+    refused = [c["refused"] for c in checks if "refused" in c]
+    if refused:
+        out["refused"] = refused[0]
+        return out
+    for name in ("IPS", "SNIPS", "DR"):
+        found = [(e, c["true"]["value"]) for c in checks for e in c["estimates"]
+                 if e["estimator"] == name]
+        out[name] = {**_mean_stderr([e["value"] for e, _ in found]),
+                     "covered": int(sum(bool(e["low"] <= truth <= e["high"])
+                                        for e, truth in found)),
+                     "effective_sample_size": _mean_stderr(
+                         [e["effective_sample_size"] for e, _ in found])}
+    return out
 
 
 def _worst_window(result: SimulationResult, learner: str) -> dict[str, Any]:
@@ -829,6 +867,8 @@ PLAN_KEYS = {
     "start": "the learners' first model: engine (the backend feature's order) or zero (w = 0)",
     "click_features": "give the learners the click features (true or false)",
     "window": "impressions per window of online NDCG@10",
+    "evaluate": "a learner (name, or mapping with name and params) whose clicks@10 every "
+                "learner's logged pages estimate off-policy, checked against its true value",
 }
 
 

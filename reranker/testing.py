@@ -287,6 +287,10 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
             assert result.propensities is not None and np.allclose(
                 result.propensities, learner.marginals(X, k), atol=1e-9), \
                 f"{cls.name}: the logged propensities are not its marginals"
+            assert result.shown_propensities is not None and np.allclose(
+                result.shown_propensities, at[result.ranking[:k], np.arange(k)], atol=1e-9), \
+                f"{cls.name}: the logged chances of the shown results at their positions " \
+                f"are not its position_marginals"
             expected_lp = learner.log_probability(X, result.ranking[:k])
             assert abs(result.log_prob - expected_lp) < 1e-9, \
                 f"{cls.name}: logged log-probability {result.log_prob} of a top-{k} of {n}, " \

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 from reranker_plugins.dbgd import DBGD
-from reranker_plugins.pdgd import PDGD, click_pairs, swap_log_ratios
+from reranker_plugins.pdgd import PDGD, click_pairs, swap_log_ratio
 
 from reranker.featuremap import FeatureMap
 from reranker.feedback import feedback_from_clicks
@@ -43,7 +43,7 @@ def test_pdgd_swap_ratio_is_the_plackett_luce_probability_ratio():
         swapped[[a, b]] = swapped[[b, a]]
         expected = (plackett_luce_prefix_log_prob(scores, swapped)
                     - plackett_luce_prefix_log_prob(scores, ranking))
-        got = swap_log_ratios(scores, ranking, np.array([a]), np.array([b]))[0]
+        got = swap_log_ratio(scores, ranking, a, b)
         assert got == pytest.approx(expected, abs=1e-12)
 
 

@@ -1,0 +1,68 @@
+"""The off-policy estimate checked against the truth in the simulator (``reranker simulate
+--evaluate TARGET``): every page a simulated learner shows is logged with its policy's
+chance of each shown result at its position; at the end of the run the target's clicks@10
+is estimated from those logs and compared with its true on-policy value, sampled on the same
+queries by showing the target's own ranking to the same kind of user."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .estimators import LoggedPage, SupportError, evaluate
+
+
+class OffPolicyCheck:
+    """Collects one run's logged pages and the target's on-policy clicks on the same
+    queries. ``target`` is a learner with a fixed model (it never learns here); ``user`` a
+    simulated user (:func:`reranker.users.make_user`) drawing its own random numbers."""
+
+    def __init__(self, target, user, rng: np.random.Generator, depth: int):
+        self.target, self.user, self.rng, self.depth = target, user, rng, depth
+        self.pages: list[LoggedPage] = []
+        self.true_clicks: list[float] = []
+        self.unsupported: str | None = None
+
+    def observe(self, logging, X: np.ndarray, ranking: np.ndarray, k: int,
+                positions: np.ndarray | None, labels: np.ndarray, utility: np.ndarray,
+                ideal_utility: float) -> None:
+        """A page the logging learner showed (before it learns from it), and one on-policy
+        page of the target for the same query."""
+        at = logging.position_marginals(X, k)
+        if at is None:
+            self.unsupported = (f"learner {logging.name!r} cannot say where it places each "
+                                f"result, so its pages cannot be used")
+            return
+        clicks = np.zeros(k)
+        if positions is not None and len(positions):
+            clicks[positions[positions < k]] = 1.0
+        shown = np.asarray(ranking[:k], dtype=np.intp)
+        self.pages.append(LoggedPage(X=X.copy(), shown=shown, clicks=clicks,
+                                     propensities=at[shown, np.arange(k)],
+                                     shown_marginals=at.sum(axis=1)))
+        mine = self.target._rank(X, k, self.rng).ranking
+        feedback = self.user.respond(mine, k, labels, utility, ideal_utility, self.rng)
+        self.true_clicks.append(float(len(feedback.clicked)))
+
+    def result(self) -> dict[str, Any]:
+        """The estimates with their intervals, the true value with its interval, or why
+        there is no estimate."""
+        truth = np.asarray(self.true_clicks)
+        out: dict[str, Any] = {"target": self.target.name, "pages": len(self.pages)}
+        if len(truth):
+            half = 1.959963984540054 * float(truth.std(ddof=1)) / math.sqrt(len(truth)) \
+                if len(truth) > 1 else math.inf
+            out["true"] = {"value": float(truth.mean()), "half_width": half}
+        if self.unsupported or not self.pages:
+            out["refused"] = self.unsupported or "no pages"
+            return out
+        try:
+            result = evaluate(lambda X, k: self.target.position_marginals(X, k), self.pages,
+                              self.depth)
+        except SupportError as exc:
+            out["refused"] = str(exc)
+            return out
+        out["estimates"] = [e.to_dict() for e in result.estimates]
+        return out
