@@ -441,6 +441,10 @@ class _GreedyCommand(click.Command):
               "queries (which repeat) [default: on, as in the service].")
 @click.option("--window", type=click.IntRange(min=1), help="Impressions per window of online "
               "NDCG@10 for the worst-window report [default: 200].")
+@click.option("--reward", type=click.Choice(["none", "dcg"]), help="The reward the "
+              "simulated application reports per page, as POST /reward does in the service: "
+              "dcg weighs each click by 1 / log2(rank + 1) (for learners such as eels) "
+              "[default: none].")
 @click.option("--evaluate", metavar="LEARNER", help="Off-policy check: estimate this "
               "learner's clicks@10 (its initial model, with its --param values) from every "
               "simulated learner's logged pages, and compare with its true on-policy value on "

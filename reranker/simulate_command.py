@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "out": "simulation", "depth": None, "discount": "log2", "gain": "linear",
     "backend_feature": "best", "checkpoints": 40, "workers": None, "library": "fixed",
     "reveal": 0.5, "start": "engine", "click_features": True, "window": 200, "evaluate": None,
+    "reward": "none",
 }
 SHOWN = ("offline_ndcg@10", "online_ndcg@10", "utility_regret")
 
@@ -88,13 +89,16 @@ def run_simulate(options: dict[str, Any], console: Console | None = None) -> dic
                             reveal=plan["reveal"], start=plan["start"],
                             click_features=bool(plan["click_features"]),
                             window=plan["window"], backend_feature=feature,
-                            evaluate=_target(plan["evaluate"], plan["params"]))
+                            evaluate=_target(plan["evaluate"], plan["params"]),
+                            reward=plan["reward"])
     except TypeError as exc:  # pragma: no cover -- keys are fixed above
         raise ConfigError(str(exc)) from exc
     if settings.library not in ("fixed", "growing"):
         raise ConfigError(f"library must be 'fixed' or 'growing', got {settings.library!r}")
     if not 0 < settings.reveal <= 1:
         raise ConfigError(f"reveal must be in (0, 1], got {settings.reveal!r}")
+    if settings.reward not in ("none", "dcg"):
+        raise ConfigError(f"reward must be 'none' or 'dcg', got {settings.reward!r}")
     if settings.start not in ("engine", "zero"):
         raise ConfigError(f"start must be 'engine' or 'zero', got {settings.start!r}")
     if not isinstance(settings.window, int) or settings.window < 1:

@@ -130,6 +130,9 @@ class Settings:
     #: a fixed target whose clicks@10 each learner's logged pages estimate off-policy, checked
     #: against its on-policy value (``--evaluate``); None: no check
     evaluate: LearnerSpec | None = None
+    #: the reward the simulated application reports per page (``POST /reward`` in the
+    #: service): "none", or "dcg", the clicks weighted by position, 1 / log2(rank + 1)
+    reward: str = "none"
 
 
 def prepare(train_paths: list[str], test_path: str, gain: str = "linear") -> SimulationData:
@@ -484,6 +487,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             return np.full(X.shape[0], np.nan)
     respond = make_user(settings.click_model, data.grades).respond
     clicks = _ClickLog(data, settings.click_smoothing) if settings.click_features else None
+    reward_weights = _DISCOUNTS if settings.reward == "dcg" else None
     check = None
     if settings.evaluate is not None:  # (its own random numbers: the runs stay as they were)
         from .evaluation.simulated import OffPolicyCheck
@@ -535,6 +539,9 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             y = result.ranking
             feedback = respond(y, k, labels, utility, ideal_utility[qi], user_rng)
             feedback.context = result.context
+            if reward_weights is not None:  # the application's reward for the page
+                feedback.reward = float(reward_weights[feedback.positions[
+                    feedback.positions < k]].sum()) if feedback.positions is not None else 0.0
             positions = feedback.positions
             if positions is not None and len(positions):  # before the model changes
                 first_log_probs = first_log_probabilities(X)
@@ -869,6 +876,8 @@ PLAN_KEYS = {
     "window": "impressions per window of online NDCG@10",
     "evaluate": "a learner (name, or mapping with name and params) whose clicks@10 every "
                 "learner's logged pages estimate off-policy, checked against its true value",
+    "reward": "the reward the simulated application reports per page: none, or dcg (clicks "
+              "weighted by 1 / log2(rank + 1)), for learners such as eels",
 }
 
 

@@ -106,3 +106,27 @@ def test_eels_explores_then_estimates_the_position_weights_and_exploits():
     eels.w_hat_ = np.array([1.0, 2.0])  # position 2 weighs most: the best result goes there
     assert eels.rank(X, 2).ranking[:2].tolist() == [best[1], best[0]]
     assert not eels._update(X, second)  # it exploits for good
+
+
+def test_eels_learns_in_the_simulator_from_the_applications_reward():
+    """With `--reward dcg` the simulated application reports each page's reward, EELS
+    explores, estimates the position weights and exploits; without a reward it never
+    leaves its uniformly random exploration."""
+    from conftest import SHARED_DATA
+
+    from reranker.simulation import LearnerSpec, Settings, prepare, simulate, summarize
+
+    folder = SHARED_DATA / "letor4-mq2008"
+    if not folder.is_dir():
+        pytest.skip("shared MQ2008 data not present beside the project")
+    data = prepare([folder / "S1.txt.gz"], folder / "S5.txt.gz")
+    spec = LearnerSpec("eels", {"min_rounds": 300})
+    offline = {}
+    for reward in ("none", "dcg"):
+        settings = Settings(impressions=1500, runs=2, click_model="navigational",
+                            checkpoints=2, reward=reward)
+        summary = summarize(simulate(data, [spec, LearnerSpec("random")], settings, workers=1))
+        offline[reward] = summary[spec.key]["offline_ndcg@10"]["mean"]
+        random_ndcg = summary["random"]["offline_ndcg@10"]["mean"]
+    assert offline["dcg"] > random_ndcg + 0.1
+    assert offline["dcg"] > offline["none"] + 0.1
