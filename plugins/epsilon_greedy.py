@@ -13,9 +13,6 @@ from reranker.feedback import Feedback
 from reranker.learner import Learner, Param, RankResult, argmax_ranking
 from reranker.policies import uniform_log_prob
 
-#: Context key: each shown result's chance of being shown when the page was ranked.
-SHOWN_CHANCE = "shown_chance"
-
 
 class EpsilonGreedy(Learner):
     """With probability ``epsilon`` shows a uniformly random list, else the list of the
@@ -58,8 +55,10 @@ class EpsilonGreedy(Learner):
         chance = self._marginals(greedy, X.shape[0], n_shown)
         log_prob = self._list_log_prob(greedy, ranking[:n_shown], X.shape[0]) \
             if self.stochastic else None
+        # (each candidate's chance of being shown, logged with the impression, is the
+        # weight of its feedback)
         return RankResult(ranking=ranking, scores=scores, log_prob=log_prob,
-                          context={SHOWN_CHANCE: chance[ranking[:n_shown]].tolist()})
+                          propensities=chance)
 
     def _marginals(self, greedy: np.ndarray, n: int, k: int) -> np.ndarray:
         k = min(k, n)
@@ -103,10 +102,10 @@ class EpsilonGreedy(Learner):
         if k == 0:
             return False
         shown = np.asarray(feedback.ranking[:k], dtype=np.intp)
-        chance = (feedback.context or {}).get(SHOWN_CHANCE)
-        if chance is None or len(chance) < k:  # not logged: the current policy's
-            chance = self.marginals(X, k)[shown]
-        weight = 1.0 / np.maximum(np.asarray(chance[:k], dtype=np.float64), 1e-12)
+        logged = feedback.propensities  # the chances when the page was ranked
+        if logged is None or len(logged) != X.shape[0]:  # not logged: the current policy's
+            logged = self.marginals(X, k)
+        weight = 1.0 / np.maximum(np.asarray(logged, dtype=np.float64)[shown], 1e-12)
         clicked = np.isin(shown, np.asarray(feedback.clicked, dtype=np.intp)).astype(float)
         Xs = X[shown]
         # Krishnamurthy et al., appendix C: regress only onto the items shown, each with

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,7 +20,8 @@ from reranker.policies import PlackettLucePolicy, RankedScores, gumbel_top_k
 
 def clicked_and_skipped(feedback: Feedback) -> tuple[list[int], list[int]]:
     """The shown positions that were clicked, and the unclicked ones PDGD compares them
-    with: above the last click, and the one directly below it (PDGD, section 4.1)."""
+    with: above the last click, and the one directly below it (PDGD, section 4.1). Each
+    clicked result is preferred to each of them."""
     k = min(feedback.n_shown, len(feedback.ranking))
     positions = feedback.positions
     if positions is None:  # live clicks: their positions in the ranking
@@ -32,14 +34,6 @@ def clicked_and_skipped(feedback: Feedback) -> tuple[list[int], list[int]]:
     chosen = set(clicked)
     seen = min(clicked[-1] + 2, k)  # through the one directly below the last click
     return clicked, [p for p in range(seen) if p not in chosen]
-
-
-def click_pairs(feedback: Feedback) -> tuple[np.ndarray, np.ndarray]:
-    """The positions ``(preferred, other)`` of every pair PDGD infers from the clicks: each
-    clicked result over each unclicked one of :func:`clicked_and_skipped`."""
-    clicked, skipped = clicked_and_skipped(feedback)
-    return (np.repeat(np.array(clicked, dtype=np.intp), len(skipped)),
-            np.tile(np.array(skipped, dtype=np.intp), len(clicked)))
 
 
 class _Normalisers:
@@ -110,6 +104,16 @@ def pair_weights(ranked: RankedScores, clicked: list[int],
     return up_weight, down_weight
 
 
+class _LastRanking(NamedTuple):
+    """A ranking PDGD presented, with the scores it computed for it."""
+
+    X: np.ndarray
+    ranking: np.ndarray
+    scores: np.ndarray
+    ranked: RankedScores
+    updates: int  # n_updates_ when it ranked
+
+
 class PDGD(PlackettLucePolicy, GradientStepLearner):
     """Presents Plackett-Luce samples of ``w . x``; each clicked result is preferred to the
     unclicked ones above the last click and the one directly below it, each pair weighted by
@@ -136,20 +140,26 @@ class PDGD(PlackettLucePolicy, GradientStepLearner):
         ranked = RankedScores(scores, ranking)
         # Valid for feedback on this very ranking until the model changes (the simulator
         # learns right after ranking; the service's feedback comes later and recomputes).
-        self._last = (X, ranking, ranked, self.n_updates_, scores)
+        self._last = _LastRanking(X, ranking, scores, ranked, self.n_updates_)
         return RankResult(ranking=ranking, scores=scores, log_prob=ranked.log_prob(n_shown))
 
-    def _ranked(self, X: np.ndarray, ranking: np.ndarray) -> RankedScores:
+    def _fresh_last(self) -> _LastRanking | None:
+        """What the latest ``_rank`` computed, while the model is still the one it used."""
         last = getattr(self, "_last", None)
-        if last is not None and last[1] is ranking and last[3] == self.n_updates_:
-            return last[2]
+        return last if last is not None and last.updates == self.n_updates_ else None
+
+    def _ranked(self, X: np.ndarray, ranking: np.ndarray) -> RankedScores:
+        last = self._fresh_last()
+        if last is not None and last.ranking is ranking:
+            return last.ranked
         return RankedScores(X @ self.weights(), ranking)
 
     def _first_log_probabilities(self, X: np.ndarray) -> np.ndarray:
-        last = getattr(self, "_last", None)
-        if last is not None and last[0] is X and last[3] == self.n_updates_:
-            ranked = last[2]  # exp(s - top) summed in another order: the same normaliser
-            return last[4] - (ranked.top + math.log(float(ranked.shifted.sum())))
+        last = self._fresh_last()
+        if last is not None and last.X is X:
+            # exp(s - top) summed in the ranking's order: the same normaliser
+            ranked = last.ranked
+            return last.scores - (ranked.top + math.log(float(ranked.shifted.sum())))
         return super()._first_log_probabilities(X)
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:

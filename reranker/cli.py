@@ -267,8 +267,6 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     """
     import json
 
-    import numpy as np
-
     from .arms import Arm, arm_section, build_arm
     from .errors import ConfigError, UnprocessableError
     from .evaluation.estimators import SupportError
@@ -298,12 +296,15 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     else:
         model, _ = arm.models.load_latest(factory)
         model = model or factory.new()
-    if not model.learner.exact_probabilities or (
-            model.learner.stochastic and model.learner.position_marginals(
-                np.zeros((2, len(model.feature_names))), 1) is None):
-        raise UnprocessableError(f"learner {name!r} cannot say where it would place each "
-                                 f"result (its policy has no exact probabilities), so no "
-                                 f"off-policy estimate of it is possible")
+    def target(X, k):
+        at = model.learner.position_marginals(X, k) if model.learner.exact_probabilities \
+            else None
+        if at is None:
+            raise UnprocessableError(f"learner {name!r} cannot say where it would place each "
+                                     f"result (its policy has no exact probabilities), so no "
+                                     f"off-policy estimate of it is possible")
+        return at
+
     events = EventStore(config.store.path)
     try:
         logged = pages_from_log(events, model)
@@ -316,8 +317,7 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
             + (f" (passed over: {skipped})" if skipped else "") + "; serve a stochastic "
             "learner and close its impressions (`reranker train`) first")
     try:
-        result = estimate(lambda X, k: model.learner.position_marginals(X, k), logged.pages,
-                          depth)
+        result = estimate(target, logged.pages, depth)
     except SupportError as exc:
         raise UnprocessableError(str(exc)) from None
     target = {"learner": name, "arm": arm.id, "model_version": model.version}

@@ -105,7 +105,9 @@ class CoactiveLearner(LinearLearner):
             best, result.ranking, n_shown, _pair_uppers(n_shown, len(best)))
 
     def _shown_chances(self, best: list[int], n_shown: int) -> np.ndarray:
-        """Each candidate's chance of being shown (:meth:`marginals`) from the argmax."""
+        """Each candidate's chance of being shown, from the argmax ``best``: every result of
+        its top is shown but the last, which the pair reaching below the page (in one
+        pairing of two, swapped with chance p) trades for the first result left out."""
         n = len(best)
         k = min(n_shown, n)
         out = np.zeros(n)
@@ -118,23 +120,25 @@ class CoactiveLearner(LinearLearner):
     def _position_chances(self, best: list[int], shown: np.ndarray, n_shown: int,
                           uppers: tuple[range, range]) -> np.ndarray:
         """The chance of each shown result at its position (:meth:`position_marginals` on
-        the shown list) from the argmax ``best``: summed over the two pairings (1/2 each),
+        the shown list) from the argmax ``best``."""
+        k = min(n_shown, len(best))
+        return np.array([self._chance_at(best, item, r, uppers)
+                         for r, item in enumerate(shown[:k].tolist())])
+
+    def _chance_at(self, best: list[int], item: int, r: int,
+                   uppers: tuple[range, range]) -> float:
+        """The chance of ``item`` at position ``r``: summed over the two pairings (1/2 each),
         kept (1 - p) or swapped (p) within a pair, certain outside the pairs."""
         p = self.swap_probability
-        k = min(n_shown, len(best))
-        items = shown[:k].tolist()
-        out = []
-        for r in range(k):
-            item, chance = items[r], 0.0
-            for pairing in uppers:
-                if r in pairing:  # the upper of a pair: kept, or its lower moved up
-                    chance += (1.0 - p) if item == best[r] else p if item == best[r + 1] else 0
-                elif r - 1 in pairing:  # the lower of a pair
-                    chance += (1.0 - p) if item == best[r] else p if item == best[r - 1] else 0
-                else:
-                    chance += 1.0 if item == best[r] else 0.0
-            out.append(0.5 * chance)
-        return np.array(out)
+        chance = 0.0
+        for pairing in uppers:
+            if r in pairing:  # the upper of a pair: kept, or its lower moved up
+                chance += (1.0 - p) if item == best[r] else p if item == best[r + 1] else 0.0
+            elif r - 1 in pairing:  # the lower of a pair: kept, or its upper moved down
+                chance += (1.0 - p) if item == best[r] else p if item == best[r - 1] else 0.0
+            else:
+                chance += 1.0 if item == best[r] else 0.0
+        return 0.5 * chance
 
     def _list_log_prob(self, offset: int, n_swapped: int,
                        uppers: tuple[range, range]) -> float:
@@ -193,38 +197,22 @@ class CoactiveLearner(LinearLearner):
         if not self.stochastic:
             return super().marginals(X, n_shown)
         X = self.check_features(X)
-        best = argmax_ranking(X @ self.weights())
-        n_shown = min(int(n_shown), len(best))
-        out = np.zeros(len(best))
-        out[best[:n_shown]] = 1.0
-        if 0 < n_shown < len(best):
-            out[best[n_shown - 1]] = 1.0 - self.swap_probability / 2
-            out[best[n_shown]] = self.swap_probability / 2
-        return out
+        return self._shown_chances(argmax_ranking(X @ self.weights()).tolist(), int(n_shown))
 
     def position_marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray | None:
         """Each pairing (chance 1/2) keeps every pair of its own (chance 1 - p) or swaps it
-        (chance p); the positions outside its pairs keep the argmax's result."""
+        (chance p); the positions outside its pairs keep the argmax's result. A position
+        can only hold the argmax's result there or one of its two neighbours."""
         if not self.stochastic:
             return super().position_marginals(X, n_shown)
         X = self.check_features(X)
         best = argmax_ranking(X @ self.weights()).tolist()
         k = min(int(n_shown), len(best))
+        uppers = _pair_uppers(k, len(best))
         out = np.zeros((len(best), k))
-        p = self.swap_probability
-        for uppers in _pair_uppers(k, len(best)):
-            covered = set()
-            for upper in uppers:
-                lower = upper + 1
-                out[best[upper], upper] += 0.5 * (1.0 - p)
-                out[best[lower], upper] += 0.5 * p
-                if lower < k:
-                    out[best[upper], lower] += 0.5 * p
-                    out[best[lower], lower] += 0.5 * (1.0 - p)
-                covered.update((upper, lower))
-            for r in range(k):
-                if r not in covered:
-                    out[best[r], r] += 0.5
+        for r in range(k):
+            for item in best[max(0, r - 1): r + 2]:
+                out[item, r] = self._chance_at(best, item, r, uppers)
         return out
 
     def improved(self, feedback: Feedback) -> np.ndarray | None:

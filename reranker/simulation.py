@@ -539,6 +539,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             y = result.ranking
             feedback = respond(y, k, labels, utility, ideal_utility[qi], user_rng)
             feedback.context = result.context
+            feedback.propensities = result.propensities  # as the service logs them
             if reward_weights is not None:  # the application's reward for the page
                 feedback.reward = float(reward_weights[feedback.positions[
                     feedback.positions < k]].sum()) if feedback.positions is not None else 0.0

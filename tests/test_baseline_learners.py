@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 from reranker_plugins.dbgd import DBGD
-from reranker_plugins.pdgd import PDGD, click_pairs, swap_log_ratio
+from reranker_plugins.pdgd import PDGD, clicked_and_skipped, swap_log_ratio
 
 from reranker.featuremap import FeatureMap
 from reranker.feedback import feedback_from_clicks
@@ -26,13 +26,13 @@ def learner(cls, **params):
 
 def test_pdgd_pairs_are_clicked_over_unclicked_above_the_last_click_and_just_below():
     ranking = np.arange(8)
-    pairs = click_pairs(feedback_from_clicks(ranking, 6, np.array([1, 3])))
-    assert sorted(zip(*[p.tolist() for p in pairs], strict=True)) == [
-        (1, 0), (1, 2), (1, 4), (3, 0), (3, 2), (3, 4)]
-    pairs = click_pairs(feedback_from_clicks(ranking, 6, np.array([5])))  # the last shown
-    assert sorted(pairs[1].tolist()) == [0, 1, 2, 3, 4]
-    assert [len(p) for p in click_pairs(feedback_from_clicks(ranking, 6, np.array([])))] \
-        == [0, 0]
+    # every clicked position is paired with every skipped one
+    assert clicked_and_skipped(feedback_from_clicks(ranking, 6, np.array([1, 3]))) == (
+        [1, 3], [0, 2, 4])
+    assert clicked_and_skipped(feedback_from_clicks(ranking, 6, np.array([5]))) == (
+        [5], [0, 1, 2, 3, 4])  # the last shown: nothing below it on the page
+    assert clicked_and_skipped(feedback_from_clicks(ranking, 6, np.array([6]))) == ([], [])
+    assert clicked_and_skipped(feedback_from_clicks(ranking, 6, np.array([]))) == ([], [])
 
 
 def test_pdgd_swap_ratio_is_the_plackett_luce_probability_ratio():

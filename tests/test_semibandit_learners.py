@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from reranker_plugins.epsilon_greedy import SHOWN_CHANCE, EpsilonGreedy
+from reranker_plugins.epsilon_greedy import EpsilonGreedy
 from reranker_plugins.linucb import LinUCB
 
 from reranker.featuremap import FeatureMap
@@ -25,8 +25,9 @@ def page(shown, clicked, chance=None) -> Feedback:
     rest = [i for i in range(3) if i not in shown]
     feedback = Feedback(ranking=np.array(shown + rest), n_shown=len(shown),
                         clicked=np.array(clicked, dtype=np.intp))
-    if chance is not None:
-        feedback.context = {SHOWN_CHANCE: chance}
+    if chance is not None:  # each candidate's logged chance of being shown
+        feedback.propensities = np.zeros(3)
+        feedback.propensities[shown] = chance
     return feedback
 
 
@@ -58,8 +59,7 @@ def test_epsilon_greedy_probabilities():
     np.testing.assert_allclose(eg.position_marginals(X, 2),
                                [[0.1, 0.8], [0.1, 0.1], [0.8, 0.1]])
     result = eg.rank(X, 2, np.random.default_rng(0))
-    chance = eg.marginals(X, 2)[result.ranking[:2]]
-    assert result.context[SHOWN_CHANCE] == pytest.approx(chance.tolist())
+    np.testing.assert_allclose(result.propensities, eg.marginals(X, 2))
 
 
 def test_linucb_refreshes_every_n_rounds():

@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+#: The normal quantile of a two-sided 95% interval.
+Z95 = 1.959963984540054
+
 #: ``pi(d at r)`` for a page's candidates: ``(n, k)`` from ``(X, k)``.
 PositionPolicy = Callable[[np.ndarray, int], np.ndarray]
 
@@ -82,7 +85,8 @@ class SupportError(ValueError):
     """The logging policy gave zero probability to what the target would show."""
 
 
-def _mean_interval(values: np.ndarray, z: float) -> tuple[float, float, float]:
+def mean_interval(values: np.ndarray, z: float = Z95) -> tuple[float, float, float]:
+    """The mean of ``values`` with its normal ``z`` interval (95% by default)."""
     mean = float(values.mean())
     half = z * float(values.std(ddof=1)) / math.sqrt(len(values)) if len(values) > 1 else math.inf
     return mean, mean - half, mean + half
@@ -169,7 +173,7 @@ def _click_model(pages: Sequence[LoggedPage], depth: int, folds: int
 
 
 def evaluate(target: PositionPolicy, pages: Sequence[LoggedPage], depth: int = 10,
-             z: float = 1.959963984540054, folds: int = 2) -> Evaluation:
+             z: float = Z95, folds: int = 2) -> Evaluation:
     """IPS, SNIPS and DR estimates of the target's clicks@``depth`` on ``pages`` (first
     pages the logging policy showed), after checking that the logs support the target."""
     if not pages:
@@ -186,10 +190,10 @@ def evaluate(target: PositionPolicy, pages: Sequence[LoggedPage], depth: int = 1
         weights[t, :k] = pi[page.shown[:k], r] / page.propensities[:k]
         clicks[t, :k] = page.clicks[:k]
         present[t, :k] = True
-    logged = _mean_interval(clicks.sum(axis=1), z)
+    logged = mean_interval(clicks.sum(axis=1), z)
     estimates = []
     # IPS
-    value, low, high = _mean_interval((weights * clicks).sum(axis=1), z)
+    value, low, high = mean_interval((weights * clicks).sum(axis=1), z)
     ess = _ess(weights, present)
     estimates.append(Estimate("IPS", value, low, high, ess))
     # SNIPS: per position a ratio of means, scaled by the share of pages with the position
@@ -212,7 +216,7 @@ def evaluate(target: PositionPolicy, pages: Sequence[LoggedPage], depth: int = 1
         at_shown = predicted[page.shown[:shown], np.arange(shown)]
         terms[t] = float((pi * predicted).sum()) + float(
             (weights[t, :shown] * (clicks[t, :shown] - at_shown)).sum())
-    value, low, high = _mean_interval(terms, z)
+    value, low, high = mean_interval(terms, z)
     estimates.append(Estimate("DR", value, low, high, ess))
     notes = []
     if ess < 100:

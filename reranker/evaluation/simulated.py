@@ -6,12 +6,11 @@ queries by showing the target's own ranking to the same kind of user."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from .estimators import LoggedPage, SupportError, evaluate
+from .estimators import LoggedPage, SupportError, evaluate, mean_interval
 
 
 class OffPolicyCheck:
@@ -52,9 +51,8 @@ class OffPolicyCheck:
         truth = np.asarray(self.true_clicks)
         out: dict[str, Any] = {"target": self.target.name, "pages": len(self.pages)}
         if len(truth):
-            half = 1.959963984540054 * float(truth.std(ddof=1)) / math.sqrt(len(truth)) \
-                if len(truth) > 1 else math.inf
-            out["true"] = {"value": float(truth.mean()), "half_width": half}
+            value, low, _ = mean_interval(truth)
+            out["true"] = {"value": value, "half_width": value - low}
         if self.unsupported or not self.pages:
             out["refused"] = self.unsupported or "no pages"
             return out
