@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from reranker import hookimpl
-from reranker.feedback import Feedback
+from reranker.feedback import Feedback, item_feedback
 from reranker.learner import Learner, Param, RankResult, argmax_ranking
 from reranker.policies import uniform_log_prob
 
@@ -108,8 +108,7 @@ class EELS(Learner):
         if self.exploiting_ or k == 0 or feedback.reward is None:
             return False
         n = X.shape[0]
-        shown = np.asarray(feedback.ranking[:k], dtype=np.intp)
-        clicked = np.isin(shown, np.asarray(feedback.clicked, dtype=np.intp)).astype(float)
+        shown, clicked = item_feedback(feedback, k)  # clicks, or graded values
         y = np.zeros(self.positions)
         y[:k] = clicked
         # Algorithm 2: the pages' rewards against their per-position feedback

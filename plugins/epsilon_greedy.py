@@ -10,25 +10,25 @@ import numpy as np
 
 from reranker import hookimpl
 from reranker.feedback import Feedback
-from reranker.learner import Learner, Param, RankResult, argmax_ranking
+from reranker.learner import Param, RankResult, argmax_ranking
+from reranker.oracles import OracleLearner, oracle_params
 from reranker.policies import uniform_log_prob
 
 
-class EpsilonGreedy(Learner):
+class EpsilonGreedy(OracleLearner):
     """With probability ``epsilon`` shows a uniformly random list, else the list of the
-    regression oracle: items ranked by ``theta . x``, ``theta`` a ridge regression of each
-    shown item's click on its features, weighted by the inverse of its chance of being shown
-    (an unbiased estimate of every item's reward), refitted at doubling epochs."""
+    regression oracle's leader: items ranked by ``f(x)``, ``f`` a regression of each shown
+    item's feedback on its features, weighted by the inverse of its chance of being shown (an
+    unbiased estimate of every item's reward), refitted at doubling epochs
+    (:class:`reranker.oracles.OracleLearner`)."""
 
     name = "epsilon_greedy"
     description = ("epsilon-Greedy (Krishnamurthy et al. 2016): a uniformly random list with "
-                   "probability epsilon, else the ridge oracle's; importance-weighted refits.")
-    per_item_feedback = True
+                   "probability epsilon, else the oracle's; importance-weighted refits.")
     params = (
         Param("epsilon", float, 0.1, "chance of a uniformly random list", minimum=0.0,
               maximum=1.0),
-        Param("ridge", float, 1.0, "lambda of the ridge regression oracle", minimum=0.0,
-              exclusive_minimum=True),
+        *oracle_params(),
     )
     policy = "epsilon_greedy"
 
@@ -36,19 +36,12 @@ class EpsilonGreedy(Learner):
     def stochastic(self) -> bool:
         return self.epsilon > 0
 
-    def _initialize(self, n_features: int) -> None:
-        self.A_ = self.ridge * np.eye(n_features)  # lambda I + sum w x x^T
-        self.b_ = np.zeros(n_features)  # sum w y x
-        self.theta_ = np.zeros(n_features)  # the oracle's current regressor
-        self.rounds_ = 0
-        self.next_fit_ = 1  # epochs double: refit after 1, 2, 4, ... rounds
-
     def _greedy(self, X: np.ndarray) -> np.ndarray:
-        return argmax_ranking(X @ self.theta_)
+        return argmax_ranking(self._leader_scores(X))
 
     def _rank(self, X: np.ndarray, n_shown: int,
               rng: np.random.Generator | None) -> RankResult:
-        scores = X @ self.theta_
+        scores = self._leader_scores(X)
         greedy = argmax_ranking(scores)
         explore = self.epsilon > 0 and rng.random() < self.epsilon
         ranking = rng.permutation(X.shape[0]) if explore else greedy
@@ -101,21 +94,9 @@ class EpsilonGreedy(Learner):
         k = min(feedback.n_shown, len(feedback.ranking))
         if k == 0:
             return False
-        shown = np.asarray(feedback.ranking[:k], dtype=np.intp)
-        logged = feedback.propensities  # the chances when the page was ranked
-        if logged is None or len(logged) != X.shape[0]:  # not logged: the current policy's
-            logged = self.marginals(X, k)
-        weight = 1.0 / np.maximum(np.asarray(logged, dtype=np.float64)[shown], 1e-12)
-        clicked = np.isin(shown, np.asarray(feedback.clicked, dtype=np.intp)).astype(float)
-        Xs = X[shown]
-        # Krishnamurthy et al., appendix C: regress only onto the items shown, each with
-        # target y_t(a) and weight 1 / q_t(a)
-        self.A_ = self.A_ + (Xs * weight[:, None]).T @ Xs
-        self.b_ = self.b_ + (weight * clicked) @ Xs
-        self.rounds_ += 1
-        if self.rounds_ >= self.next_fit_:  # an epoch's end: refit the oracle
-            self.theta_ = np.linalg.solve(self.A_, self.b_)
-            self.next_fit_ *= 2
+        self._learn_page(X, feedback, k)
+        if self._epoch_due():  # an epoch's end: refit the oracle
+            self._fit_leader()
         return True
 
 

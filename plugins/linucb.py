@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.feedback import Feedback
+from reranker.feedback import Feedback, item_feedback
 from reranker.learner import Learner, Param, RankResult, argmax_ranking
 
 
@@ -44,8 +44,7 @@ class LinUCB(Learner):
         k = min(feedback.n_shown, len(feedback.ranking))
         if k == 0:
             return False
-        shown = np.asarray(feedback.ranking[:k], dtype=np.intp)
-        clicked = np.isin(shown, np.asarray(feedback.clicked, dtype=np.intp)).astype(float)
+        shown, clicked = item_feedback(feedback, k)  # clicks, or graded values
         Xs = X[shown]
         self.Sigma_ = self.Sigma_ + Xs.T @ Xs
         self.b_ = self.b_ + clicked @ Xs

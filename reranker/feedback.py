@@ -58,6 +58,10 @@ class Feedback:
     positions: np.ndarray | None = None  # 0-based positions of ``clicked`` in ``ranking``
     context: dict | None = None  # what the learner logged with the impression
     reward: float | None = None  # the application's reward for the page (POST /reward)
+    #: graded feedback on each of the first ``n_shown`` shown results, in shown order, where
+    #: there is more than a click to report (a simulated user of the semibandit protocol
+    #: reports each shown result's relevance label); None: the clicks are the feedback
+    values: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.clicked is None:
@@ -109,6 +113,16 @@ def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray,
     feedback.context = context
     feedback.reward = reward
     return feedback
+
+
+def item_feedback(feedback: Feedback, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The semibandit feedback of a page (docs/algorithms.md, "Semibandit learners"): the
+    first ``k`` shown candidates and each one's own feedback ``y_t(a)``, its graded value
+    where the page reports one (:attr:`Feedback.values`), else 1 for a click and 0 for none."""
+    shown = np.asarray(feedback.ranking[:k], dtype=np.intp)
+    if feedback.values is not None:
+        return shown, np.asarray(feedback.values[:k], dtype=np.float64)
+    return shown, np.isin(shown, np.asarray(feedback.clicked, dtype=np.intp)).astype(float)
 
 
 def click_positions(feedback: Feedback) -> np.ndarray:

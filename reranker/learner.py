@@ -151,6 +151,10 @@ class Learner(ABC):
     #: update needs the probability of the whole shown list under its own policy (an
     #: off-policy estimator) sets it False and learns only from the lists it showed alone.
     learns_from_mixed_lists: ClassVar[bool] = True
+    #: Learned state arrays whose first dimension grows with what the learner has seen (a
+    #: history of pages, a list of policies): a saved model's may differ from a new one's,
+    #: and only their other dimensions are checked on load.
+    variable_length_state: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, feature_map: FeatureMap | None = None, **params: Any):
         known = {p.name for p in self.params}
@@ -234,7 +238,10 @@ class Learner(ABC):
             value = state[key]
             if isinstance(ref, np.ndarray):
                 arr = np.array(value, dtype=ref.dtype)
-                if arr.shape != ref.shape:
+                if key in self.variable_length_state and arr.ndim == ref.ndim \
+                        and arr.shape[1:] == ref.shape[1:]:
+                    pass  # any length
+                elif arr.shape != ref.shape:
                     raise ValueError(f"state {key!r} of learner {self.name!r} has shape "
                                      f"{arr.shape}, expected {ref.shape}")
                 if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):

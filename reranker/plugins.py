@@ -27,6 +27,7 @@ DEFAULT_PLUGINS = (
     "reranker_plugins.ranking_svm",
     "reranker_plugins.epsilon_greedy",
     "reranker_plugins.linucb",
+    "reranker_plugins.vcee",
     "reranker_plugins.eels",
     "reranker_plugins.random_ranking",
     "reranker_plugins.backend_order",

@@ -38,6 +38,18 @@ def test_learner_conforms_with_a_starting_ranking(name, check):
     check(LEARNERS[name], {"prior_steps": 50.0})
 
 
+WITH_ORACLE = sorted(name for name, cls in LEARNERS.items()
+                     if any(p.name == "oracle" for p in cls.params))
+
+
+@pytest.mark.parametrize("check", LEARNER_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("name", WITH_ORACLE)
+def test_learner_conforms_with_the_trees_oracle(name, check):
+    """The learners of a regression oracle conform with its tree ensembles too (their
+    policies save as plain numbers and load back the same)."""
+    check(LEARNERS[name], {"oracle": "trees", "trees": 5})
+
+
 def test_every_paper_learner_is_registered():
     assert len(COACTIVE) == 6 and len(WITH_PRIOR) == 11
     assert set(LEARNERS) >= {
@@ -45,4 +57,5 @@ def test_every_paper_learner_is_registered():
         "exponentiated_preference_perceptron", "convex_preference_perceptron",
         "second_order_preference_perceptron", "noregret_klrank", "greedy_klrank",
         "online_ranknet", "random", "backend_order", "pdgd", "dbgd", "ranking_svm",
-        "epsilon_greedy", "linucb", "eels"}
+        "epsilon_greedy", "linucb", "eels", "vcee"}
+    assert WITH_ORACLE == ["epsilon_greedy", "vcee"]

@@ -37,3 +37,29 @@ def test_cranfield_through_the_live_service(tmp_path):
     # a new deployment serves the engine's order, give or take its randomised pairs
     assert abs(run["heldout_before"] - run["heldout_backend"]) < 0.05
     assert (out / "learning_curve.png").stat().st_size > 10_000
+
+
+MQ2008 = SHARED_DATA / "letor4-mq2008"
+
+
+@pytest.mark.skipif(not MQ2008.is_dir(), reason="shared MQ2008 data not present beside the "
+                                                "project")
+def test_mq2008_semibandit_protocol(tmp_path):
+    """A small run of the semibandit comparison: every learner's best setting is tabled
+    between the random lists and the best possible ones, and the curves are drawn."""
+    out = tmp_path / "semibandits"
+    result = subprocess.run([sys.executable, str(EXAMPLES / "mq2008_semibandit_protocol.py"),
+                             "--data", str(MQ2008), "--out", str(out), "--runs", "2",
+                             "--rounds", "300", "--weights", "uniform"],
+                            capture_output=True, text=True, timeout=300, env=cli_env())
+    assert result.returncode == 0, result.stderr
+    table = json.loads((out / "table.json").read_text())
+    assert set(table) == {"random", "vcee", "epsilon_greedy", "linucb", "best lists"}
+    floor, best = table["random"]["uniform"]["mean"], table["best lists"]["uniform"]["mean"]
+    for learner in ("vcee", "epsilon_greedy", "linucb"):
+        cell = table[learner]["uniform"]
+        assert floor < cell["mean"] < best, learner
+        assert cell["setting"].startswith(learner + "(")
+    assert "| `vcee` |" in result.stdout
+    assert (out / "average-reward.png").stat().st_size > 10_000
+    assert (out / "curves.csv").read_text().count("\n") == 1 + 12 * 2 * 50
