@@ -141,7 +141,14 @@ class PDGD(PlackettLucePolicy, GradientStepLearner):
         # Valid for feedback on this very ranking until the model changes (the simulator
         # learns right after ranking; the service's feedback comes later and recomputes).
         self._last = _LastRanking(X, ranking, scores, ranked, self.n_updates_)
-        return RankResult(ranking=ranking, scores=scores, log_prob=ranked.log_prob(n_shown))
+        # (the list's probability is for the log: rank() adds it, the simulator needs none)
+        return RankResult(ranking=ranking, scores=scores)
+
+    def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:
+        last = self._fresh_last()
+        if last is not None and last.X is X and np.array_equal(last.ranking[:len(top)], top):
+            return last.ranked.log_prob(len(top))
+        return super().log_probability(X, top)
 
     def _fresh_last(self) -> _LastRanking | None:
         """What the latest ``_rank`` computed, while the model is still the one it used."""

@@ -298,10 +298,13 @@ class Learner(ABC):
         return result
 
     def _log_chances(self, X: np.ndarray, n_shown: int, result: RankResult) -> None:
-        """Fill in what a stochastic policy's impression logs and ``_rank`` left out: each
-        candidate's chance of being shown and each shown result's chance at its position
-        (from :meth:`position_marginals`, or :meth:`marginals`). The offline simulator,
-        which calls ``_rank``, does without them."""
+        """Fill in what a stochastic policy's impression logs and ``_rank`` left out: the
+        shown list's probability (:meth:`log_probability`), each candidate's chance of being
+        shown and each shown result's chance at its position (from
+        :meth:`position_marginals`, or :meth:`marginals`). The offline simulator, which calls
+        ``_rank``, does without them."""
+        if result.log_prob is None:
+            result.log_prob = self.log_probability(X, result.ranking[:n_shown])
         if result.shown_propensities is None:
             at = self.position_marginals(X, n_shown)
             if at is not None:

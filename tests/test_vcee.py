@@ -226,3 +226,38 @@ def test_epsilon_greedy_trees_oracle_learns_from_graded_feedback():
     scores = eg._leader_scores(test)
     # the trees found the step in feature 1 (and not a line through feature 0)
     assert scores[test[:, 1] > 0.6].min() > scores[test[:, 1] < 0.4].max()
+
+
+def test_vcee_serves_learns_and_saves_its_pages_through_the_http_api(workdir):
+    """Through the real service: every page logs its chances, the trainer applies the clicks,
+    and the saved model loads back with its pages and policies; the clicked result rises."""
+    from conftest import LiveServer, write_config
+
+    path = write_config(workdir, learner={"name": "vcee", "params": {
+        "positions": 5, "history": 30, "smoothing": 0.5}})
+    server = LiveServer(path)
+    try:
+        favourite = None
+        for _ in range(48):
+            page = server.post("/search", {"query": "tea kettle", "size": 5}).json()
+            ids = [hit["id"] for hit in page["hits"]]
+            favourite = favourite or ids[-1]  # the engine's fifth
+            if favourite in ids:
+                assert server.post("/click", {"impression_id": page["impression_id"],
+                                              "doc_id": favourite}).status_code == 202
+        logged = server.service.events.get_impression(page["impression_id"])
+        assert logged.propensities is not None and logged.log_prob is not None
+        assert server.service.trainer.run_once(close_all=True).applied == 48
+        learner = server.service.model.learner
+        assert learner.rounds_ == 48 and len(learner.pages_sizes_) <= 60
+        model, errors = server.service.models.load_latest(server.service.factory)
+        assert not errors
+        saved = model.learner
+        np.testing.assert_array_equal(saved.pages_X_, learner.pages_X_)
+        np.testing.assert_array_equal(saved.policy_weights_, learner.policy_weights_)
+        np.testing.assert_array_equal(saved.theta_, learner.theta_)
+        top = [server.post("/search", {"query": "tea kettle", "size": 5}).json()["hits"][0]
+               for _ in range(20)]
+        assert sum(hit["id"] == favourite for hit in top) >= 12
+    finally:
+        server.stop()
