@@ -43,12 +43,20 @@ def main() -> None:
     parser.add_argument("--oracle", choices=("linear", "trees"), default="linear",
                         help="the regression class of vcee and epsilon_greedy")
     parser.add_argument("--tree-depth", type=int, default=2)
+    parser.add_argument("--grid", action="append", default=[], metavar="LEARNER=V1,V2,...",
+                        help="the values of a learner's exploration parameter to try")
     args = parser.parse_args()
+    grids = dict(GRIDS)
+    for entry in args.grid:
+        name, _, values = entry.partition("=")
+        if name not in grids or not values:
+            parser.error(f"--grid {entry!r}: expected one of {', '.join(grids)}=V1,V2,...")
+        grids[name] = (grids[name][0], tuple(float(v) for v in values.split(",")))
     data = prepare([args.data / f"S{i}.txt.gz" for i in (1, 2, 3)], args.data / "S5.txt.gz")
     oracle = {"oracle": args.oracle, "tree_depth": args.tree_depth} \
         if args.oracle == "trees" else {}
     specs = [LearnerSpec("random")]
-    for name, (param, values) in GRIDS.items():
+    for name, (param, values) in grids.items():
         extra = oracle if name != "linucb" else {}
         specs += [LearnerSpec(name, {param: value, **extra}, label=f"{name}({param}={value})")
                   for value in values]

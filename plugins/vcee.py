@@ -196,21 +196,37 @@ class VCEE(OracleLearner):
         def placed(policy: np.ndarray) -> np.ndarray:
             return page_lists(oracle.scores(policy, X), sizes, L)
 
+        page = np.repeat(np.arange(n_pages), sizes)
+
+        def per_page(position: np.ndarray) -> np.ndarray:  # a policy's estimated rewards
+            on = position >= 0
+            return np.bincount(page[on], weights=w[position[on]] * y_hat[on],
+                               minlength=n_pages)
+
         def reward(position: np.ndarray) -> float:
             return _reward(position, y_hat, w, n_pages)
+
+        def beats(position: np.ndarray, leader_position: np.ndarray) -> bool:
+            # The paper's fix for an imperfect oracle (appendix C.1) lets a policy that looks
+            # better than the leader lead. Of many policies, the one whose estimate came out
+            # highest is likely lucky (importance weights make the estimates noisy), so here
+            # it must be better by two standard errors of the paired difference over the pages.
+            gap = per_page(position) - per_page(leader_position)
+            spread = gap.std(ddof=1) / math.sqrt(n_pages) if n_pages > 1 else math.inf
+            return float(gap.mean()) > 2.0 * spread
 
         policies, _ = self._mixture()
         Q = [(p, placed(p), float(c))
              for p, c in zip(policies[:-1], self.policy_weights_, strict=True)]
         leader, leader_at = self.theta_, placed(self.theta_)
+        for p, at, _ in Q:  # a policy of the last epoch that is now clearly better leads
+            if beats(at, leader_at):
+                leader, leader_at = p, at
         best = reward(leader_at)
-        for p, at, _ in Q:  # a policy of the last epoch that now looks better leads
-            if reward(at) > best:
-                leader, leader_at, best = p, at, reward(at)
         for _ in range(self.iterations):
             changed = False
             # Eq. (4): low empirical regret, else shrink Q
-            total = sum(c * (C + scale * (best - reward(at))) for _, at, c in Q)
+            total = sum(c * (C + scale * max(0.0, best - reward(at))) for _, at, c in Q)
             if total > C:
                 Q = [(p, at, c * C / total) for p, at, c in Q]
                 changed = True
@@ -223,12 +239,12 @@ class VCEE(OracleLearner):
             # 1 / q_mu + scale * y_hat over every candidate, weight 1)
             candidate = oracle.fit(X, 1.0 / q_mu + scale * y_hat, np.ones(len(y)))
             at = placed(candidate)
+            if beats(at, leader_at):  # the oracle found a better policy: it leads
+                leader, leader_at, best = candidate, at, reward(at)
             gain = reward(at)
-            if gain > best:  # the oracle found a better policy: it leads (appendix C.1)
-                leader, leader_at, best = candidate, at, gain
             on = at >= 0
             variance = float((1.0 / q_mu[on]).sum()) / n_pages
-            excess = variance - (C + scale * (best - gain))
+            excess = variance - (C + scale * max(0.0, best - gain))
             if excess > 0:
                 second = float((1.0 / q_mu[on] ** 2).sum()) / n_pages
                 Q.append((candidate, at, (variance + excess) / (2.0 * (1.0 - mu) * second)))
