@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import StoreError
-from .events import EventStore, Impression
+from .events import Impression
 from .model import RankingModel
 from .model_store import ModelStore
+from .stores import EventStore
 
 if TYPE_CHECKING:
     from .arms import Arm
@@ -103,12 +104,13 @@ class Trainer:
         if progress.store_id is not None and progress.store_id != self.events.store_id:
             raise StoreError(
                 f"model version {model.version} in {folder} was trained from another "
-                f"event store than {self.events.path}; point store.models at a new folder (to "
-                f"start afresh) or store.path at the event store it was trained from")
+                f"event store than {self.events.location}; point store.models at a new folder "
+                f"(to start afresh) or the store section at the event store it was trained "
+                f"from")
         if progress.cursor > self.events.last_closed_seq():
             raise StoreError(
                 f"model version {model.version} in {folder} has applied impressions "
-                f"up to number {progress.cursor}, but {self.events.path} has only "
+                f"up to number {progress.cursor}, but {self.events.location} has only "
                 f"{self.events.last_closed_seq()}; the event store was reset or replaced")
 
     def run_once(self, *, close_all: bool = False) -> TrainReport:
@@ -140,7 +142,9 @@ class Trainer:
         pass applied; ``versions`` lists what it saved."""
         report = TrainReport()
         unsaved_limit = 10 * self.batch_size
-        with arm.models.lock():
+        # The store's lock spans machines (PostgreSQL); the folder's, this machine's
+        # processes, and the commands that save versions without training.
+        with self.events.trainer_lock(arm.models.dir.name), arm.models.lock():
             model, report.model_errors = arm.models.load_latest(arm.factory)
             if model is None:
                 model = arm.factory.new()
