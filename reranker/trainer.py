@@ -6,8 +6,10 @@ cursor). A pass loads the newest good model, applies the closed impressions afte
 cursor in order and, when they taught it something, saves the next version number (never
 one used before) atomically. A crash before the save loses
 nothing (the impressions are applied again from the old cursor); a crash after it repeats
-nothing. A file lock keeps two trainers (``serve``'s and ``reranker train``) from racing, and
-the model store refuses to overwrite a version as a second line of defence.
+nothing. A file lock keeps two trainers of one machine (``serve``'s and ``reranker train``)
+from racing, the event store's lock (:meth:`reranker.stores.EventStore.trainer_lock`) does
+the same for trainers on several machines sharing a PostgreSQL store, and the model store
+refuses to overwrite a version as a second line of defence.
 """
 
 from __future__ import annotations

@@ -243,3 +243,11 @@ def test_store_settings_come_from_the_file_or_the_environment(tmp_path):
     config = load_config(path, environ={"RERANKER_STORE_DSN": "postgresql://u@other/x"})
     assert (config.store.dsn, config.store.pool_size) == ("postgresql://u@other/x", 3)
     assert load_config(path, environ={}).store.dsn == "host=db dbname=events"
+
+
+def test_a_database_written_by_a_newer_reranker_is_refused(postgres_dsn):
+    PostgresStore(postgres_dsn).close()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match=r"store.dsn: .* has event schema version 99.*newer"):
+        PostgresStore(postgres_dsn)

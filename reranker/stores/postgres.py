@@ -210,7 +210,9 @@ class PostgresStore(SQLEventStore):
     @contextlib.contextmanager
     def trainer_lock(self, name: str) -> Iterator[None]:
         """An advisory lock on a connection of its own, held until the block ends (or the
-        process dies: the server then ends the session and releases it). No timeout: the
+        process dies: the server then ends the session and releases it). A connection per
+        hold, not a shared one: a session that holds an advisory lock gets it again at once,
+        so two threads sharing a session would not exclude each other. No timeout: the
         other trainer's pass may take as long as it needs."""
         psycopg, _ = _driver()
         with self._errors():
