@@ -1,12 +1,13 @@
 # Two entry points: `make demo` (set up, then run the demo) and `make test` (set up, then test).
 # Both create a virtual environment in .venv and install the project with its test extras;
 # `make test` also installs Debian's chromium and chromium-driver for the dashboard's browser
-# tests when they are missing (as root, with apt-get; elsewhere those tests are skipped).
+# tests when they are missing (as root, with apt-get; elsewhere those tests are skipped), and
+# Debian's postgresql for the event store tests, which start a throwaway cluster of it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench setup browser clean
+.PHONY: demo test bench setup browser postgres clean
 
 setup: $(VENV)/.installed
 
@@ -19,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/reranker demo
 
-test: setup browser
+test: setup browser postgres
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
@@ -31,6 +32,17 @@ browser:
 	      apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else \
 	    echo "chromium or chromedriver missing: the browser tests will be skipped"; \
+	  fi; \
+	fi
+
+postgres:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing postgresql for the event store tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq postgresql >/dev/null; \
+	  else \
+	    echo "postgresql (initdb) missing: the PostgreSQL event store tests will be skipped"; \
 	  fi; \
 	fi
 

@@ -22,10 +22,11 @@ import numpy as np
 from timing import median_p99_us, time_calls
 
 from reranker.config import config_from_dict
-from reranker.events import EventStore, Impression
+from reranker.events import Impression
 from reranker.features import FeatureSpec
 from reranker.model import ModelFactory
 from reranker.plugins import backend_class, get_plugin_manager
+from reranker.stores.sqlite import SQLiteStore
 
 
 def response(rng: np.random.Generator, n: int) -> dict:
@@ -61,7 +62,7 @@ def main() -> None:
         spec = FeatureSpec.from_config(config)
         model = ModelFactory.from_config(config, pm).new()
         model.learner.w_ = rng.normal(size=len(spec.names))
-        events = EventStore(Path(tmp) / "events.sqlite")
+        events = SQLiteStore(Path(tmp) / "events.sqlite")
         answer = response(rng, args.candidates)
 
         def features_and_rank():

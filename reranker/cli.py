@@ -149,12 +149,17 @@ def train(config_path: str | None, close_all: bool) -> None:
     applies every closed impression the model has not seen, and saves a new model version.
     Safe to run while `reranker serve` is running.
     """
-    from .events import EventStore
+    from .stores import open_event_store
     from .trainer import Trainer
 
     config = load_config(config_path)
-    trainer = Trainer.from_config(config, EventStore(config.store.path))
-    report = trainer.run_once(close_all=close_all)
+    events = open_event_store(config)
+    try:
+        trainer = Trainer.from_config(config, events)
+        report = trainer.run_once(close_all=close_all)
+        stats = events.stats()
+    finally:
+        events.close()
     for error in report.model_errors:
         click.echo(f"warning: {error}", err=True)
     for label, arm_report in report.arms.items():
@@ -176,7 +181,6 @@ def train(config_path: str | None, close_all: bool) -> None:
     if report.skipped:
         click.echo(f"skipped {report.skipped} impressions whose update failed or whose features "
                    f"are not the model's (the log says which)", err=True)
-    stats = trainer.events.stats()
     if stats["open_impressions"]:
         click.echo(f"{stats['open_impressions']} impressions are still inside their feedback "
                    f"window ({config.trainer.feedback_window:g}s); use --close-all to include them")
@@ -221,12 +225,12 @@ def promote(config_path: str | None, arm: str) -> None:
     import yaml
 
     from .arms import arms_from_config
-    from .events import EventStore
     from .experiments.experiment import require_experiment
     from .plugins import get_plugin_manager
+    from .stores import open_event_store
 
     config = load_config(config_path)
-    events = EventStore(config.store.path)
+    events = open_event_store(config)
     try:
         experiment = require_experiment(config, events)
         state = experiment.promote(arm, "promoted with `reranker promote`")
@@ -272,9 +276,9 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     from .evaluation.estimators import SupportError
     from .evaluation.estimators import evaluate as estimate
     from .evaluation.logs import pages_from_log
-    from .events import EventStore
     from .plugins import get_plugin_manager
     from .simulation import parse_param
+    from .stores import open_event_store
 
     config = load_config(config_path)
     name = learner_name or config.learner.name
@@ -305,7 +309,7 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
                                      f"off-policy estimate of it is possible")
         return at
 
-    events = EventStore(config.store.path)
+    events = open_event_store(config)
     try:
         logged = pages_from_log(events, model)
     finally:
@@ -313,7 +317,7 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     skipped = "; ".join(f"{n} {why}" for why, n in logged.skipped.items())
     if not logged.pages:
         raise UnprocessableError(
-            f"no logged first page to evaluate on in {config.store.path}"
+            f"no logged first page to evaluate on in {events.location}"
             + (f" (passed over: {skipped})" if skipped else "") + "; serve a stochastic "
             "learner and close its impressions (`reranker train`) first")
     try:

@@ -155,8 +155,19 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "clicks_at": Key("int", 3, "k of the clicks@k metric reported per arm.", minimum=1),
     },
     "store": {
-        "path": Key("str", "reranker.sqlite", "SQLite file of impressions and clicks.",
-                    path=True),
+        "type": Key("str", "sqlite", "Event store: a name registered by a store plugin (built "
+                    "in: 'sqlite', one file on this machine; 'postgresql', a server that the "
+                    "processes of several machines share)."),
+        "path": Key("str", "reranker.sqlite", "SQLite file of impressions and clicks "
+                    "(store.type sqlite).", path=True),
+        "dsn": Key("str", None, "PostgreSQL connection string (store.type postgresql), a URL "
+                   "(postgresql://user@host:5432/db) or key=value pairs; better set in the "
+                   "environment as RERANKER_STORE_DSN, and the password in PGPASSWORD or "
+                   "~/.pgpass, out of the file.", nullable=True),
+        "pool_size": Key("int", 10, "Connections each process keeps open to PostgreSQL at "
+                         "most (a search or click waits for a free one).", minimum=1),
+        "timeout": Key("float", 10.0, "Seconds a store operation waits for a lock, a "
+                       "connection or the server before it fails with 503.", minimum=0.01),
         "models": Key("str", "models", "Folder of saved model versions.", path=True),
         "keep_models": Key("int", 20, "How many model versions to keep per learner.",
                            minimum=1),
@@ -416,6 +427,10 @@ def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
         raise ConfigError(f"{label}: backend.ltr_featureset needs backend.ltr_features, the "
                           f"names of its features in order")
     _check_experiment(config.experiment, label)
+    if config.store.type == "postgresql" and config.store.dsn is None:
+        raise ConfigError(f"{origins.get('store.type', label)}: store.type postgresql needs "
+                          f"store.dsn, the server's connection string (or set "
+                          f"RERANKER_STORE_DSN)")
     _check_cors_origins(config.server.cors_origins, origins.get("server.cors_origins", label))
     text_filters = sorted(set(config.backend.fields) & set(config.backend.filter_fields))
     if text_filters:

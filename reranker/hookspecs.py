@@ -26,3 +26,16 @@ def reranker_register_backends() -> list[type]:
 
     Each class's ``name`` is the value users write in ``backend.type``.
     """
+
+
+@hookspec
+def reranker_register_event_stores() -> list[type]:
+    """Return a list of :class:`reranker.stores.EventStore` subclasses.
+
+    Each class's ``name`` is the value users write in ``store.type`` (built in: ``sqlite``,
+    ``postgresql``); its ``from_config(config)`` opens the store the ``store`` section
+    names. The class implements every abstract method of the interface with the guarantees
+    its module documents (durable clicks, gapless ``closed_seq`` numbers, a
+    :meth:`~reranker.stores.EventStore.trainer_lock` that spans every machine sharing the
+    store); :mod:`reranker.stores.sql` holds the statements a SQL database can share.
+    """

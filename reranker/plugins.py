@@ -14,6 +14,8 @@ DEFAULT_PLUGINS = (
     "reranker.backends.embedded",
     "reranker.backends.elasticsearch",
     "reranker.backends.application",
+    "reranker.stores.sqlite",
+    "reranker.stores.postgres",
     "reranker_plugins.preference_perceptron",
     "reranker_plugins.batch_preference_perceptron",
     "reranker_plugins.exponentiated_preference_perceptron",
@@ -73,6 +75,11 @@ def backend_classes(pm: pluggy.PluginManager) -> dict[str, type]:
     return _registry(pm, pm.hook.reranker_register_backends(), "backend")
 
 
+def event_store_classes(pm: pluggy.PluginManager) -> dict[str, type]:
+    """Every registered event store class by name."""
+    return _registry(pm, pm.hook.reranker_register_event_stores(), "event store")
+
+
 def _lookup(classes: dict[str, type], name: str, what: str, key: str) -> type:
     if name not in classes:
         raise ConfigError(f"{key}: unknown {what} {name!r} (available: {', '.join(classes)})")
@@ -87,3 +94,8 @@ def learner_class(pm: pluggy.PluginManager, name: str) -> type:
 def backend_class(pm: pluggy.PluginManager, name: str) -> type:
     """The backend class called ``name``; the error lists the available ones."""
     return _lookup(backend_classes(pm), name, "backend", "backend.type")
+
+
+def event_store_class(pm: pluggy.PluginManager, name: str) -> type:
+    """The event store class called ``name``; the error lists the available ones."""
+    return _lookup(event_store_classes(pm), name, "event store", "store.type")

@@ -29,13 +29,14 @@ from .clicks import query_key
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import Config
 from .errors import BadRequestError, NotFoundError, RerankerError
-from .events import SHOWN_PROPENSITIES, ClickResult, EventStore, Impression, RewardResult
+from .events import SHOWN_PROPENSITIES, ClickResult, Impression, RewardResult
 from .experiments.experiment import Decision, Experiment, experiment_from_config
 from .experiments.interleaving import perturb_pairs, perturbed_list_log_probability, team_draft
 from .features import FeatureSpec
 from .model import ModelFactory, RankingModel
 from .model_store import ModelStore
 from .plugins import backend_class, get_plugin_manager
+from .stores import EventStore, open_event_store
 from .trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class RerankerService:
         """Start-up checks: the backend answers, the store opens, every arm's model loads.
         Raises a :class:`reranker.errors.RerankerError` naming the problem."""
         self.backend.open()
-        self.events = EventStore(self.config.store.path)
+        self.events = open_event_store(self.config, self.pm)
         self.trainer = Trainer.from_config(self.config, self.events, self.arms)
         for arm in self.arms:
             arm.prepare()

@@ -6,8 +6,10 @@ cursor). A pass loads the newest good model, applies the closed impressions afte
 cursor in order and, when they taught it something, saves the next version number (never
 one used before) atomically. A crash before the save loses
 nothing (the impressions are applied again from the old cursor); a crash after it repeats
-nothing. A file lock keeps two trainers (``serve``'s and ``reranker train``) from racing, and
-the model store refuses to overwrite a version as a second line of defence.
+nothing. A file lock keeps two trainers of one machine (``serve``'s and ``reranker train``)
+from racing, the event store's lock (:meth:`reranker.stores.EventStore.trainer_lock`) does
+the same for trainers on several machines sharing a PostgreSQL store, and the model store
+refuses to overwrite a version as a second line of defence.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import StoreError
-from .events import EventStore, Impression
+from .events import Impression
 from .model import RankingModel
 from .model_store import ModelStore
+from .stores import EventStore
 
 if TYPE_CHECKING:
     from .arms import Arm
@@ -103,12 +106,13 @@ class Trainer:
         if progress.store_id is not None and progress.store_id != self.events.store_id:
             raise StoreError(
                 f"model version {model.version} in {folder} was trained from another "
-                f"event store than {self.events.path}; point store.models at a new folder (to "
-                f"start afresh) or store.path at the event store it was trained from")
+                f"event store than {self.events.location}; point store.models at a new folder "
+                f"(to start afresh) or the store section at the event store it was trained "
+                f"from")
         if progress.cursor > self.events.last_closed_seq():
             raise StoreError(
                 f"model version {model.version} in {folder} has applied impressions "
-                f"up to number {progress.cursor}, but {self.events.path} has only "
+                f"up to number {progress.cursor}, but {self.events.location} has only "
                 f"{self.events.last_closed_seq()}; the event store was reset or replaced")
 
     def run_once(self, *, close_all: bool = False) -> TrainReport:
@@ -140,7 +144,9 @@ class Trainer:
         pass applied; ``versions`` lists what it saved."""
         report = TrainReport()
         unsaved_limit = 10 * self.batch_size
-        with arm.models.lock():
+        # The store's lock spans machines (PostgreSQL); the folder's, this machine's
+        # processes, and the commands that save versions without training.
+        with self.events.trainer_lock(arm.models.dir.name), arm.models.lock():
             model, report.model_errors = arm.models.load_latest(arm.factory)
             if model is None:
                 model = arm.factory.new()

@@ -4,6 +4,7 @@ disk, a live HTTP server around the real Flask app, and helpers to run the real 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,13 +12,15 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from postgres_server import ENV_DSN, Databases, ThrowawayCluster, server_binaries
 
 from reranker import testing
 from reranker.app import BackgroundServer, create_app
-from reranker.config import load_config
+from reranker.config import config_from_dict, load_config
 from reranker.democorpus import generate_corpus
 from reranker.plugins import backend_class, get_plugin_manager
 from reranker.service import RerankerService
+from reranker.stores import open_event_store
 from reranker.testing import cli_env, reranker_command
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -122,3 +125,69 @@ class ServeProcess(testing.ServeProcess):
 
     def post(self, path: str, body: dict) -> requests.Response:
         return requests.post(self.url + path, json=body, timeout=30)
+
+
+# -- event stores: every store test runs on SQLite and on a real PostgreSQL server ------------
+
+STORE_TYPES = ("sqlite", "postgresql")
+
+
+@pytest.fixture(scope="session")
+def postgres_databases():
+    """Databases on the server RERANKER_TEST_POSTGRES_DSN names, else on a throwaway cluster
+    started for the session."""
+    dsn, cluster = os.environ.get(ENV_DSN), None
+    if not dsn:
+        binaries = server_binaries()
+        if binaries is None:
+            pytest.skip("no PostgreSQL server (initdb, pg_ctl) installed: `make test` installs "
+                        f"Debian's postgresql package when it runs as root; or set {ENV_DSN}")
+        cluster = ThrowawayCluster(binaries)
+        dsn = cluster.dsn
+    try:
+        yield Databases(dsn)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_databases):
+    """The connection string of a new, empty database, dropped after the test."""
+    dsn = postgres_databases.create()
+    yield dsn
+    postgres_databases.drop(dsn)
+
+
+@pytest.fixture(params=STORE_TYPES)
+def store_section(request, tmp_path) -> dict:
+    """The ``store`` section of a config naming a new, empty store of each type."""
+    if request.param == "postgresql":
+        return {"type": "postgresql", "dsn": request.getfixturevalue("postgres_dsn")}
+    return {"type": "sqlite", "path": str(tmp_path / "events.sqlite")}
+
+
+@pytest.fixture
+def open_store(store_section, tmp_path):
+    """Opens another instance of the test's store (as another process would: connections of
+    its own); every instance is closed at the end."""
+    opened = []
+
+    def open_():
+        opened.append(open_event_store(config_from_dict({"store": store_section}, tmp_path)))
+        return opened[-1]
+
+    yield open_
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(open_store):
+    return open_store()
+
+
+def store_rows(store, sql: str, args=()) -> list[tuple]:
+    """Rows of a query run on the store's own database (``?`` placeholders)."""
+    with store._reading() as conn:
+        return [tuple(row) for row in store._run(conn, sql, args).fetchall()]

@@ -6,15 +6,18 @@ import sqlite3
 
 import numpy as np
 import pytest
+from conftest import store_rows
 from reranker_plugins.preference_perceptron import PreferencePerceptron
 
 from reranker.clicks import PositionBias, click_rates, lifts_from_counts, query_key
 from reranker.clicks.position_bias import randomized_pairs
 from reranker.config import load_config
 from reranker.errors import StoreError
-from reranker.events import SCHEMA_VERSION, EventStore, Impression
+from reranker.events import Impression
 from reranker.featuremap import FeatureMap
 from reranker.service import RerankerService
+from reranker.stores.sql import SCHEMA_VERSION
+from reranker.stores.sqlite import SQLiteStore
 
 
 def pbm_impressions(count, eta=1.0, seed=0):
@@ -55,8 +58,7 @@ def test_position_bias_starts_from_the_discounts_and_never_rises_down_the_page()
     assert bias.weights(2)[1] == 1.0
 
 
-def test_the_event_store_counts_what_the_estimator_counts(tmp_path):
-    store = EventStore(tmp_path / "events.sqlite")
+def test_the_event_store_counts_what_the_estimator_counts(store):
     bias = PositionBias()
     docs = [f"d{i}" for i in range(10)]
     for i, (context, positions) in enumerate(pbm_impressions(300, seed=2)):
@@ -71,8 +73,7 @@ def test_the_event_store_counts_what_the_estimator_counts(tmp_path):
         bias.add(PositionBias.pair_counts(pairs, p, positions.tolist()))
     np.testing.assert_allclose(store.position_bias(max_age=0).weights(10), bias.weights(10))
     # clicks and exposures per normalised query, per document and in total
-    with sqlite3.connect(store.path) as conn:
-        rows = conn.execute("SELECT query_key, doc_id, clicks FROM click_stats").fetchall()
+    rows = store_rows(store, "SELECT query_key, doc_id, clicks FROM click_stats")
     clicks = {(q, d): c for q, d, c in rows}
     assert {q for q, _ in clicks} == {"espresso grinder", "*"}
     assert clicks[("*", "")] == sum(c for (q, d), c in clicks.items() if q == "*" and d)
@@ -180,7 +181,7 @@ def test_an_event_store_of_schema_1_is_migrated(tmp_path):
                                    np.array([2, 0, 1], dtype=np.int32).tobytes(), closed))
         conn.execute("INSERT INTO clicks (impression_id, doc_id, position, created) "
                      "VALUES ('i0', 'a', 2, 0)")
-    store = EventStore(path)
+    store = SQLiteStore(path)
     assert store.store_id == "abc" and store.last_closed_seq() == 1
     imp = store.get_impression("i0")
     assert imp.context is None and imp.clicked == ["a"]
@@ -211,4 +212,4 @@ def test_an_event_store_of_schema_1_is_migrated(tmp_path):
                      (str(SCHEMA_VERSION + 1),))
     with pytest.raises(StoreError, match=f"old.sqlite has event schema version "
                                          f"{SCHEMA_VERSION + 1}.*newer.*upgrade reranker"):
-        EventStore(path)
+        SQLiteStore(path)

@@ -64,6 +64,10 @@ def test_environment_and_explicit_overrides(tmp_path):
     ("- just\n- a list\n", "must hold a mapping of sections"),
     ("backend: [1]\n", "section 'backend' must be a mapping"),
     ("backend: {fields: [title, body\n", "is not valid YAML"),
+    ("store: {type: postgresql}\n", "store.type postgresql needs store.dsn"),
+    ("store: {pool_size: 0}\n", "store.pool_size must be at least 1"),
+    ("store: {timeout: soon}\n", "store.timeout must be a number, got 'soon'"),
+    ("store: {dsm: 'host=db'}\n", "unknown key store.dsm; did you mean 'store.dsn'?"),
 ])
 def test_invalid_configs_name_the_file_and_key(tmp_path, text, message):
     path = tmp_path / "bad.yaml"

@@ -12,8 +12,8 @@ from conftest import ServeProcess, cli_env, reranker_command, run_cli, write_con
 
 from reranker.arms import arms_from_config
 from reranker.config import load_config
-from reranker.events import EventStore
 from reranker.plugins import get_plugin_manager
+from reranker.stores.sqlite import SQLiteStore
 
 
 def ranks(page):
@@ -140,5 +140,5 @@ def test_restarts_neither_lose_nor_repeat_clicks(tmp_path, corpus):
     assert model.progress.clicks == len([c for c in stored if c[0] in applied])
     assert model.progress.impressions == len(applied)
     np.testing.assert_allclose(model.learner.w_,
-                               expected_weights(config, EventStore(config.store.path)),
+                               expected_weights(config, SQLiteStore(config.store.path)),
                                rtol=1e-9, atol=1e-9)

@@ -1,36 +1,45 @@
-import sqlite3
+"""The event store's guarantees, on every built-in store: SQLite and a real PostgreSQL
+server (the ``store`` fixture is parametrized over both)."""
+
+import json
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from reranker.errors import ConflictError, NotFoundError, StoreError, UnprocessableError
-from reranker.events import EventStore, Impression
+from reranker.events import Impression
+from reranker.stores.sqlite import SQLiteStore
 
 
-def impression(imp_id: str, created: float, n: int = 5, shown: int = 3) -> Impression:
-    return Impression(id=imp_id, created=created, query="q", user_id=None, learner="x",
+def impression(imp_id: str, created: float, n: int = 5, shown: int = 3, **more) -> Impression:
+    more = {"user_id": None, **more}
+    return Impression(id=imp_id, created=created, query="q", learner="x",
                       model_version=0, doc_ids=[f"d{i}" for i in range(n)],
                       feature_names=["a", "b"], features=np.arange(2.0 * n).reshape(n, 2),
-                      ranking=np.arange(n)[::-1].copy(), n_shown=shown)
+                      ranking=np.arange(n)[::-1].copy(), n_shown=shown, **more)
 
 
-def test_impression_round_trip(tmp_path):
-    store = EventStore(tmp_path / "e.sqlite")
-    imp = impression("i1", 1.0)
+def test_impression_round_trip(store):
+    imp = impression("i1", 1.0, context={"k": [1, 2]}, arm="a1", experiment="e",
+                     page_key="pk", user_id="u")
     imp.log_prob, imp.propensities, imp.teams = -1.5, np.linspace(0, 1, 5), ["a", "b", "a"]
     store.log_impression(imp)
     got = store.get_impression("i1")
     assert got.log_prob == -1.5 and got.teams == ["a", "b", "a"]
+    assert (got.context, got.arm, got.experiment, got.page_key, got.user_id) == (
+        {"k": [1, 2]}, "a1", "e", "pk", "u")
     np.testing.assert_array_equal(got.propensities, np.linspace(0, 1, 5))
     np.testing.assert_array_equal(got.features, np.arange(10.0).reshape(5, 2))
     np.testing.assert_array_equal(got.ranking, [4, 3, 2, 1, 0])
     assert got.shown_ids() == ["d4", "d3", "d2"]
-    assert got.clicked == []
+    assert got.clicked == [] and got.reward is None and got.created == 1.0
+    with pytest.raises(NotFoundError, match="unknown impression_id 'nope'"):
+        store.get_impression("nope")
 
 
-def test_click_validation_and_duplicates(tmp_path):
-    store = EventStore(tmp_path / "e.sqlite")
+def test_click_validation_and_duplicates(store):
     store.log_impression(impression("i1", time.time()))
     first = store.record_click("i1", "d3")
     assert (first.position, first.duplicate) == (2, False)
@@ -43,8 +52,12 @@ def test_click_validation_and_duplicates(tmp_path):
     assert store.stats()["clicks"] == 1
 
 
-def test_closing_numbers_impressions_in_order_and_refuses_late_clicks(tmp_path):
-    store = EventStore(tmp_path / "e.sqlite")
+def test_a_later_page_counts_positions_in_the_whole_ranking(store):
+    store.log_impression(impression("p2", 1.0, n=8, shown=3, offset=3))
+    assert store.record_click("p2", "d3").position == 5  # ranking 7..0: d4 d3 d2 shown
+
+
+def test_closing_numbers_impressions_in_order_and_refuses_late_clicks(store):
     for k, created in enumerate([10.0, 5.0, 20.0]):
         store.log_impression(impression(f"i{k}", created))
     store.record_click("i0", "d4")
@@ -58,22 +71,119 @@ def test_closing_numbers_impressions_in_order_and_refuses_late_clicks(tmp_path):
     assert store.close_impressions(before=float("inf")) == 1
     assert [i.closed_seq for i in store.closed_since(2, 10)] == [3]
     assert store.closed_since(3, 10) == []
+    assert store.last_closed_seq() == 3 and store.close_impressions(float("inf")) == 0
 
 
-def test_clicks_survive_a_new_connection(tmp_path):
-    path = tmp_path / "e.sqlite"
-    store = EventStore(path)
+def test_closing_with_a_limit_and_reading_by_arm(store):
+    for k, arm in enumerate(["a", "b", None, "a"]):
+        store.log_impression(impression(f"i{k}", float(k), arm=arm))
+    assert store.close_impressions(before=float("inf"), limit=3) == 3
+    assert store.pending(cursor=1) == {"open_impressions": 1, "closed_unapplied": 2}
+    store.close_impressions(before=float("inf"))
+    # an arm reads its own impressions and the mixed lists (arm None)
+    assert [i.id for i in store.closed_since(0, 10, arms=("a",))] == ["i0", "i2", "i3"]
+    assert [i.id for i in store.closed_since(1, 2)] == ["i1", "i2"]
+    assert store.stats() == {"impressions": 4, "open_impressions": 0, "clicks": 0,
+                             "closed_seq": 4}
+
+
+def test_rewards_are_replaced_while_open_and_frozen_after(store):
+    store.log_impression(impression("i1", 1.0))
+    assert store.record_reward("i1", 2.5).replaced is None
+    assert store.record_reward("i1", 4.0).replaced == 2.5
+    store.close_impressions(before=float("inf"))
+    assert store.record_reward("i1", 4.0).replaced == 4.0  # the same value again is fine
+    with pytest.raises(ConflictError, match="no longer accepts a reward"):
+        store.record_reward("i1", 5.0)
+    with pytest.raises(NotFoundError, match="unknown impression_id 'nope'"):
+        store.record_reward("nope", 1.0)
+    assert store.closed_since(0, 1)[0].reward == 4.0
+
+
+def test_first_pages_and_experiment_rows(store):
+    store.log_impression(impression("old", 1.0, page_key="k"))
+    store.log_impression(impression("new", 2.0, page_key="k", experiment="exp", arm=None,
+                                    teams=["a", "b", "a"]))
+    store.log_impression(impression("page2", 3.0, n=8, page_key="k", offset=3, experiment="exp"))
+    assert store.first_page("k", since=0.0).id == "new"
+    assert store.first_page("k", since=2.5) is None and store.first_page("x", 0.0) is None
+    store.record_click("new", "d2")
+    store.record_click("new", "d4")
+    store.close_impressions(before=float("inf"))
+    rows = [(*row[:4], sorted(row[4])) for row in store.experiment_rows("exp", 0, 10)]
+    assert rows == [(2, None, json.dumps(["a", "b", "a"]), 3, [1, 3]), (3, None, None, 3, [])]
+    assert store.experiment_rows("exp", after=2, limit=10)[0][0] == 3
+
+
+def test_experiment_state_changes_are_atomic_across_instances(open_store):
+    stores = [open_store(), open_store()]
+    assert stores[0].experiment_state("e") == {}
+
+    def bump(store):
+        for _ in range(15):
+            store.update_experiment_state("e", lambda s: {"n": s.get("n", 0) + 1}, time.time())
+
+    threads = [threading.Thread(target=bump, args=(s,)) for s in stores for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert stores[1].experiment_state("e") == {"n": 60}  # no change lost
+
+
+def test_clicks_racing_the_close_are_either_counted_or_refused(open_store):
+    """Clickers and a closer on their own connections: an accepted click is always in the
+    closed impression the trainer reads, and the numbers have no gap."""
+    writer = open_store()
+    count = 40
+    for k in range(count):
+        writer.log_impression(impression(f"i{k}", float(k), n=6, shown=6))
+    accepted, errors = set(), []
+
+    def click(store, doc):
+        for k in range(count):
+            try:
+                if not store.record_click(f"i{k}", doc).duplicate:
+                    accepted.add((f"i{k}", doc))
+            except ConflictError:
+                pass
+            except Exception as exc:  # noqa: BLE001 -- reported below
+                errors.append(exc)
+
+    def close(store):
+        for k in range(count):
+            store.close_impressions(before=k + 0.5, limit=2)
+
+    threads = [threading.Thread(target=click, args=(open_store(), f"d{d}")) for d in range(3)]
+    threads += [threading.Thread(target=close, args=(open_store(),)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    writer.close_impressions(before=float("inf"))
+    closed = writer.closed_since(0, 1000)
+    assert [imp.closed_seq for imp in closed] == list(range(1, count + 1))
+    assert [imp.id for imp in closed] == [f"i{k}" for k in range(count)]  # oldest first
+    assert {(imp.id, doc) for imp in closed for doc in imp.clicked} == accepted
+    assert writer.stats()["clicks"] == len(accepted)
+
+
+def test_clicks_survive_a_new_connection(open_store):
+    store = open_store()
     store.log_impression(impression("i1", 1.0))
     store.record_click("i1", "d4")
-    # another process's view: a plain connection sees the committed click
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT doc_id FROM clicks").fetchall() == [("d4",)]
+    store.record_reward("i1", 1.5)
+    # another process's view: its own connections see the committed click and reward
+    other = open_store()
+    assert other.get_impression("i1").clicked == ["d4"] and other.store_id == store.store_id
+    assert other.get_impression("i1").reward == 1.5
 
 
 def test_unusable_store_files_are_named(tmp_path):
     with pytest.raises(StoreError, match="does not exist"):
-        EventStore(tmp_path / "missing" / "e.sqlite")
+        SQLiteStore(tmp_path / "missing" / "e.sqlite")
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match="bad.sqlite is not a usable SQLite database"):
-        EventStore(bad)
+        SQLiteStore(bad)

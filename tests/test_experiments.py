@@ -14,11 +14,12 @@ from reranker.arms import arms_from_config
 from reranker.click_models import cascade_model
 from reranker.config import load_config
 from reranker.errors import ConfigError, ModelLoadError
-from reranker.events import SCHEMA_VERSION, EventStore
 from reranker.experiments.interleaving import perturbed_list_log_probability
 from reranker.metrics import ndcg
 from reranker.plugins import get_plugin_manager
 from reranker.service import RerankerService
+from reranker.stores.sql import SCHEMA_VERSION
+from reranker.stores.sqlite import SQLiteStore
 
 PERCEPTRON = {"name": "preference_perceptron", "params": {}}
 RANDOM = {"name": "random"}
@@ -166,7 +167,7 @@ def test_the_model_folder_of_an_earlier_version_is_taken_over(workdir):
 
 def test_an_event_store_of_schema_2_is_migrated(tmp_path):
     path = tmp_path / "events.sqlite"
-    EventStore(path).close()
+    SQLiteStore(path).close()
     with sqlite3.connect(path) as conn:  # the schema the previous version wrote
         conn.execute("DROP INDEX impressions_experiment")
         conn.execute("DROP INDEX impressions_page")
@@ -178,7 +179,7 @@ def test_an_event_store_of_schema_2_is_migrated(tmp_path):
                      "doc_ids, feature_names, features, ranking, n_shown) VALUES ('i0', 0, 'q', "
                      "'online_ranknet', 3, '[\"a\"]', '[\"f\"]', ?, ?, 1)",
                      (np.zeros(1).tobytes(), np.zeros(1, dtype=np.int32).tobytes()))
-    store = EventStore(path)
+    store = SQLiteStore(path)
     imp = store.get_impression("i0")
     assert (imp.arm, imp.experiment, imp.learner) == ("online_ranknet", None, "online_ranknet")
     assert store.experiment_state("x") == {}

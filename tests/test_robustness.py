@@ -13,12 +13,13 @@ from conftest import run_cli, write_config, write_docs
 from reranker.arms import Arm
 from reranker.config import load_config
 from reranker.errors import ModelLoadError, StoreError
-from reranker.events import EventStore, Impression
+from reranker.events import Impression
 from reranker.featuremap import FeatureMap
 from reranker.feedback import Feedback
 from reranker.learner import Learner, RankResult, argmax_ranking
 from reranker.model import ModelFactory, checksum
 from reranker.service import RerankerService
+from reranker.stores.sqlite import SQLiteStore
 from reranker.trainer import Trainer
 
 
@@ -55,8 +56,8 @@ def log_impression(store, imp_id, X, clicked_doc=None, arm="fragile"):
         store.record_click(imp_id, clicked_doc)
 
 
-def test_an_impression_whose_update_fails_is_skipped_and_learning_goes_on(tmp_path):
-    events = EventStore(tmp_path / "e.sqlite")
+def test_an_impression_whose_update_fails_is_skipped_and_learning_goes_on(tmp_path, store):
+    events = store
     factory = ModelFactory(Fragile, {}, FeatureMap(5), ["a", "b"], "none")
     arm = Arm.from_factory(factory, tmp_path / "models")
     arm.aliases = ("fragile",)  # the name its impressions are logged under here
@@ -181,7 +182,7 @@ def test_a_busy_event_store_answers_503_naming_the_file(live):
 
 
 def test_clicks_are_committed_with_a_full_sync(tmp_path):
-    store = EventStore(tmp_path / "e.sqlite")
+    store = SQLiteStore(tmp_path / "e.sqlite")
     log_impression(store, "i", np.array([[1.0, 0.0], [0.0, 1.0]]), "d1")
     assert store._conn().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..events import SHOWN_PROPENSITIES, EventStore
+from ..events import SHOWN_PROPENSITIES
 from ..model import RankingModel
+from ..stores import EventStore
 from .estimators import LoggedPage
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..config import parse_time
 from ..errors import ConfigError, NotFoundError
-from ..events import EventStore
+from ..stores import EventStore, open_event_store
 from .outcomes import Tally
 
 
@@ -279,7 +279,7 @@ def offline_status(config, pm) -> dict[str, Any]:
     running service (``reranker report``)."""
     from ..arms import arms_from_config
 
-    events = EventStore(config.store.path)
+    events = open_event_store(config, pm)
     try:
         experiment = require_experiment(config, events)
         arms = {}

@@ -31,7 +31,7 @@ import numpy as np
 from .stats import compare, mean_interval
 
 if TYPE_CHECKING:
-    from ..events import EventStore
+    from ..stores import EventStore
     from .experiment import ExperimentSpec
 
 

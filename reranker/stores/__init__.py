@@ -1,0 +1,20 @@
+"""Event stores: the interface (:mod:`.base`), the statements SQL stores share (:mod:`.sql`),
+SQLite, the embedded default (:mod:`.sqlite`), and PostgreSQL, for several machines
+(:mod:`.postgres`). Stores register through the ``reranker_register_event_stores`` hook."""
+
+from __future__ import annotations
+
+import pluggy
+
+from .base import EventStore
+
+
+def open_event_store(config, pm: pluggy.PluginManager | None = None) -> EventStore:
+    """Open the event store the ``store`` section of ``config`` selects (``store.type``)."""
+    from ..plugins import event_store_class, get_plugin_manager
+
+    cls = event_store_class(pm or get_plugin_manager(), config.store.type)
+    return cls.from_config(config)
+
+
+__all__ = ["EventStore", "open_event_store"]

@@ -1,0 +1,164 @@
+"""The interface every event store implements.
+
+An event store keeps the impressions the service logs, the clicks and rewards on them, the
+counts the click features and the position-bias estimate are computed from, and the shared
+state of an experiment. The service, the trainer, the experiment reports and off-policy
+evaluation use nothing else of it. A store registers its class through the
+``reranker_register_event_stores`` hook; ``store.type`` selects it by :attr:`EventStore.name`.
+
+What every store must guarantee (the shared store tests check it for the built-in ones):
+
+* A write has happened when its method returns: :meth:`record_click` and
+  :meth:`record_reward` are *durable* then (the service answers 202 after them), and every
+  process sharing the store sees them.
+* Closing numbers impressions with ``closed_seq`` 1, 2, 3, ... without gaps, oldest first,
+  and a reader never sees a number before every lower one is visible too: the trainer follows
+  them by a cursor and would skip an impression otherwise.
+* A closed impression's clicks and reward never change again.
+* Errors of the storage itself (unreachable, locked for too long, disk full) raise
+  :class:`reranker.errors.StoreError` (503: nothing was written, the client may retry),
+  naming the store without secrets; errors of the request raise the errors each method names.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..clicks import PositionBias
+from ..events import ClickResult, Impression, RewardResult
+
+
+class EventStore(abc.ABC):
+    """Impressions, clicks, rewards, click counts and experiment state.
+
+    Implementations must be safe to share between the threads of a process, and between
+    processes (and, for stores that allow it, machines) opening the same store.
+    """
+
+    #: The value of ``store.type`` that selects this store.
+    name: str = ""
+
+    #: Identifies this event log (kept in the store, made when it is created); a model's
+    #: cursor is only valid for the log it came from.
+    store_id: str
+
+    #: Where the store is, for messages: a file, or a server and database without password.
+    location: str
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, config) -> EventStore:
+        """Open (creating or migrating it when needed) the store a validated
+        :class:`reranker.config.Config` names in its ``store`` section; errors name the key
+        (``store.path``, ``store.dsn``) and never a password."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections; the object is not used afterwards."""
+
+    # -- writing ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def log_impression(self, imp: Impression) -> None:
+        """Record a served page, and count its shown documents' exposures (the
+        :meth:`position_bias` weights of the positions they were shown at, into the counts
+        :meth:`click_features` reads) in the same transaction."""
+
+    @abc.abstractmethod
+    def record_click(self, impression_id: str, doc_id: str,
+                     now: float | None = None) -> ClickResult:
+        """Store a click durably, with its click count and, when it fell in a pair the
+        learner randomised, the position-bias counts, in one transaction. Unknown impression:
+        :class:`~reranker.errors.NotFoundError`; a document not shown in it:
+        :class:`~reranker.errors.UnprocessableError`; a closed impression:
+        :class:`~reranker.errors.ConflictError`. A repeated click is accepted and counted
+        once (``duplicate=True``), also after closing."""
+
+    @abc.abstractmethod
+    def record_reward(self, impression_id: str, value: float,
+                      now: float | None = None) -> RewardResult:
+        """Store the application's reward for a page durably; a later one replaces it while
+        the page is open. Unknown impression: ``NotFoundError``; a closed impression:
+        ``ConflictError``, unless it is the value already stored."""
+
+    @abc.abstractmethod
+    def close_impressions(self, before: float, limit: int | None = None) -> int:
+        """Close the open impressions created before ``before`` (oldest first, at most
+        ``limit``), numbering them with the next ``closed_seq`` values; return how many."""
+
+    @abc.abstractmethod
+    def update_experiment_state(self, name: str, change: Callable[[dict], dict],
+                                now: float) -> dict[str, Any]:
+        """Replace the state of experiment ``name`` by ``change(state)`` atomically: two
+        processes changing it at once each see the other's change. Returns the new state."""
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_impression(self, impression_id: str) -> Impression:
+        """One impression with its clicks (``clicked``) and reward; ``NotFoundError``."""
+
+    @abc.abstractmethod
+    def closed_since(self, cursor: int, limit: int,
+                     arms: tuple[str, ...] | None = None) -> list[Impression]:
+        """Closed impressions with ``closed_seq > cursor`` in order (at most ``limit``),
+        with their clicks; with ``arms``, only those one of these arm ids showed alone and
+        the mixed lists (``arm`` None)."""
+
+    @abc.abstractmethod
+    def click_features(self, query: str, doc_ids: list[str], smoothing: float) -> np.ndarray:
+        """The click features of candidates ``doc_ids`` for ``query``, shape ``(n, 2)``
+        (:func:`reranker.clicks.lifts_from_counts` of the counts for the normalised query,
+        for each document over all queries, and in total), read in one consistent
+        snapshot."""
+
+    @abc.abstractmethod
+    def position_bias(self, max_age: float | None = None) -> PositionBias:
+        """The position-bias estimate from the counts logged so far (a cached read at most
+        ``max_age`` seconds old is fine)."""
+
+    @abc.abstractmethod
+    def first_page(self, page_key: str, since: float) -> Impression | None:
+        """The latest first page (offset 0) logged with ``page_key`` since ``since``, whose
+        ranking later pages continue; None when there is none."""
+
+    @abc.abstractmethod
+    def experiment_rows(self, name: str, after: int, limit: int
+                        ) -> list[tuple[int, str | None, str | None, int, list[int]]]:
+        """The closed impressions of experiment ``name`` after ``closed_seq`` ``after``, in
+        order, as ``(closed_seq, arm, teams JSON, n_shown, clicked 1-based positions)``."""
+
+    @abc.abstractmethod
+    def experiment_state(self, name: str) -> dict[str, Any]:
+        """The shared state of experiment ``name``; {} when none was stored."""
+
+    @abc.abstractmethod
+    def last_closed_seq(self) -> int:
+        """The highest ``closed_seq`` handed out so far (0 before the first)."""
+
+    @abc.abstractmethod
+    def pending(self, cursor: int) -> dict[str, int]:
+        """``{"open_impressions", "closed_unapplied"}``: impressions still open, and closed
+        ones after ``cursor``; cheap enough for a health check."""
+
+    @abc.abstractmethod
+    def stats(self) -> dict[str, Any]:
+        """``{"impressions", "open_impressions", "clicks", "closed_seq"}``."""
+
+    # -- training ---------------------------------------------------------------------------
+
+    def trainer_lock(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """Hold, until the block ends, the right to train the model called ``name`` from this
+        store, against every process on every machine that shares the store; wait for it
+        while another holds it. The trainer takes it around each pass (inside it, the model
+        folder's file lock), so that two trainers never apply an impression twice.
+
+        The default holds nothing: right for a store that only the processes of one machine
+        can open (SQLite), where the model folder's file lock already excludes them."""
+        return contextlib.nullcontext()
+

@@ -1,0 +1,265 @@
+"""The event store on a PostgreSQL server (``store.type: postgresql``), for the processes of
+several machines sharing one event log.
+
+It runs the statements of :mod:`.sql` through psycopg 3 with a pool of connections per
+process (``store.pool_size``). What SQLite gets from its one writer at a time, PostgreSQL gets
+from row locks (``SELECT ... FOR UPDATE``): a click and the closing of its impression wait
+for each other, so a click is either counted before the impression closes or refused after;
+two processes closing impressions wait on the counter row, so ``closed_seq`` numbers are
+committed in order. Commits are synchronous (a click is on the server's disk when ``/click``
+answers 202), except an impression's, which the next synchronous commit flushes (as on
+SQLite: a click always refers to an impression written before it).
+
+Trainers on several machines take a session-level advisory lock per model
+(:meth:`PostgresStore.trainer_lock`) around each pass, on a connection of its own: the
+server releases it when the connection ends, so a trainer that dies never leaves it held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+
+from .. import hookimpl
+from ..errors import ConfigError, StoreError
+from .sql import LATE_INDEXES, SCHEMA_VERSION, SQLEventStore
+
+#: First key of the advisory locks this store takes (the second tells them apart): a number
+#: other applications sharing the database are unlikely to use.
+LOCK_SPACE = 0x52524B  # "RRK"
+_SCHEMA_LOCK = 0
+_TRAINER_LOCK = "SELECT pg_advisory_lock(%s, hashtext(%s))"
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS impressions (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        created DOUBLE PRECISION NOT NULL,
+        query TEXT NOT NULL,
+        user_id TEXT,
+        learner TEXT NOT NULL,
+        model_version INTEGER NOT NULL,
+        doc_ids TEXT NOT NULL,
+        feature_names TEXT NOT NULL,
+        features BYTEA NOT NULL,
+        ranking BYTEA NOT NULL,
+        n_shown INTEGER NOT NULL,
+        log_prob DOUBLE PRECISION,
+        propensities BYTEA,
+        teams TEXT,
+        closed_seq BIGINT UNIQUE,
+        context TEXT,
+        arm TEXT,
+        experiment TEXT,
+        page_offset INTEGER NOT NULL DEFAULT 0,
+        page_key TEXT)""",
+    "CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) "
+    "WHERE closed_seq IS NULL",
+    """CREATE TABLE IF NOT EXISTS clicks (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        impression_id TEXT NOT NULL REFERENCES impressions (id),
+        doc_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        created DOUBLE PRECISION NOT NULL,
+        UNIQUE (impression_id, doc_id))""",
+    """CREATE TABLE IF NOT EXISTS click_stats (
+        query_key TEXT NOT NULL,
+        doc_id TEXT NOT NULL,
+        clicks DOUBLE PRECISION NOT NULL,
+        exposure DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (query_key, doc_id))""",
+    """CREATE TABLE IF NOT EXISTS experiment_state (
+        name TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        updated DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS rewards (
+        impression_id TEXT PRIMARY KEY REFERENCES impressions (id),
+        value DOUBLE PRECISION NOT NULL,
+        created DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS position_bias (
+        position INTEGER PRIMARY KEY,
+        upper DOUBLE PRECISION NOT NULL,
+        lower DOUBLE PRECISION NOT NULL)""",
+    *LATE_INDEXES,
+)
+
+
+def _driver():
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as exc:
+        raise ConfigError(f"store.type postgresql needs the psycopg and psycopg-pool packages "
+                          f"({exc}); install them with pip install 'reranker[postgresql]'"
+                          ) from None
+    return psycopg, psycopg_pool
+
+
+@functools.lru_cache(maxsize=256)
+def _placeholders(sql: str) -> str:
+    """The shared statements' ``?`` placeholders as psycopg's ``%s`` (they hold no other
+    ``?`` or ``%``)."""
+    return sql.replace("?", "%s")
+
+
+class PostgresStore(SQLEventStore):
+    """Impressions and clicks in a PostgreSQL database, shared by every process and machine
+    that opens it."""
+
+    name = "postgresql"
+    FOR_UPDATE = " FOR UPDATE"
+    CLICK_POSITIONS = "string_agg(position::text, ',' ORDER BY seq)"
+
+    @classmethod
+    def from_config(cls, config) -> PostgresStore:
+        return cls(config.store.dsn, pool_size=config.store.pool_size,
+                   timeout=config.store.timeout)
+
+    def __init__(self, dsn: str, pool_size: int = 10, timeout: float = 10.0):
+        psycopg, psycopg_pool = _driver()
+        self.DB_ERRORS = (psycopg.Error,)
+        self.dsn = dsn
+        self.location = describe(dsn)
+        self.timeout = timeout
+        self._pool = None
+        # libpq counts whole seconds and takes 2 as its least
+        self._connect_args = {"autocommit": True, "application_name": "reranker",
+                              "connect_timeout": max(2, math.ceil(timeout))}
+        try:
+            conn = psycopg.connect(dsn, **self._connect_args)
+        except psycopg.Error as exc:
+            raise StoreError(f"store.dsn: cannot connect to the PostgreSQL server "
+                             f"{self.location}: {self._error_text(exc)}") from None
+        try:
+            with conn:
+                self._configure(conn)
+                with conn.transaction():
+                    # Processes starting together create the tables one after the other.
+                    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)",
+                                 (LOCK_SPACE, _SCHEMA_LOCK))
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s), "
+                                 "('closed_seq', '0'), ('store_id', %s) ON CONFLICT DO NOTHING",
+                                 (str(SCHEMA_VERSION), uuid.uuid4().hex))
+                    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        except psycopg.Error as exc:
+            raise StoreError(f"store.dsn: the event tables cannot be created or read in "
+                             f"{self.location}: {self._error_text(exc)}") from None
+        if int(meta["schema_version"]) != SCHEMA_VERSION:
+            raise StoreError(f"store.dsn: {self.location} has event schema version "
+                             f"{meta['schema_version']}, this version of reranker reads "
+                             f"{SCHEMA_VERSION}; it was written by a newer reranker: upgrade "
+                             f"reranker, or point store.dsn at a new database")
+        self.store_id: str = meta["store_id"]
+        self._pool = psycopg_pool.ConnectionPool(
+            dsn, min_size=1, max_size=pool_size, timeout=timeout, open=False,
+            kwargs=self._connect_args, configure=self._configure,
+            check=psycopg_pool.ConnectionPool.check_connection, name="reranker-events")
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except psycopg.Error as exc:
+            self.close()
+            raise StoreError(f"store.dsn: cannot connect to the PostgreSQL server "
+                             f"{self.location}: {self._error_text(exc)}") from None
+
+    def _configure(self, conn) -> None:
+        # A store operation waits at most store.timeout for a row lock or a statement, as
+        # SQLite waits at most that long for its write lock; then it fails with 503.
+        millis = max(1, round(self.timeout * 1000))
+        conn.execute(f"SET lock_timeout = {millis}")
+        conn.execute(f"SET statement_timeout = {millis}")
+
+    def _error_text(self, exc: BaseException) -> str:
+        return redact(str(exc).strip(), self.dsn)
+
+    # -- connections ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator:
+        with self._pool.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _write(self, durable: bool = True) -> Iterator:
+        with self._errors(), self._pool.connection() as conn, conn.transaction():
+            if not durable:
+                conn.execute("SET LOCAL synchronous_commit = off")
+            yield conn
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator:
+        with self._errors(), self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield conn
+
+    def _run(self, conn, sql: str, args: Sequence = ()):
+        return conn.execute(_placeholders(sql), args)
+
+    def _run_many(self, conn, sql: str, rows: list[Sequence]) -> None:
+        with conn.cursor() as cursor:
+            cursor.executemany(_placeholders(sql), rows)
+
+    @contextlib.contextmanager
+    def trainer_lock(self, name: str) -> Iterator[None]:
+        """An advisory lock on a connection of its own, held until the block ends (or the
+        process dies: the server then ends the session and releases it). A connection per
+        hold, not a shared one: a session that holds an advisory lock gets it again at once,
+        so two threads sharing a session would not exclude each other. No timeout: the
+        other trainer's pass may take as long as it needs."""
+        psycopg, _ = _driver()
+        with self._errors():
+            conn = psycopg.connect(self.dsn, **self._connect_args)
+        try:
+            with self._errors():
+                conn.execute(_TRAINER_LOCK, (LOCK_SPACE, name))
+            yield
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+
+def describe(dsn: str) -> str:
+    """The server, database and user a connection string names, as
+    ``postgresql://user@host:port/database``: never its password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 -- a malformed string: connecting says what is wrong
+        return "postgresql://(store.dsn)"
+    user = params.get("user")
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port")
+    return (f"postgresql://{user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
+            f"/{params.get('dbname') or ''}")
+
+
+def redact(text: str, dsn: str) -> str:
+    """``text`` with every form of the password in ``dsn`` replaced by ``***`` (libpq's
+    messages can quote a malformed connection string)."""
+    secrets = set(re.findall(r"://[^/@:]*:([^@/]+)@", dsn))
+    secrets.update(match.strip("'") for match in
+                   re.findall(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", dsn))
+    with contextlib.suppress(Exception):
+        from psycopg.conninfo import conninfo_to_dict
+
+        secrets.add(str(conninfo_to_dict(dsn).get("password") or ""))
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+@hookimpl
+def reranker_register_event_stores():
+    return [PostgresStore]

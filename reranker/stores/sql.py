@@ -1,0 +1,402 @@
+"""The event store on a SQL database: every query and rule that SQLite and PostgreSQL share.
+
+The subclasses (:mod:`.sqlite`, :mod:`.postgres`) create the schema and say how to get a
+connection, run a write transaction and read a consistent snapshot; the statements are
+written once here, with ``?`` placeholders.
+
+The store also keeps what the click features are computed from (:mod:`reranker.clicks`):
+every logged impression adds its shown documents' position-weighted exposures, and every
+click adds one click and, when it fell in a pair the learner randomised, the counts of the
+position-bias estimate. Both are written in the same transaction as the impression or the
+click, so the counts always agree with the log, and a search only ever sees clicks made
+before it (the features it was ranked with are logged with it, never recomputed).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..clicks import PositionBias, lifts_from_counts, query_key
+from ..clicks.position_bias import randomized_pairs
+from ..errors import ConflictError, NotFoundError, StoreError, UnprocessableError
+from ..events import ClickResult, Impression, RewardResult
+from .base import EventStore
+
+SCHEMA_VERSION = 3
+
+#: ``click_stats.query_key`` of the counts over all queries (a normalised query never holds
+#: '*'), and ``doc_id`` of the counts over all documents.
+ALL_QUERIES = "*"
+ALL_DOCS = ""
+
+#: Indexes on columns that a migration adds: created after the migrations ran.
+LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_experiment ON impressions "
+                "(experiment, closed_seq) WHERE experiment IS NOT NULL",
+                "CREATE INDEX IF NOT EXISTS impressions_page ON impressions (page_key, created) "
+                "WHERE page_key IS NOT NULL AND page_offset = 0")
+
+UPSERT_STATS = ("INSERT INTO click_stats (query_key, doc_id, clicks, exposure) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
+                "clicks = click_stats.clicks + excluded.clicks, "
+                "exposure = click_stats.exposure + excluded.exposure")
+UPSERT_BIAS = ("INSERT INTO position_bias (position, upper, lower) VALUES (?, ?, ?) "
+               "ON CONFLICT (position) DO UPDATE SET upper = position_bias.upper + "
+               "excluded.upper, lower = position_bias.lower + excluded.lower")
+
+
+class SQLEventStore(EventStore):
+    """The statements and rules of the SQL stores (:class:`EventStore`'s documentation says
+    what each method guarantees)."""
+
+    #: Seconds a read of the position-bias counts is reused when logging exposures.
+    BIAS_REFRESH = 1.0
+    #: Appended to a ``SELECT`` of rows that the transaction goes on to change or that must
+    #: not change before it commits (PostgreSQL: ``FOR UPDATE``; SQLite's write transactions
+    #: already exclude each other).
+    FOR_UPDATE = ""
+    #: The clicked positions of an impression, comma-separated, as a SQL aggregate.
+    CLICK_POSITIONS = "group_concat(position)"
+
+    _bias: tuple[float, PositionBias] | None = None
+
+    # -- what a database says: connections and transactions ------------------------------------
+
+    @abc.abstractmethod
+    def _connection(self) -> contextlib.AbstractContextManager:
+        """A connection (in autocommit mode) for the reads of one method."""
+
+    @abc.abstractmethod
+    def _write(self, durable: bool = True) -> contextlib.AbstractContextManager:
+        """A write transaction on a connection: committed (durably when ``durable``) at the
+        end of the block, rolled back when it raises; database errors become
+        :class:`StoreError`."""
+
+    @abc.abstractmethod
+    def _snapshot(self) -> contextlib.AbstractContextManager:
+        """A connection in a read transaction: every statement sees the same state."""
+
+    #: The database driver's error classes: raised by a statement, they become a
+    #: :class:`StoreError` (503) naming the store.
+    DB_ERRORS: tuple[type[BaseException], ...] = ()
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except self.DB_ERRORS as exc:
+            raise StoreError(f"event store {self.location} failed: "
+                             f"{self._error_text(exc)}") from exc
+
+    def _error_text(self, exc: BaseException) -> str:
+        """What a database error says, fit for a message (no secrets)."""
+        return str(exc)
+
+    def _run(self, conn, sql: str, args: Sequence = ()):
+        """Execute ``sql`` (``?`` placeholders) and return the cursor."""
+        return conn.execute(sql, args)
+
+    def _run_many(self, conn, sql: str, rows: list[Sequence]) -> None:
+        conn.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Any]:
+        with self._errors(), self._connection() as conn:
+            yield conn
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def log_impression(self, imp: Impression) -> None:
+        """Record a served page and its shown documents' exposures. Not made durable by
+        itself: the next durable write (any click) is, and a click always refers to an
+        impression written before it."""
+        features = np.ascontiguousarray(imp.features, dtype=np.float64)
+        theta = self.position_bias().weights(imp.offset + imp.n_shown)[imp.offset:]
+        with self._write(durable=False) as conn:
+            self._run(
+                conn,
+                "INSERT INTO impressions (id, created, query, user_id, learner, model_version, "
+                "doc_ids, feature_names, features, ranking, n_shown, log_prob, propensities, "
+                "teams, context, arm, experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
+                 json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
+                 np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown,
+                 imp.log_prob,
+                 None if imp.propensities is None
+                 else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
+                 None if imp.teams is None else json.dumps(imp.teams),
+                 None if imp.context is None else json.dumps(imp.context), imp.arm,
+                 imp.experiment, imp.offset, imp.page_key))
+            self._count_exposures(conn, query_key(imp.query), imp.shown_ids(), theta)
+
+    def _count_exposures(self, conn, key: str, shown: list[str], theta: np.ndarray) -> None:
+        """Count the exposures ``theta`` (the weights of the shown positions) of the shown
+        documents; the total gets one row instead of one per document."""
+        rows = [(cell[0], cell[1], 0.0, weight)
+                for doc_id, weight in zip(shown, theta.tolist(), strict=True)
+                for cell in stat_cells(key, doc_id)[:2]]
+        rows.append((ALL_QUERIES, ALL_DOCS, 0.0, float(theta.sum())))
+        # One order for every writer: two transactions upserting the same rows in different
+        # orders could deadlock where the database locks rows (PostgreSQL).
+        self._run_many(conn, UPSERT_STATS, sorted(rows))
+
+    def _count_click(self, conn, key: str, doc_id: str) -> None:
+        self._run_many(conn, UPSERT_STATS,
+                       sorted((*cell, 1.0, 0.0) for cell in stat_cells(key, doc_id)))
+
+    def record_click(self, impression_id: str, doc_id: str,
+                     now: float | None = None) -> ClickResult:
+        now = time.time() if now is None else now
+        with self._write(durable=True) as conn:
+            row = self._run(conn, "SELECT doc_ids, ranking, n_shown, closed_seq, query, "
+                            "context, page_offset FROM impressions WHERE id = ?"
+                            + self.FOR_UPDATE, (impression_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"unknown impression_id {impression_id!r}")
+            doc_ids = json.loads(row[0])
+            ranking = np.frombuffer(row[1], dtype=np.int32)
+            offset = row[6]
+            shown = [doc_ids[i] for i in ranking[offset: offset + row[2]]]
+            if doc_id not in shown:
+                raise UnprocessableError(f"doc_id {doc_id!r} was not shown in impression "
+                                         f"{impression_id!r}")
+            position = offset + shown.index(doc_id) + 1  # its rank in the whole ranking
+            if row[3] is not None:
+                existing = self._run(conn, "SELECT 1 FROM clicks WHERE impression_id = ? AND "
+                                     "doc_id = ?", (impression_id, doc_id)).fetchone()
+                if existing is None:
+                    raise ConflictError(f"impression {impression_id!r} no longer accepts clicks: "
+                                        f"its feedback window has closed and it was trained on")
+                return ClickResult(impression_id, doc_id, position, duplicate=True)
+            cur = self._run(conn, "INSERT INTO clicks (impression_id, doc_id, position, "
+                            "created) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                            (impression_id, doc_id, position, now))
+            if cur.rowcount == 0:
+                return ClickResult(impression_id, doc_id, position, duplicate=True)
+            self._count_click(conn, query_key(row[4]), doc_id)
+            pairs, p = randomized_pairs(json.loads(row[5]) if row[5] and not offset else None,
+                                        row[2])
+            counts = PositionBias.pair_counts(pairs, p, [position - 1])
+            if counts:
+                self._run_many(conn, UPSERT_BIAS, sorted(counts))
+            return ClickResult(impression_id, doc_id, position, duplicate=False)
+
+    def record_reward(self, impression_id: str, value: float,
+                      now: float | None = None) -> RewardResult:
+        now = time.time() if now is None else now
+        with self._write(durable=True) as conn:
+            row = self._run(conn, "SELECT closed_seq FROM impressions WHERE id = ?"
+                            + self.FOR_UPDATE, (impression_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"unknown impression_id {impression_id!r}")
+            before = self._run(conn, "SELECT value FROM rewards WHERE impression_id = ?",
+                               (impression_id,)).fetchone()
+            before = None if before is None else before[0]
+            if row[0] is not None:
+                if before == value:
+                    return RewardResult(impression_id, value, before)
+                raise ConflictError(f"impression {impression_id!r} no longer accepts a reward: "
+                                    f"its feedback window has closed and it was trained on")
+            self._run(conn, "INSERT INTO rewards (impression_id, value, created) VALUES "
+                      "(?, ?, ?) ON CONFLICT (impression_id) DO UPDATE SET value = "
+                      "excluded.value, created = excluded.created", (impression_id, value, now))
+            return RewardResult(impression_id, value, before)
+
+    def close_impressions(self, before: float, limit: int | None = None) -> int:
+        with self._write(durable=True) as conn:
+            # The counter first: two closers wait for each other here, so the numbers one
+            # hands out are committed before the other reads the counter.
+            start = int(self._run(conn, "SELECT value FROM meta WHERE key = 'closed_seq'"
+                                  + self.FOR_UPDATE).fetchone()[0])
+            rows = self._run(
+                conn, "SELECT seq FROM impressions WHERE closed_seq IS NULL AND created < ? "
+                "ORDER BY created, seq" + (" LIMIT ?" if limit else "") + self.FOR_UPDATE,
+                (before, limit) if limit else (before,)).fetchall()
+            if not rows:
+                return 0
+            self._run_many(conn, "UPDATE impressions SET closed_seq = ? WHERE seq = ?",
+                           [(start + i + 1, seq) for i, (seq,) in enumerate(rows)])
+            self._run(conn, "UPDATE meta SET value = ? WHERE key = 'closed_seq'",
+                      (str(start + len(rows)),))
+            return len(rows)
+
+    def update_experiment_state(self, name: str, change, now: float) -> dict[str, Any]:
+        with self._write(durable=True) as conn:
+            # The row exists before it is read for update, so that two first changes wait
+            # for each other too (a missing row cannot be locked).
+            self._run(conn, "INSERT INTO experiment_state (name, state, updated) VALUES "
+                      "(?, '{}', ?) ON CONFLICT DO NOTHING", (name, now))
+            row = self._run(conn, "SELECT state FROM experiment_state WHERE name = ?"
+                            + self.FOR_UPDATE, (name,)).fetchone()
+            state = change(json.loads(row[0]))
+            self._run(conn, "UPDATE experiment_state SET state = ?, updated = ? WHERE name = ?",
+                      (json.dumps(state), now, name))
+        return state
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get_impression(self, impression_id: str) -> Impression:
+        with self._reading() as conn:
+            row = self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE id = ?",
+                            (impression_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"unknown impression_id {impression_id!r}")
+        imp = impression_from_row(row)
+        imp.clicked = self._clicks([imp.id])[imp.id]
+        return imp
+
+    def closed_since(self, cursor: int, limit: int,
+                     arms: tuple[str, ...] | None = None) -> list[Impression]:
+        where, args = "closed_seq > ?", [cursor]
+        if arms is not None:
+            marks = ",".join("?" * len(arms))
+            where += f" AND (arm IN ({marks}) OR arm IS NULL)"
+            args.extend(arms)
+        with self._reading() as conn:
+            rows = self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE {where} ORDER BY "
+                             f"closed_seq LIMIT ?", (*args, limit)).fetchall()
+        imps = [impression_from_row(row) for row in rows]
+        clicks = self._clicks([imp.id for imp in imps])
+        for imp in imps:
+            imp.clicked = clicks[imp.id]
+        return imps
+
+    def _clicks(self, impression_ids: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {i: [] for i in impression_ids}
+        with self._reading() as conn:
+            for start in range(0, len(impression_ids), 500):
+                chunk = impression_ids[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for imp_id, doc_id in self._run(
+                        conn, f"SELECT impression_id, doc_id FROM clicks WHERE impression_id IN "
+                        f"({marks}) ORDER BY seq", chunk).fetchall():
+                    out[imp_id].append(doc_id)
+        return out
+
+    def click_features(self, query: str, doc_ids: list[str], smoothing: float) -> np.ndarray:
+        key = query_key(query)
+        counts = np.zeros((len(doc_ids), 4))
+        where = {doc_id: i for i, doc_id in enumerate(doc_ids)}
+        total = (0.0, 0.0)
+        with self._snapshot() as conn:
+            # Documents shown for this query so far (usually fewer than the candidates).
+            for doc_id, clicks, exposure in self._run(
+                    conn, "SELECT doc_id, clicks, exposure FROM click_stats WHERE query_key = ?",
+                    (key,)).fetchall():
+                i = where.get(doc_id)
+                if i is not None:
+                    counts[i, 0], counts[i, 1] = clicks, exposure
+            for start in range(0, len(doc_ids), 500):
+                chunk = doc_ids[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for doc_id, clicks, exposure in self._run(
+                        conn, f"SELECT doc_id, clicks, exposure FROM click_stats WHERE "
+                        f"query_key = ? AND doc_id IN ({marks})", (ALL_QUERIES, *chunk)
+                        ).fetchall():
+                    i = where[doc_id]
+                    counts[i, 2], counts[i, 3] = clicks, exposure
+            row = self._run(conn, "SELECT clicks, exposure FROM click_stats WHERE "
+                            "query_key = ? AND doc_id = ?", (ALL_QUERIES, ALL_DOCS)).fetchone()
+            if row is not None:
+                total = row
+        return lifts_from_counts(counts, total[0], total[1], smoothing)
+
+    def position_bias(self, max_age: float | None = None) -> PositionBias:
+        """The position-bias estimate from the counts logged so far (a read at most
+        ``max_age`` seconds old, by default :attr:`BIAS_REFRESH`)."""
+        max_age = self.BIAS_REFRESH if max_age is None else max_age
+        now = time.monotonic()
+        cached = self._bias
+        if cached is not None and now - cached[0] <= max_age:
+            return cached[1]
+        with self._reading() as conn:
+            rows = self._run(conn, "SELECT position, upper, lower FROM position_bias "
+                             "ORDER BY position").fetchall()
+        size = rows[-1][0] + 1 if rows else 0
+        upper, lower = np.zeros(size), np.zeros(size)
+        for position, top, bottom in rows:
+            upper[position], lower[position] = top, bottom
+        bias = PositionBias(upper, lower)
+        self._bias = (now, bias)
+        return bias
+
+    def first_page(self, page_key: str, since: float) -> Impression | None:
+        with self._reading() as conn:
+            row = self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE page_key = ? AND "
+                            f"page_offset = 0 AND created >= ? ORDER BY created DESC LIMIT 1",
+                            (page_key, since)).fetchone()
+        return None if row is None else impression_from_row(row)
+
+    def experiment_rows(self, name: str, after: int, limit: int
+                        ) -> list[tuple[int, str | None, str | None, int, list[int]]]:
+        with self._reading() as conn:
+            rows = self._run(
+                conn, f"SELECT i.closed_seq, i.arm, i.teams, i.n_shown, (SELECT "
+                f"{self.CLICK_POSITIONS} FROM clicks c WHERE c.impression_id = i.id) FROM "
+                f"impressions i WHERE i.experiment = ? AND i.closed_seq > ? ORDER BY "
+                f"i.closed_seq LIMIT ?", (name, after, limit)).fetchall()
+        return [(seq, arm, teams, n_shown,
+                 [int(p) for p in positions.split(",")] if positions else [])
+                for seq, arm, teams, n_shown, positions in rows]
+
+    def experiment_state(self, name: str) -> dict[str, Any]:
+        with self._reading() as conn:
+            row = self._run(conn, "SELECT state FROM experiment_state WHERE name = ?",
+                            (name,)).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def last_closed_seq(self) -> int:
+        with self._reading() as conn:
+            return int(self._run(conn, "SELECT value FROM meta WHERE key = 'closed_seq'")
+                       .fetchone()[0])
+
+    def pending(self, cursor: int) -> dict[str, int]:
+        with self._reading() as conn:
+            open_ = self._run(conn, "SELECT COUNT(*) FROM impressions WHERE closed_seq IS "
+                              "NULL").fetchone()[0]
+            closed = self._run(conn, "SELECT COUNT(*) FROM impressions WHERE closed_seq > ?",
+                               (cursor,)).fetchone()[0]
+        return {"open_impressions": open_, "closed_unapplied": closed}
+
+    def stats(self) -> dict[str, Any]:
+        with self._reading() as conn:
+            impressions, open_, clicks = self._run(
+                conn, "SELECT (SELECT COUNT(*) FROM impressions), "
+                "(SELECT COUNT(*) FROM impressions WHERE closed_seq IS NULL), "
+                "(SELECT COUNT(*) FROM clicks)").fetchone()
+        return {"impressions": impressions, "open_impressions": open_, "clicks": clicks,
+                "closed_seq": self.last_closed_seq()}
+
+
+def stat_cells(key: str, doc_id: str) -> tuple[tuple[str, str], ...]:
+    """The ``click_stats`` rows an event of ``doc_id`` under query ``key`` counts in: the
+    query's, the document's over all queries, and the total."""
+    return (key, doc_id), (ALL_QUERIES, doc_id), (ALL_QUERIES, ALL_DOCS)
+
+
+COLUMNS = ("id, created, query, user_id, learner, model_version, doc_ids, feature_names, "
+           "features, ranking, n_shown, log_prob, propensities, teams, closed_seq, context, "
+           "arm, experiment, page_offset, page_key, "
+           "(SELECT value FROM rewards WHERE rewards.impression_id = impressions.id)")
+
+
+def impression_from_row(row: Sequence) -> Impression:
+    """An :class:`Impression` from a row of :data:`COLUMNS`."""
+    names = json.loads(row[7])
+    features = np.frombuffer(row[8], dtype=np.float64).reshape(-1, len(names))
+    return Impression(
+        id=row[0], created=row[1], query=row[2], user_id=row[3], learner=row[4],
+        model_version=row[5], doc_ids=json.loads(row[6]), feature_names=names,
+        features=features, ranking=np.frombuffer(row[9], dtype=np.int32).astype(np.intp),
+        n_shown=row[10], log_prob=row[11],
+        propensities=None if row[12] is None else np.frombuffer(row[12], dtype=np.float64),
+        teams=None if row[13] is None else json.loads(row[13]), closed_seq=row[14],
+        context=None if row[15] is None else json.loads(row[15]), arm=row[16],
+        experiment=row[17], offset=row[18], page_key=row[19], reward=row[20])

@@ -1,0 +1,255 @@
+"""The embedded event store: one SQLite file (WAL), the default (``store.type: sqlite``).
+
+Safe to share between the threads and processes of one machine (each thread gets its own
+connection; write transactions are ``BEGIN IMMEDIATE``, so they exclude each other). A click
+is durable (``synchronous=FULL``) before ``/click`` answers. Stores written by earlier
+versions (schema 1 and 2) are migrated when opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from .. import hookimpl
+from ..clicks import PositionBias, query_key
+from ..errors import StoreError
+from .sql import LATE_INDEXES, SCHEMA_VERSION, UPSERT_STATS, SQLEventStore, stat_cells
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS impressions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    created REAL NOT NULL,
+    query TEXT NOT NULL,
+    user_id TEXT,
+    learner TEXT NOT NULL,
+    model_version INTEGER NOT NULL,
+    doc_ids TEXT NOT NULL,         -- JSON list, the candidates in backend order
+    feature_names TEXT NOT NULL,   -- JSON list
+    features BLOB NOT NULL,        -- float64 (candidates x features), raw
+    ranking BLOB NOT NULL,         -- int32 candidate indices, as presented
+    n_shown INTEGER NOT NULL,
+    log_prob REAL,
+    propensities BLOB,             -- float64 per candidate, when logged
+    teams TEXT,                    -- JSON list: which learner contributed each shown hit
+    closed_seq INTEGER UNIQUE,
+    context TEXT,                  -- JSON: what the learner (or the experiment) logged
+    arm TEXT,                      -- id of the arm that showed it alone; NULL: a mixed list
+    experiment TEXT,               -- name of the experiment it was part of, if any
+    page_offset INTEGER NOT NULL DEFAULT 0,  -- ranks before the shown ones (page 2: 10)
+    page_key TEXT                  -- query, filters and user or session, for later pages
+);
+CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) WHERE closed_seq IS NULL;
+CREATE TABLE IF NOT EXISTS clicks (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    impression_id TEXT NOT NULL REFERENCES impressions (id),
+    doc_id TEXT NOT NULL,
+    position INTEGER NOT NULL,     -- 1-based rank at which the document was shown
+    created REAL NOT NULL,
+    UNIQUE (impression_id, doc_id)
+);
+""" + """
+CREATE TABLE IF NOT EXISTS click_stats (
+    query_key TEXT NOT NULL,       -- normalised query, or '*' for all queries
+    doc_id TEXT NOT NULL,          -- or '' for all documents
+    clicks REAL NOT NULL,
+    exposure REAL NOT NULL,        -- sum of the examination probabilities of where it was shown
+    PRIMARY KEY (query_key, doc_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS experiment_state (
+    name TEXT PRIMARY KEY,         -- the experiment's name
+    state TEXT NOT NULL,           -- JSON: promoted arm, held arms, with when and why
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rewards (
+    impression_id TEXT PRIMARY KEY REFERENCES impressions (id),
+    value REAL NOT NULL,           -- the application's reward for the page (POST /reward)
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS position_bias (
+    position INTEGER PRIMARY KEY,  -- 0-based upper position of a randomised adjacent pair
+    upper REAL NOT NULL,           -- inverse-propensity-weighted clicks at it
+    lower REAL NOT NULL            -- and at the position below it
+);
+"""
+
+
+class SQLiteStore(SQLEventStore):
+    """Impressions and clicks in one SQLite file; safe to share between threads and
+    processes (each thread gets its own connection)."""
+
+    name = "sqlite"
+    DB_ERRORS = (sqlite3.Error,)
+
+    @classmethod
+    def from_config(cls, config) -> SQLiteStore:
+        return cls(config.store.path, busy_timeout=config.store.timeout)
+
+    def __init__(self, path: str | Path, busy_timeout: float = 10.0):
+        self.path = Path(path)
+        self.location = str(self.path)
+        self.busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        if not self.path.parent.is_dir():
+            raise StoreError(f"store.path: folder {self.path.parent} does not exist")
+        conn = self._conn()
+        try:
+            conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "INSERT OR IGNORE INTO meta VALUES "
+                               f"('schema_version', '{SCHEMA_VERSION}'); INSERT OR IGNORE INTO "
+                               "meta VALUES ('closed_seq', '0'); INSERT OR IGNORE INTO meta "
+                               f"VALUES ('store_id', '{uuid.uuid4().hex}'); COMMIT;")
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            if int(meta["schema_version"]) == 1:
+                self._migrate_from_1(conn)
+                meta["schema_version"] = "2"
+            if int(meta["schema_version"]) == 2:
+                self._migrate_from_2(conn)
+                meta["schema_version"] = str(SCHEMA_VERSION)
+            if int(meta["schema_version"]) == SCHEMA_VERSION:
+                conn.executescript(";".join(LATE_INDEXES))
+        except sqlite3.Error as exc:
+            self.close()  # never leave a half-run transaction holding the write lock
+            raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
+                             f"{exc}") from exc
+        if int(meta["schema_version"]) != SCHEMA_VERSION:
+            self.close()
+            raise StoreError(f"store.path: {self.path} has event schema version "
+                             f"{meta['schema_version']}, this version of reranker reads "
+                             f"{SCHEMA_VERSION} (and migrates 1 and 2); it was written by a "
+                             f"newer reranker: upgrade reranker, or point store.path at a new "
+                             f"file to start a new event log")
+        self.store_id: str = meta["store_id"]
+
+    def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
+        """Schema 1 -> 2, in one transaction: the impressions' context column, and the click
+        counts rebuilt from the log (exposures weighted by the prior position weights, since
+        schema 1 kept no randomisation to estimate them from)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+                   .fetchone()[0]) == 1:  # another process may have migrated meanwhile
+                conn.execute("ALTER TABLE impressions ADD COLUMN context TEXT")
+                # Added up in memory and written once: the write lock is held for as short
+                # a time as the log allows.
+                bias = PositionBias()
+                counts: dict[tuple[str, str], list[float]] = {}
+
+                def count(key: str, doc_id: str, clicks: float, exposure: float) -> None:
+                    for cell in stat_cells(key, doc_id):
+                        entry = counts.setdefault(cell, [0.0, 0.0])
+                        entry[0] += clicks
+                        entry[1] += exposure
+
+                for query, doc_ids, ranking, n_shown in conn.execute(
+                        "SELECT query, doc_ids, ranking, n_shown FROM impressions"):
+                    ids = json.loads(doc_ids)
+                    key = query_key(query)
+                    shown = np.frombuffer(ranking, dtype=np.int32)[:n_shown].tolist()
+                    for i, weight in zip(shown, bias.weights(n_shown).tolist(), strict=True):
+                        count(key, ids[i], 0.0, weight)
+                for query, doc_id in conn.execute(
+                        "SELECT i.query, c.doc_id FROM clicks c JOIN impressions i ON "
+                        "i.id = c.impression_id"):
+                    count(query_key(query), doc_id, 1.0, 0.0)
+                conn.executemany(UPSERT_STATS, [(key, doc_id, clicks, exposure) for
+                                                (key, doc_id), (clicks, exposure)
+                                                in counts.items()])
+                conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _migrate_from_2(self, conn: sqlite3.Connection) -> None:
+        """Schema 2 -> 3, in one transaction: which arm showed an impression (the impressions
+        logged before arms existed keep their learner's name, which the arm that takes over
+        that learner's model folder answers to: :meth:`reranker.arms.Arm.prepare`), the
+        experiment, and the experiments' state."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+                   .fetchone()[0]) == 2:
+                conn.execute("ALTER TABLE impressions ADD COLUMN arm TEXT")
+                conn.execute("ALTER TABLE impressions ADD COLUMN experiment TEXT")
+                conn.execute("ALTER TABLE impressions ADD COLUMN page_offset INTEGER NOT NULL "
+                             "DEFAULT 0")
+                conn.execute("ALTER TABLE impressions ADD COLUMN page_key TEXT")
+                conn.execute("UPDATE impressions SET arm = learner")
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                             (str(SCHEMA_VERSION),))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=self.busy_timeout,
+                                       isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA foreign_keys=ON")
+            except sqlite3.Error as exc:
+                raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
+                                 f"{exc}") from exc
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        yield self._conn()
+
+    @contextlib.contextmanager
+    def _write(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error)."""
+        conn = self._conn()
+        with self._errors():
+            conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        with self._errors():
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+
+@hookimpl
+def reranker_register_event_stores():
+    return [SQLiteStore]

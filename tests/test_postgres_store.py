@@ -1,0 +1,253 @@
+"""The PostgreSQL event store against a real server: the service through real HTTP, trainers
+that share one database, and what a wrong connection string or a blocked database does.
+(The store's own guarantees are tested on both stores in test_events.py.)"""
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+import requests
+import yaml
+from conftest import LiveServer, ServeProcess, learn, run_cli, write_config
+
+from reranker.arms import Arm
+from reranker.config import load_config
+from reranker.errors import ConflictError, StoreError
+from reranker.events import Impression
+from reranker.featuremap import FeatureMap
+from reranker.learner import Learner, RankResult, argmax_ranking
+from reranker.model import ModelFactory
+from reranker.stores.postgres import PostgresStore, describe
+from reranker.trainer import Trainer
+
+SECRET = "s3cret-Pw"
+
+
+def readme_postgres_config() -> dict:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("### The event store: SQLite or PostgreSQL")[1]
+    return yaml.safe_load(section.split("```yaml")[1].split("```")[0])
+
+
+def test_the_readme_configuration_serves_learns_and_keeps_clicks(workdir, postgres_dsn):
+    """`reranker serve` on the README's PostgreSQL config: search, click (202, on the
+    server when it answers), train in the background, serve the new model version."""
+    config = readme_postgres_config()
+    assert config["store"]["type"] == "postgresql"
+    config["store"]["dsn"] = postgres_dsn
+    path = write_config(workdir, store=config["store"], backend=config["backend"],
+                        trainer={"feedback_window": 2.0, "interval": 0.2})
+    server = ServeProcess(path)
+    try:
+        def search(query):
+            response = requests.post(server.url + "/search", json={"query": query}, timeout=30)
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        def click(impression_id, doc_id):
+            response = requests.post(server.url + "/click", json={
+                "impression_id": impression_id, "doc_id": doc_id}, timeout=30)
+            assert response.status_code == 202, response.text
+            # committed when answered: another connection sees it at once
+            with psycopg.connect(postgres_dsn) as conn:
+                assert conn.execute("SELECT 1 FROM clicks WHERE impression_id = %s AND "
+                                    "doc_id = %s", (impression_id, doc_id)).fetchone()
+
+        assert search("tea kettle")["model_version"] == 0
+        learn(search, click, pages=3)
+        deadline = time.monotonic() + 60
+        while search("tea kettle")["model_version"] < 1:
+            assert time.monotonic() < deadline, server.log_path.read_text()
+            time.sleep(0.2)
+        health = requests.get(server.url + "/healthz", timeout=30).json()
+        assert health["status"] == "ok" and health["model"]["clicks"] >= 2
+    finally:
+        server.stop()
+
+
+def test_a_blocked_or_restarted_database_answers_503_and_loses_nothing(workdir, postgres_dsn):
+    path = write_config(workdir, store={"type": "postgresql", "dsn": postgres_dsn,
+                                        "timeout": 0.5}, trainer={"enabled": False})
+    live = LiveServer(path)
+    try:
+        page = live.post("/search", {"query": "tea"}).json()
+        doc = page["hits"][1]["id"]
+        blocker = psycopg.connect(postgres_dsn)
+        blocker.execute("LOCK TABLE impressions IN ACCESS EXCLUSIVE MODE")
+        try:
+            started = time.monotonic()
+            for request in ({"query": "tea"}, {"impression_id": page["impression_id"],
+                                               "doc_id": doc}):
+                response = live.post("/search" if "query" in request else "/click", request)
+                assert response.status_code == 503, response.text
+                assert describe(postgres_dsn) in response.json()["error"]["message"]
+            assert time.monotonic() - started < 10  # store.timeout bounds the wait
+        finally:
+            blocker.rollback()
+            blocker.close()
+        # every connection the service held is cut, as a server restart would
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                          "datname = current_database() AND pid <> pg_backend_pid()")
+        assert live.post("/search", {"query": "tea"}).status_code == 200
+        response = live.post("/click", {"impression_id": page["impression_id"], "doc_id": doc})
+        assert response.status_code == 202 and not response.json()["duplicate"]
+        assert live.service.events.stats()["clicks"] == 1  # the refused attempt left nothing
+    finally:
+        live.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_connection_errors_name_store_dsn_and_never_the_password(postgres_databases):
+    from psycopg.conninfo import make_conninfo
+
+    cases = {
+        "nobody listens": (f"postgresql://reranker:{SECRET}@127.0.0.1:{free_port()}/events",
+                           "cannot connect"),
+        "no such database": (make_conninfo(postgres_databases.dsn, dbname="no_such_db",
+                                           password=SECRET), "no_such_db"),
+        "malformed": (f"host=localhost password={SECRET} dbname", "cannot connect"),
+    }
+    for case, (dsn, words) in cases.items():
+        with pytest.raises(StoreError) as info:
+            PostgresStore(dsn, timeout=2.0)
+        message = info.value.message
+        assert message.startswith("store.dsn: ") and words in message, (case, message)
+        assert SECRET not in message, case
+
+
+def test_the_cli_reports_an_unreachable_server_by_its_key(tmp_path):
+    path = write_config(tmp_path, store={
+        "type": "postgresql", "timeout": 2.0,
+        "dsn": f"postgresql://reranker:{SECRET}@127.0.0.1:{free_port()}/events"})
+    result = run_cli("train", "-c", str(path), check=False)
+    assert result.returncode != 0 and "store.dsn" in result.stderr
+    assert "postgresql://reranker@127.0.0.1" in result.stderr
+    assert SECRET not in result.stderr + result.stdout and "Traceback" not in result.stderr
+
+
+def test_the_trainer_lock_excludes_other_connections_until_released_or_dropped(postgres_dsn):
+    first, second = PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)
+    try:
+        got = threading.Event()
+
+        def take():
+            with second.trainer_lock("arm-a"):
+                got.set()
+
+        with first.trainer_lock("arm-a"):
+            waiter = threading.Thread(target=take)
+            waiter.start()
+            assert not got.wait(0.5)  # held by the first trainer
+            with second.trainer_lock("arm-b"):  # another arm's lock is free
+                pass
+        assert got.wait(10)
+        waiter.join()
+        # a trainer that dies (its session ends) does not keep the lock
+        got.clear()
+        with first.trainer_lock("arm-a"):
+            waiter = threading.Thread(target=take)
+            waiter.start()
+            assert not got.wait(0.3)
+            with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE "
+                              "locktype = 'advisory' AND granted AND pid <> pg_backend_pid()")
+            assert got.wait(10)
+            waiter.join()
+    finally:
+        first.close()
+        second.close()
+
+
+class Summing(Learner):
+    """Adds up the features of the clicked documents: the weights say how often each
+    impression was applied, whatever the order."""
+
+    name = "summing"
+    description = "test learner"
+
+    def _initialize(self, n_features):
+        self.w_ = np.zeros(n_features)
+
+    def _rank(self, X, n_shown, rng):
+        return RankResult(ranking=argmax_ranking(X @ self.w_), scores=X @ self.w_)
+
+    def _update(self, X, feedback):
+        if not len(feedback.clicked):
+            return False
+        self.w_ = self.w_ + X[feedback.clicked].sum(axis=0)
+        return True
+
+
+def test_two_trainers_sharing_a_store_apply_every_impression_once(open_store, tmp_path):
+    """Two trainers with their own connections (as on two machines) and one model folder
+    train while impressions and clicks arrive: every impression is applied once."""
+    factory = ModelFactory(Summing, {}, FeatureMap(5), ["a", "b"], "none")
+
+    def trainer(store):
+        arm = Arm.from_factory(factory, tmp_path / "models")
+        arm.aliases = ("summing",)
+        return Trainer([arm], store, feedback_window=0.0, batch_size=7)
+
+    trainers = [trainer(open_store()), trainer(open_store())]
+    writer, rng = open_store(), np.random.default_rng(3)
+    count, stop, reports, errors = 150, threading.Event(), [], []
+
+    def train(t):
+        while not stop.is_set():
+            try:
+                reports.append(t.run_once())
+            except Exception as exc:  # noqa: BLE001 -- reported below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=train, args=(t,)) for t in trainers]
+    for thread in threads:
+        thread.start()
+    for k in range(count):
+        X = rng.integers(0, 5, size=(4, 2)).astype(float)
+        writer.log_impression(Impression(
+            id=f"i{k}", created=time.time(), query="q", user_id=None, learner="summing",
+            model_version=0, doc_ids=["d0", "d1", "d2", "d3"], feature_names=["a", "b"],
+            features=X, ranking=np.arange(4), n_shown=4, arm="summing"))
+        try:
+            writer.record_click(f"i{k}", f"d{k % 4}")
+        except ConflictError:  # a trainer closed it first: a page without a click
+            pass
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    reports.append(trainers[0].run_once(close_all=True))
+    closed = writer.closed_since(0, 10 * count)
+    assert len(closed) == count
+    assert sum(report.applied for report in reports) == count
+    model, _ = trainers[1].models.load_latest(factory)
+    assert model.progress.impressions == count and model.progress.cursor == count
+    expected = sum(imp.features[imp.doc_ids.index(doc)] for imp in closed for doc in imp.clicked)
+    np.testing.assert_allclose(model.learner.w_, expected)
+
+
+def test_store_settings_come_from_the_file_or_the_environment(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("store: {type: postgresql, dsn: 'host=db dbname=events', pool_size: 3}\n")
+    config = load_config(path, environ={"RERANKER_STORE_DSN": "postgresql://u@other/x"})
+    assert (config.store.dsn, config.store.pool_size) == ("postgresql://u@other/x", 3)
+    assert load_config(path, environ={}).store.dsn == "host=db dbname=events"
+
+
+def test_a_database_written_by_a_newer_reranker_is_refused(postgres_dsn):
+    PostgresStore(postgres_dsn).close()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match=r"store.dsn: .* has event schema version 99.*newer"):
+        PostgresStore(postgres_dsn)
