@@ -316,9 +316,8 @@ class RerankerService:
 
     def _check_search(self, query: Any, size: Any, user_id: Any, session_id: Any
                       ) -> tuple[str, int, str | None, str | None]:
-        if not isinstance(query, str) or not query.strip():
+        if not isinstance(query, str) or not query or query.isspace():  # no copy of a long one
             raise BadRequestError("'query' must be a non-empty string", field="query")
-        _check_text("query", query)
         self._check_query_bounds(query)
         if size is None:
             size = self.config.server.default_size
@@ -337,13 +336,13 @@ class RerankerService:
     def _check_query_bounds(self, query: str) -> None:
         """A query's work and memory grow with its terms (the engine looks every term up in
         every field): ``server.max_query_bytes`` and ``server.max_query_terms`` bound them.
-        The bytes are checked first, so counting terms never scans a long text."""
+        The bytes are checked first, so counting terms never scans a long text; a text of
+        more characters than the limit has bytes (at least one each) is not even encoded."""
         limits = self.config.server
-        size = len(query.encode("utf-8"))
-        if size > limits.max_query_bytes:
-            raise BadRequestError(f"'query' is {size} bytes long (UTF-8); at most "
-                                  f"{limits.max_query_bytes} (server.max_query_bytes)",
-                                  field="query")
+        if len(query) > limits.max_query_bytes \
+                or len(_check_text("query", query)) > limits.max_query_bytes:
+            raise BadRequestError(f"'query' is longer than {limits.max_query_bytes} bytes of "
+                                  f"UTF-8 (server.max_query_bytes)", field="query")
         terms = sum(1 for _ in QUERY_TERM.finditer(query))
         if terms > limits.max_query_terms:
             raise BadRequestError(f"'query' holds {terms} words; at most "
@@ -433,10 +432,11 @@ def check_impression_id(impression_id: Any) -> str:
     return impression_id
 
 
-def _check_text(field: str, value: str) -> None:
-    """JSON allows lone surrogates that no UTF-8 store or engine can hold: a client error."""
+def _check_text(field: str, value: str) -> bytes:
+    """``value`` in UTF-8. JSON allows lone surrogates that no UTF-8 store or engine can
+    hold: a client error."""
     try:
-        value.encode("utf-8")
+        return value.encode("utf-8")
     except UnicodeEncodeError:
         raise BadRequestError(f"'{field}' is not valid Unicode text (it holds a lone "
                               f"surrogate)", field=field) from None

@@ -240,6 +240,6 @@ def nesting_depth(data: bytes, max_depth: int) -> int:
     if data.count(b"[") + data.count(b"{") <= max_depth:
         return 0
     codes = np.frombuffer(_JSON_STRING.sub(b"", data), dtype=np.uint8)
-    steps = (np.isin(codes, (ord("["), ord("{"))).astype(np.int32)
-             - np.isin(codes, (ord("]"), ord("}"))))
-    return int(np.cumsum(steps).max(initial=0))
+    steps = ((codes == ord("[")) | (codes == ord("{"))).view(np.int8) \
+        - ((codes == ord("]")) | (codes == ord("}"))).view(np.int8)
+    return int(np.cumsum(steps, dtype=np.int32).max(initial=0))
