@@ -1,29 +1,35 @@
 """The HTTP API: ``POST /search``, ``POST /click``, ``POST /reward``, ``POST /explain``,
 ``GET /healthz``, and for an experiment
 ``GET /experiments`` (its results as JSON) and ``GET /dashboard`` (a live page of them);
-``GET /reranker.js`` serves the browser snippet, and ``server.cors_origins`` lets pages on
-other origins call ``/search``, ``/click`` and ``/reward`` (CORS).
+``GET /reranker.js`` serves the browser snippet, ``GET /openapi.json`` describes all of
+them (OpenAPI 3.1), and ``server.cors_origins`` lets pages on other origins call ``/search``,
+``/click`` and ``/reward`` (CORS).
 
 ``create_app(config)`` builds a Flask app around a :class:`RerankerService`, and
 ``blueprint(service)`` gives the same endpoints to mount in an existing Flask app; nothing is
-read at import time. Every error is answered as JSON ``{"error": {"status": N, "message": ...}}``.
+read at import time. Every error is answered as JSON ``{"error": {"status": N, "message": ...}}``
+(with ``"field"``, the JSON path of the offending request field, when there is one). Request
+bodies are read within ``server.max_body_bytes`` and ``server.max_json_depth`` and checked
+against the schemas of :mod:`reranker.validation` before the service sees them.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import threading
 from importlib import resources
 from typing import Any
 
 from flask import Blueprint, Flask, current_app, jsonify, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from .config import Config, config_from_dict
-from .errors import BadRequestError, NotFoundError, RerankerError
+from .errors import ECHO_LIMIT, BadRequestError, NotFoundError, RerankerError, shorten
 from .service import RerankerService
+from .validation import RequestValidator, read_json
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +42,10 @@ def create_app(config: Config | dict | None = None, *,
         if not isinstance(config, Config):
             config = config_from_dict(config or {})
         service = RerankerService(config).open()
-    app = Flask("reranker")
+    app = Flask("reranker", static_folder=None)  # the snippet has its own route and caching
     app.json.sort_keys = False
+    # Werkzeug refuses a longer body with 413 before reading it, whatever the route.
+    app.config["MAX_CONTENT_LENGTH"] = service.config.server.max_body_bytes
     app.extensions["reranker"] = service
     _register_errors(app)
     endpoints = blueprint(service)
@@ -63,24 +71,33 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
     their CORS (``server.cors_origins``) and their JSON errors, which stay within the
     blueprint's routes."""
     bp = Blueprint(name, __name__)
-    policy = CorsPolicy(service.config.server.cors_origins, service.config.server.cors_max_age)
+    limits = service.config.server
+    policy = CorsPolicy(limits.cors_origins, limits.cors_max_age)
     bp.cors_policy = policy
+    validator = RequestValidator(service.config)
     _register_errors(bp)
     _register_browser(bp, policy)
 
+    @bp.before_request
+    def limit_body():
+        # Mounted in another application, the blueprint keeps its own limit on its routes.
+        request.max_content_length = limits.max_body_bytes
+
+    def json_body(schema: str) -> dict[str, Any]:
+        body = _json_body(policy, limits.max_json_depth)
+        validator.check(schema, body)
+        return body
+
     @bp.post("/search")
     def search():
-        body = _json_body(policy)
-        _reject_unknown(body, {"query", "size", "user_id", "session_id", "filter", "from",
-                               "facets"})
+        body = json_body("search")
         return jsonify(service.search(body.get("query"), body.get("size"), body.get("user_id"),
                                       body.get("session_id"), filters=body.get("filter"),
                                       offset=body.get("from"), facets=body.get("facets")))
 
     @bp.post("/click")
     def click():
-        body = _json_body(policy)
-        _reject_unknown(body, {"impression_id", "doc_id"})
+        body = json_body("click")
         result = service.click(body.get("impression_id"), body.get("doc_id"))
         return jsonify({"accepted": True, "impression_id": result.impression_id,
                         "doc_id": result.doc_id, "position": result.position,
@@ -88,8 +105,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
 
     @bp.post("/reward")
     def reward():
-        body = _json_body(policy)
-        _reject_unknown(body, {"impression_id", "value"})
+        body = json_body("reward")
         result = service.reward(body.get("impression_id"), body.get("value"))
         return jsonify({"accepted": True, "impression_id": result.impression_id,
                         "value": result.value, "replaced": result.replaced}), 202
@@ -98,11 +114,12 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
     def explain():
         from .explain import explain_impression, explain_search
 
-        body = _json_body(policy)
-        if "impression_id" in body:
-            _reject_unknown(body, {"impression_id"})
+        body = _json_body(policy, limits.max_json_depth)
+        # Either of two bodies: the one with an impression_id explains that page.
+        if isinstance(body, dict) and "impression_id" in body:
+            validator.check("explain_impression", body)
             return jsonify(explain_impression(service, body.get("impression_id")))
-        _reject_unknown(body, {"query", "size", "filter"})
+        validator.check("explain_search", body)
         return jsonify(explain_search(service, body.get("query"), body.get("size"),
                                       body.get("filter")))
 
@@ -123,6 +140,14 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         return dashboard_page(), 200, {"Content-Type": "text/html; charset=utf-8",
                                        "Cache-Control": "no-store"}
 
+    @bp.get("/openapi.json")
+    def openapi():
+        from .openapi import openapi_document
+
+        # Where the blueprint is mounted (an application may give it a URL prefix).
+        base = request.script_root + request.path.removesuffix("/openapi.json")
+        return jsonify(openapi_document(service.config, validator.schemas, base or "/"))
+
     return bp
 
 
@@ -137,16 +162,63 @@ def start_trainer(service: RerankerService, interval: float) -> tuple[threading.
     return thread, stop
 
 
+def create_server(app: Flask, *, host: str, port: int, threads: int, **options):
+    """A waitress server for ``app`` (not yet running: call its ``run()``) whose own error
+    answers are JSON like the app's.
+
+    Waitress answers some requests itself, before the app sees them: a header with a NUL
+    byte or another character HTTP forbids, a malformed request line or a body longer than
+    the app's ``MAX_CONTENT_LENGTH`` (which waitress is given, so that it stops reading
+    there instead of spooling the body to disk). Its answers would be plain text; here they
+    carry the project's error JSON. ``options`` go to ``waitress.create_server``."""
+    import waitress
+
+    max_body = app.config.get("MAX_CONTENT_LENGTH")
+    if max_body is not None:
+        options.setdefault("max_request_body_size", max_body)
+    server = waitress.create_server(app, host=host, port=port, threads=threads, **options)
+    server.channel_class = _json_error_channel()
+    return server
+
+
+@functools.lru_cache(maxsize=1)
+def _json_error_channel():
+    """Waitress's connection class with its error task answering JSON (built on first use:
+    waitress is imported only by what serves)."""
+    from waitress.channel import HTTPChannel
+    from waitress.task import ErrorTask
+
+    class JsonErrorTask(ErrorTask):
+        def execute(self):
+            error = self.request.error
+            if error.code == 413:
+                message = body_too_large(self.channel.adj.max_request_body_size)
+            elif error.code >= 500:
+                message = "internal error; the server log has the details"
+            else:
+                message = f"the request is not valid HTTP: {shorten(error.body)}"
+            body = json.dumps(error_body(error.code, message)).encode("utf-8")
+            self.status = f"{error.code} {error.reason}"
+            self.response_headers.append(("Content-Type", "application/json"))
+            self.set_close_on_finish()
+            self.content_length = len(body)
+            self.write(body)
+
+    class JsonErrorChannel(HTTPChannel):
+        error_task_class = JsonErrorTask
+
+    return JsonErrorChannel
+
+
 class BackgroundServer:
-    """``app`` behind a real waitress HTTP server whose loop runs in a daemon thread, on
-    ``host`` and a free port unless one is given (the demo and the tests use it)."""
+    """``app`` behind a real waitress HTTP server (:func:`create_server`) whose loop runs in
+    a daemon thread, on ``host`` and a free port unless one is given (the demo and the tests
+    use it)."""
 
     def __init__(self, app: Flask, *, host: str = "127.0.0.1", port: int = 0, threads: int = 4):
-        import waitress
-
         self._channels: dict = {}  # the loop's own socket map, so stop() can close all of it
-        self.server = waitress.create_server(app, host=host, port=port, threads=threads,
-                                             map=self._channels)
+        self.server = create_server(app, host=host, port=port, threads=threads,
+                                    map=self._channels)
         self.url = f"http://{host}:{self.server.effective_port}"
         self._stopped = False
         self.thread = threading.Thread(target=self.server.run, name="reranker-http", daemon=True)
@@ -190,41 +262,46 @@ class BackgroundServer:
         trigger.del_channel()
 
 
-def _json_body(policy: CorsPolicy) -> dict[str, Any]:
-    body = request.get_json(silent=True)
-    if body is None and request.mimetype == "text/plain":
-        body = _text_plain_json(policy)
-    if body is None:
+def _json_body(policy: CorsPolicy, max_depth: int) -> Any:
+    """The request's JSON body (any JSON value: the schemas say which are accepted), read
+    within ``max_depth`` levels of nesting."""
+    if request.mimetype == "text/plain":
+        _check_text_plain(policy)
+    elif not request.is_json:
         raise BadRequestError("the request body must be JSON (Content-Type: application/json)")
-    if not isinstance(body, dict):
-        raise BadRequestError(f"the request body must be a JSON object, got {type(body).__name__}")
-    return body
+    return read_json(request.get_data(), max_depth)
 
 
-def _text_plain_json(cors: CorsPolicy) -> Any:
+def _check_text_plain(cors: CorsPolicy) -> None:
     """A JSON body sent as ``text/plain``, as the snippet's cross-origin click beacons send it
-    (a CORS-safelisted type needs no preflight); accepted only from an origin that
+    (a CORS-safelisted type needs no preflight), is accepted only from an origin that
     ``server.cors_origins`` allows, so that other sites cannot post to the service through
-    their visitors' browsers. ``None`` when the text is not JSON."""
+    their visitors' browsers."""
     origin = request.headers.get("Origin")
     if cors.allow(origin) is None:
+        if origin is not None and len(origin) > ECHO_LIMIT:
+            origin = origin[:ECHO_LIMIT - 1] + "\u2026"
         raise BadRequestError(f"a text/plain body is only accepted from an origin listed in "
                               f"server.cors_origins (this request's Origin: {origin!r}); "
                               f"send Content-Type: application/json")
-    try:
-        return current_app.json.loads(request.get_data(as_text=True))
-    except ValueError:
-        return None
 
 
-def _reject_unknown(body: dict[str, Any], known: set[str]) -> None:
-    unknown = sorted(set(body) - known)
-    if unknown:
-        raise BadRequestError(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+def _error(status: int, message: str, field: str | None = None):
+    return jsonify(error_body(status, message, field)), status
 
 
-def _error(status: int, message: str):
-    return jsonify({"error": {"status": status, "message": message}}), status
+def error_body(status: int, message: str, field: str | None = None) -> dict[str, Any]:
+    """Every error's JSON: ``{"error": {"status", "message"}}``, and ``"field"`` when the
+    error is about one request field."""
+    error = {"status": status, "message": message}
+    if field is not None:
+        error["field"] = field
+    return {"error": error}
+
+
+def body_too_large(limit: int | None) -> str:
+    """The message of a 413, from the application or from the HTTP server."""
+    return f"the request body is larger than {limit} bytes (server.max_body_bytes)"
 
 
 def _register_errors(app: Flask | Blueprint) -> None:
@@ -232,7 +309,11 @@ def _register_errors(app: Flask | Blueprint) -> None:
     def project_error(exc: RerankerError):
         if exc.status >= 500:
             log.warning("%s", exc.message)
-        return _error(exc.status, exc.message)
+        return _error(exc.status, exc.message, exc.field)
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def too_large(exc: RequestEntityTooLarge):
+        return _error(413, body_too_large(request.max_content_length))
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):

@@ -94,9 +94,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, no_traine
     Unless disabled, a background trainer applies clicks as their feedback windows close,
     and the service picks up every new model version without a restart.
     """
-    import waitress
-
-    from .app import create_app, start_trainer
+    from .app import create_app, create_server, start_trainer
     from .service import RerankerService
 
     logging.basicConfig(level=logging.INFO,
@@ -109,8 +107,8 @@ def serve(config_path: str | None, host: str | None, port: int | None, no_traine
     if config.trainer.enabled and not no_trainer:
         _, stop = start_trainer(service, config.trainer.interval)
     try:
-        server = waitress.create_server(app, host=config.server.host, port=config.server.port,
-                                        threads=config.server.threads)
+        server = create_server(app, host=config.server.host, port=config.server.port,
+                               threads=config.server.threads)
     except (OSError, ValueError) as exc:
         if stop is not None:
             stop.set()

@@ -189,6 +189,16 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "default_size": Key("int", 10, "Hits returned when a search gives no size.",
                             minimum=1),
         "max_size": Key("int", 100, "Largest size a search may ask for.", minimum=1),
+        "max_body_bytes": Key("int", 1048576, "Largest request body in bytes; a larger one "
+                              "is answered 413 before it is read.", minimum=1024),
+        "max_json_depth": Key("int", 32, "Deepest nesting of arrays and objects a JSON body "
+                              "may have (a range filter nests 5 deep); deeper is answered 400 "
+                              "before the body is parsed.", minimum=5, maximum=200),
+        "max_query_bytes": Key("int", 2048, "Longest search query in bytes of UTF-8.",
+                               minimum=1),
+        "max_query_terms": Key("int", 64, "Most words (runs of letters and digits) a search "
+                               "query may hold.", minimum=1),
+        "max_filter_clauses": Key("int", 32, "Most clauses in a search's filter.", minimum=1),
         "cors_origins": Key("list[str]", [], "Origins (scheme://host[:port]) of the web pages "
                             "that may call /search, /click and /reward from the browser; '*' "
                             "allows any; empty: no CORS headers, same-origin pages only."),

@@ -6,17 +6,64 @@ and an HTTP status so that the service can answer it as JSON without a translati
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
+from typing import Any
+
+#: Characters of a client's value that an error message quotes at most.
+ECHO_LIMIT = 80
+#: Characters of a key that a field path quotes at most.
+KEY_LIMIT = 40
+
 
 class RerankerError(Exception):
-    """Base class of every error the project raises on purpose."""
+    """Base class of every error the project raises on purpose. ``field`` is the JSON path
+    of the request field at fault (``query``, ``filter[0].range.price.gte``), when there is
+    one; the HTTP API answers it beside the message."""
 
     status = 500
 
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, *, field: str | None = None):
         super().__init__(message)
         self.message = message
+        self.field = field
         if status is not None:
             self.status = status
+
+
+def shorten(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """``value`` as JSON for an error message, cut to ``limit`` characters with an ellipsis:
+    a message names what was wrong without echoing a client's megabytes back."""
+    if isinstance(value, str):
+        value = value[:limit + 1]  # the rest would be cut anyway: do not encode it
+    try:
+        text = json.dumps(value, default=str, ensure_ascii=False)
+    except (ValueError, RecursionError):  # a cycle or a structure too deep to print
+        text = type(value).__name__
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def field_path(parts: Iterable[str | int]) -> str:
+    """``filter[0].range.price.gte``: a JSON path to the field, keys cut to a few dozen
+    characters."""
+    head, *rest = list(parts) or [""]
+    return (f"[{head}]" if isinstance(head, int) else _key(head)) + _tail(rest)
+
+
+def quoted_path(parts: list) -> str:
+    """The location as messages write it: ``'filter'[0].range.price``."""
+    if not parts:
+        return "the request body"
+    head, *rest = parts
+    return repr(_key(str(head))) + _tail(rest)
+
+
+def _tail(parts: list) -> str:
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{_key(part)}" for part in parts)
+
+
+def _key(name: str) -> str:
+    return name if len(name) <= KEY_LIMIT else name[:KEY_LIMIT - 1] + "\u2026"
 
 
 class ConfigError(RerankerError):

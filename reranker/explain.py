@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .coactive import CoactiveLearner
-from .errors import BadRequestError
 from .events import Impression
 from .feedback import skip_above_pairs
 from .learner import LinearLearner
+from .service import check_impression_id
 
 if TYPE_CHECKING:
     from .arms import Arm
@@ -44,8 +44,7 @@ def explain_search(service: RerankerService, query: Any, size: Any = None,
 
 def explain_impression(service: RerankerService, impression_id: Any) -> dict[str, Any]:
     """A logged page as it was shown, with its clicks and what they taught."""
-    if not isinstance(impression_id, str) or not impression_id:
-        raise BadRequestError("'impression_id' must be a non-empty string")
+    check_impression_id(impression_id)
     imp = service.events.get_impression(impression_id)
     arm = next((a for a in service.arms if imp.arm in a.names()), service.arms[0])
     shown = imp.shown().tolist()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import re
 import threading
 import time
 import uuid
@@ -28,7 +29,7 @@ from .backends.filters import filters_key, parse_facets, parse_filters
 from .clicks import query_key
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import Config
-from .errors import BadRequestError, NotFoundError, RerankerError
+from .errors import BadRequestError, NotFoundError, RerankerError, shorten
 from .events import SHOWN_PROPENSITIES, ClickResult, Impression, RewardResult
 from .experiments.experiment import Decision, Experiment, experiment_from_config
 from .experiments.interleaving import perturb_pairs, perturbed_list_log_probability, team_draft
@@ -51,6 +52,10 @@ PAGE_WINDOW = 3600.0
 #: Chance that each randomised pair of a mixed (interleaved) page is swapped: the papers'
 #: 0.5, for which the clicks on the pair's two results compare them without position bias.
 MIXED_SWAP_PROBABILITY = 0.5
+
+#: What counts as one term of a query for ``server.max_query_terms``: a run of letters and
+#: digits, as the engines' default tokenizers split text.
+QUERY_TERM = re.compile(r"\w+")
 
 
 class RerankerService:
@@ -141,11 +146,12 @@ class RerankerService:
         if offset is None:
             offset = 0
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise BadRequestError(f"'from' must be a non-negative integer, got {offset!r}")
+            raise BadRequestError(f"'from' must be a non-negative integer, got "
+                                  f"{shorten(offset)}", field="from")
         if offset + size > max(window, self.config.server.max_size):
             raise BadRequestError(f"'from' + 'size' is {offset + size}, more than the "
                                   f"{window} candidates reranked per search "
-                                  f"(backend.candidates)")
+                                  f"(backend.candidates)", field="from")
         who = user_id or session_id
         page_key = None if who is None else hashlib.sha256("\x1f".join(
             (query_key(query), filters_key(clauses), who)).encode("utf-8")).hexdigest()[:32]
@@ -154,7 +160,8 @@ class RerankerService:
                                              facet_fields)
         elif clauses or facet_fields:
             raise BadRequestError("'filter' and 'facets' need the search backend; the "
-                                  "application filters the candidates it passes itself")
+                                  "application filters the candidates it passes itself",
+                                  field="filter" if clauses else "facets")
         clicks = None
         if self.spec.click_features:  # from clicks logged before this search only
             clicks = self.events.click_features(query, candidates.ids,
@@ -310,42 +317,57 @@ class RerankerService:
 
     def _check_search(self, query: Any, size: Any, user_id: Any, session_id: Any
                       ) -> tuple[str, int, str | None, str | None]:
-        if not isinstance(query, str) or not query.strip():
-            raise BadRequestError("'query' must be a non-empty string")
-        _check_text("query", query)
+        if not isinstance(query, str) or not query or query.isspace():  # no copy of a long one
+            raise BadRequestError("'query' must be a non-empty string", field="query")
+        self._check_query_bounds(query)
         if size is None:
             size = self.config.server.default_size
         max_size = self.config.server.max_size
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= max_size:
-            raise BadRequestError(f"'size' must be an integer from 1 to {max_size}, got {size!r}")
+            raise BadRequestError(f"'size' must be an integer from 1 to {max_size}, got "
+                                  f"{shorten(size)}", field="size")
         for field, value in (("user_id", user_id), ("session_id", session_id)):
             if value is not None:
                 if not isinstance(value, str):
-                    raise BadRequestError(f"'{field}' must be a string, got {value!r}")
+                    raise BadRequestError(f"'{field}' must be a string, got {shorten(value)}",
+                                          field=field)
                 _check_text(field, value)
         return query, size, user_id, session_id
 
+    def _check_query_bounds(self, query: str) -> None:
+        """A query's work and memory grow with its terms (the engine looks every term up in
+        every field): ``server.max_query_bytes`` and ``server.max_query_terms`` bound them.
+        The bytes are checked first, so counting terms never scans a long text; a text of
+        more characters than the limit has bytes (at least one each) is not even encoded."""
+        limits = self.config.server
+        if len(query) > limits.max_query_bytes \
+                or len(_check_text("query", query)) > limits.max_query_bytes:
+            raise BadRequestError(f"'query' is longer than {limits.max_query_bytes} bytes of "
+                                  f"UTF-8 (server.max_query_bytes)", field="query")
+        terms = sum(1 for _ in QUERY_TERM.finditer(query))
+        if terms > limits.max_query_terms:
+            raise BadRequestError(f"'query' holds {terms} words; at most "
+                                  f"{limits.max_query_terms} (server.max_query_terms)",
+                                  field="query")
+
     def click(self, impression_id: Any, doc_id: Any) -> ClickResult:
         """Record a click on a shown result; durable when this returns."""
-        if not isinstance(impression_id, str) or not impression_id:
-            raise BadRequestError("'impression_id' must be a non-empty string")
+        check_impression_id(impression_id)
         if isinstance(doc_id, int) and not isinstance(doc_id, bool):
             doc_id = str(doc_id)
         if not isinstance(doc_id, str) or not doc_id:
-            raise BadRequestError("'doc_id' must be a non-empty string")
-        _check_text("impression_id", impression_id)
+            raise BadRequestError("'doc_id' must be a non-empty string", field="doc_id")
         _check_text("doc_id", doc_id)
         return self.events.record_click(impression_id, doc_id)
 
     def reward(self, impression_id: Any, value: Any) -> RewardResult:
         """Record the application's reward for a page (a purchase, a satisfaction signal),
         which learners of unknown position weights learn from; durable when this returns."""
-        if not isinstance(impression_id, str) or not impression_id:
-            raise BadRequestError("'impression_id' must be a non-empty string")
-        _check_text("impression_id", impression_id)
+        check_impression_id(impression_id)
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value):
-            raise BadRequestError(f"'value' must be a finite number, got {value!r}")
+            raise BadRequestError(f"'value' must be a finite number, got {shorten(value)}",
+                                  field="value")
         return self.events.record_reward(impression_id, float(value))
 
     def arm_info(self) -> dict[str, dict[str, Any]]:
@@ -401,13 +423,24 @@ class RerankerService:
         return answer
 
 
-def _check_text(field: str, value: str) -> None:
-    """JSON allows lone surrogates that no UTF-8 store or engine can hold: a client error."""
+def check_impression_id(impression_id: Any) -> str:
+    """``impression_id`` of a click, reward or explanation: a non-empty string of Unicode
+    text."""
+    if not isinstance(impression_id, str) or not impression_id:
+        raise BadRequestError("'impression_id' must be a non-empty string",
+                              field="impression_id")
+    _check_text("impression_id", impression_id)
+    return impression_id
+
+
+def _check_text(field: str, value: str) -> bytes:
+    """``value`` in UTF-8. JSON allows lone surrogates that no UTF-8 store or engine can
+    hold: a client error."""
     try:
-        value.encode("utf-8")
+        return value.encode("utf-8")
     except UnicodeEncodeError:
         raise BadRequestError(f"'{field}' is not valid Unicode text (it holds a lone "
-                              f"surrogate)") from None
+                              f"surrogate)", field=field) from None
 
 
 def _finite(value: float) -> float | None:

@@ -26,12 +26,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BadRequestError
+from ..errors import BadRequestError, field_path, quoted_path, shorten
 
 #: The bounds a range clause takes.
 RANGE_BOUNDS = ("gte", "gt", "lte", "lt")
 #: Values of one ``terms`` clause, at most.
 MAX_TERMS = 1000
+#: Characters of one string value of a clause, at most.
+MAX_VALUE_LENGTH = 1000
 #: Values per facet, at most (the most frequent first).
 FACET_SIZE = 100
 #: The prefix of the facet aggregations' names in a search request.
@@ -65,45 +67,45 @@ def parse_filters(raw: Any, allowed: tuple[str, ...]) -> tuple[Clause, ...]:
         return ()
     if not isinstance(raw, list):
         raise BadRequestError(f"'filter' must be a list of clauses such as "
-                              f"{{\"term\": {{FIELD: VALUE}}}}, got {_short(raw)}")
+                              f"{{\"term\": {{FIELD: VALUE}}}}, got {shorten(raw)}",
+                              field="filter")
     return tuple(_clause(item, i, allowed) for i, item in enumerate(raw))
 
 
 def _clause(item: Any, i: int, allowed: tuple[str, ...]) -> Clause:
-    where = f"'filter'[{i}]"
+    path: list[str | int] = ["filter", i]
     if not isinstance(item, dict) or len(item) != 1:
-        raise BadRequestError(f"{where} must be an object with one of term, terms, range, got "
-                              f"{_short(item)}")
+        raise _bad(path, "must be an object with one of term, terms, range, got "
+                         f"{shorten(item)}")
     (kind, spec), = item.items()
     if kind not in ("term", "terms", "range"):
-        raise BadRequestError(f"{where}: unknown clause {kind!r} (known: term, terms, range)")
+        raise BadRequestError(f"{quoted_path(path)}: unknown clause {quoted_path([kind])} "
+                              f"(known: term, terms, range)", field=field_path([*path, kind]))
+    path = [*path, kind]
     if not isinstance(spec, dict) or len(spec) != 1:
-        raise BadRequestError(f"{where}.{kind} must name one field: {{FIELD: ...}}, got "
-                              f"{_short(spec)}")
+        raise _bad(path, f"must name one field: {{FIELD: ...}}, got {shorten(spec)}")
     (field, value), = spec.items()
-    _check_field(field, allowed, f"{where}.{kind}")
-    where = f"{where}.{kind}.{field}"
+    _check_field(field, allowed, path)
+    path = [*path, field]
     if kind == "term":
-        return Clause("term", field, (_scalar(value, where),))
+        return Clause("term", field, (_scalar(value, path),))
     if kind == "terms":
         if not isinstance(value, list) or not value:
-            raise BadRequestError(f"{where} must be a non-empty list of values, got "
-                                  f"{_short(value)}")
+            raise _bad(path, f"must be a non-empty list of values, got {shorten(value)}")
         if len(value) > MAX_TERMS:
-            raise BadRequestError(f"{where} holds {len(value)} values; at most {MAX_TERMS}")
-        return Clause("terms", field, tuple(_scalar(v, f"{where}[{j}]")
+            raise _bad(path, f"holds {len(value)} values; at most {MAX_TERMS}")
+        return Clause("terms", field, tuple(_scalar(v, [*path, j])
                                             for j, v in enumerate(value)))
     if not isinstance(value, dict) or not value or set(value) - set(RANGE_BOUNDS):
-        raise BadRequestError(f"{where} must be an object of bounds ({', '.join(RANGE_BOUNDS)}) "
-                              f"with numbers, got {_short(value)}")
+        raise _bad(path, f"must be an object of bounds ({', '.join(RANGE_BOUNDS)}) with "
+                         f"numbers, got {shorten(value)}")
     bounds = []
     for name in RANGE_BOUNDS:
         if name in value:
             bound = value[name]
             if isinstance(bound, bool) or not isinstance(bound, (int, float)) \
                     or not math.isfinite(bound):
-                raise BadRequestError(f"{where}.{name} must be a finite number, got "
-                                      f"{_short(bound)}")
+                raise _bad([*path, name], f"must be a finite number, got {shorten(bound)}")
             bounds.append((name, float(bound)))
     return Clause("range", field, bounds=tuple(bounds))
 
@@ -113,35 +115,35 @@ def parse_facets(raw: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise BadRequestError(f"'facets' must be a list of field names, got {_short(raw)}")
+        raise _bad(["facets"], f"must be a list of field names, got {shorten(raw)}")
     for i, field in enumerate(raw):
-        _check_field(field, allowed, f"'facets'[{i}]")
+        _check_field(field, allowed, ["facets", i])
     if len(set(raw)) != len(raw):
-        raise BadRequestError("'facets' names a field twice")
+        raise _bad(["facets"], "names a field twice")
     return tuple(raw)
 
 
-def _check_field(field: Any, allowed: tuple[str, ...], where: str) -> None:
+def _check_field(field: Any, allowed: tuple[str, ...], path: list[str | int]) -> None:
     if field not in allowed:
         known = ", ".join(allowed) if allowed else "none: set backend.filter_fields"
-        raise BadRequestError(f"{where}: {_short(field)} is not a filter field (filter "
-                              f"fields: {known})")
+        raise BadRequestError(f"{quoted_path(path)}: {shorten(field)} is not a filter field "
+                              f"(filter fields: {known})", field=field_path(path))
 
 
-def _scalar(value: Any, where: str) -> Scalar:
+def _scalar(value: Any, path: list[str | int]) -> Scalar:
     if isinstance(value, bool) or isinstance(value, (int, str)):
-        if isinstance(value, str) and len(value) > 1000:
-            raise BadRequestError(f"{where} is longer than 1000 characters")
+        if isinstance(value, str) and len(value) > MAX_VALUE_LENGTH:
+            raise _bad(path, f"is longer than {MAX_VALUE_LENGTH} characters")
         return value
     if isinstance(value, float) and math.isfinite(value):
         return value
-    raise BadRequestError(f"{where} must be a string, a number or true/false, got "
-                          f"{_short(value)}")
+    raise _bad(path, f"must be a string, a number or true/false, got {shorten(value)}")
 
 
-def _short(value: Any) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 80 else text[:77] + "..."
+def _bad(path: list[str | int], problem: str) -> BadRequestError:
+    """A 400 for the value at ``path`` (``["filter", 0, "range", "price"]``), its message
+    starting with the quoted path (``'filter'[0].range.price must be ...``)."""
+    return BadRequestError(f"{quoted_path(path)} {problem}", field=field_path(path))
 
 
 def filters_key(clauses: tuple[Clause, ...]) -> str:
