@@ -17,21 +17,25 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import json
 import logging
 import threading
+import time
 from importlib import resources
 from typing import Any
 
-from flask import Blueprint, Flask, current_app, jsonify, request
+from flask import Blueprint, Flask, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from .config import Config, config_from_dict
 from .errors import ECHO_LIMIT, BadRequestError, NotFoundError, RerankerError, shorten
+from .monitoring import redact, redact_all
 from .service import RerankerService
 from .validation import RequestValidator, read_json
 
 log = logging.getLogger(__name__)
+access = logging.getLogger("reranker.access")  # one line per request
 
 
 def create_app(config: Config | dict | None = None, *,
@@ -82,6 +86,21 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
     def limit_body():
         # Mounted in another application, the blueprint keeps its own limit on its routes.
         request.max_content_length = limits.max_body_bytes
+        g.reranker_started = time.perf_counter()
+
+    @bp.after_request
+    def measure(response):
+        started = g.pop("reranker_started", None)
+        if started is not None:
+            seconds = time.perf_counter() - started
+            endpoint = request.url_rule.rule if request.url_rule is not None else "other"
+            service.metrics.requests.labels(endpoint, str(response.status_code)).observe(
+                seconds)
+            access.info("%s %s %d %.1f ms", request.method, request.path,
+                        response.status_code, seconds * 1000,
+                        extra={"method": request.method, "path": request.path,
+                               "status": response.status_code, "ms": round(seconds * 1000, 2)})
+        return response
 
     def json_body(schema: str) -> dict[str, Any]:
         body = _json_body(policy, limits.max_json_depth)
@@ -97,8 +116,16 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
 
     @bp.post("/click")
     def click():
-        body = json_body("click")
-        result = service.click(body.get("impression_id"), body.get("doc_id"))
+        try:
+            body = json_body("click")
+            result = service.click(body.get("impression_id"), body.get("doc_id"))
+        except RerankerError as exc:
+            service.metrics.click_rejected(exc)
+            raise
+        except RequestEntityTooLarge:
+            service.metrics.clicks.labels("too_large").inc()
+            raise
+        service.metrics.clicks.labels("duplicate" if result.duplicate else "accepted").inc()
         return jsonify({"accepted": True, "impression_id": result.impression_id,
                         "doc_id": result.doc_id, "position": result.position,
                         "duplicate": result.duplicate}), 202
@@ -125,7 +152,29 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
 
     @bp.get("/healthz")
     def healthz():
-        return jsonify(service.health())
+        detail = request.args.getlist("detail")
+        if any(value not in ("0", "1") for value in detail) or len(detail) > 1:
+            raise BadRequestError("'detail' must be 0 or 1, once", field="detail")
+        if detail == ["1"]:
+            token = service.config.server.admin_token
+            given = request.headers.get("Authorization", "")
+            if not token or not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return _error(401, "the operator view needs 'Authorization: Bearer "
+                                   "<server.admin_token>'" + ("" if token else
+                                                              " (none is configured)"))
+            return jsonify(service.health())
+        # Public: the problems by name, without internal paths, URLs or error details
+        return jsonify(redact_all(service.health()))
+
+    @bp.get("/readyz")
+    def readyz():
+        state = service.ready()
+        return jsonify(state), 200 if state["status"] == "ok" else 503
+
+    @bp.get("/metrics")
+    def metrics():
+        body, content_type = service.metrics.render()
+        return current_app.response_class(body, mimetype=None, content_type=content_type)
 
     @bp.get("/experiments")
     def experiments():
@@ -307,8 +356,9 @@ def body_too_large(limit: int | None) -> str:
 def _register_errors(app: Flask | Blueprint) -> None:
     @app.errorhandler(RerankerError)
     def project_error(exc: RerankerError):
-        if exc.status >= 500:
+        if exc.status >= 500:  # the log keeps the details; the client gets the problem
             log.warning("%s", exc.message)
+            return _error(exc.status, redact(exc.message), exc.field)
         return _error(exc.status, exc.message, exc.field)
 
     @app.errorhandler(RequestEntityTooLarge)

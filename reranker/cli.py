@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 from pathlib import Path
@@ -95,12 +94,12 @@ def serve(config_path: str | None, host: str | None, port: int | None, no_traine
     and the service picks up every new model version without a restart.
     """
     from .app import create_app, create_server, start_trainer
+    from .monitoring import configure_logging
     from .service import RerankerService
 
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {k: v for k, v in (("server.host", host), ("server.port", port)) if v is not None}
     config = load_config(config_path, overrides)
+    configure_logging(config.server.log_format)
     service = RerankerService(config).open()
     app = create_app(service=service)
     stop = None

@@ -204,6 +204,22 @@ SCHEMA: dict[str, dict[str, Key]] = {
                             "allows any; empty: no CORS headers, same-origin pages only."),
         "cors_max_age": Key("int", 600, "Seconds a browser may cache the answer to a CORS "
                             "preflight request.", minimum=0, maximum=86400),
+        "admin_token": Key("str", None, "Token of the operator view, GET /healthz?detail=1 "
+                           "with 'Authorization: Bearer <token>' (internal paths, URLs and "
+                           "error texts); better set in the environment as "
+                           "RERANKER_SERVER_ADMIN_TOKEN. Null: no operator view over HTTP.",
+                           nullable=True),
+        "log_format": Key("str", "text", "Log lines as text, or json (one object per line, "
+                          "with each request's method, path, status and milliseconds).",
+                          choices=("text", "json")),
+        "ranking_budget_ms": Key("float", 100.0, "Milliseconds a learner may take to rank a "
+                                 "search's candidates; slower counts a strike.",
+                                 minimum=0.1),
+        "breaker_strikes": Key("int", 3, "Rankings over the budget in a row after which the "
+                               "arm's searches are served in the backend's order.",
+                               minimum=1),
+        "breaker_cooldown": Key("float", 30.0, "Seconds the backend's order serves before "
+                                "the learner gets another try.", minimum=0.0),
     },
 }
 

@@ -18,6 +18,7 @@ from .validation import ERROR_SCHEMA
 ERROR_STATUSES = {
     400: "the body is not JSON or not an object, nests too deep, or a field is missing, "
          "unknown, of the wrong type or out of bounds (`field` names it)",
+    401: "the operator view needs 'Authorization: Bearer <server.admin_token>'",
     404: "an unknown impression_id",
     409: "the impression no longer accepts clicks or rewards (its feedback window passed)",
     413: "the body is larger than server.max_body_bytes",
@@ -79,6 +80,9 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
                               "backend": {"type": "object"},
                               "trainer": {"type": "object"},
                               "events": {"type": "object"}}},
+    "Ready": {"type": "object", "required": ["status", "problems"],
+              "properties": {"status": {"enum": ["ok", "unavailable"]},
+                             "problems": {"type": "array", "items": {"type": "string"}}}},
     "Experiment": {"type": "object", "required": ["experiment", "mode", "arms"],
                    "properties": {"experiment": {"type": "string"},
                                   "mode": {"type": "string"},
@@ -113,9 +117,24 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
             "explain", "Explain a search (not logged) or a logged page",
             _body("explain_search", "explain_impression"),
             _json(200, "the explanation", "Explanation"), 400, 404, 413, 502, 503)},
-        "/healthz": {"get": _operation(
-            "health", "State of the backend, models, trainer and event store", None,
-            _json(200, "the state; status degraded names the problems", "Health"))},
+        "/healthz": {"get": {**_operation(
+            "health", "State of the backend, models, trainer and event store (internal "
+            "paths and URLs left out; the operator view has them)", None,
+            _json(200, "the state; status degraded names the problems", "Health"), 400, 401),
+            "parameters": [{"name": "detail", "in": "query", "required": False,
+                            "description": "1: the operator view (needs the admin token)",
+                            "schema": {"enum": ["0", "1"]}}]}},
+        "/readyz": {"get": _operation(
+            "ready", "Readiness: the backend answers and the event store takes a write", None,
+            {**_json(200, "ready", "Ready"),
+             "503": {"description": "not ready; problems names what failed",
+                     "content": {"application/json": {
+                         "schema": {"$ref": "#/components/schemas/Ready"}}}}})},
+        "/metrics": {"get": _operation(
+            "metrics", "Metrics in the Prometheus text format", None,
+            {"200": {"description": "request latencies, clicks by outcome, model versions, "
+                     "trainer lag, backend errors, learner fallbacks",
+                     "content": {"text/plain": {"schema": {"type": "string"}}}}})},
         "/experiments": {"get": _operation(
             "experiments", "The experiment's results", None,
             _json(200, "the results", "Experiment"), 404)},

@@ -34,8 +34,10 @@ from .events import SHOWN_PROPENSITIES, ClickResult, Impression, RewardResult
 from .experiments.experiment import Decision, Experiment, experiment_from_config
 from .experiments.interleaving import perturb_pairs, perturbed_list_log_probability, team_draft
 from .features import FeatureSpec
+from .learner import RankResult
 from .model import ModelFactory, RankingModel
 from .model_store import ModelStore
+from .monitoring import LearnerBreaker, Metrics
 from .plugins import backend_class, get_plugin_manager
 from .stores import EventStore, open_event_store
 from .trainer import Trainer
@@ -44,6 +46,11 @@ log = logging.getLogger(__name__)
 
 #: Searches over which features that are always 0 are looked for.
 FEATURE_WATCH = 100
+#: The learner and arm of a page served in the backend's order because the arm's learner
+#: failed or was too slow: no arm learns from it.
+BACKEND_ORDER = "backend_order"
+#: Seconds a check that the event store takes writes stands for (``/metrics`` reads it).
+WRITABLE_CHECK_EVERY = 5.0
 
 #: Seconds a first page's ranking is continued by later pages of the same query, filters and
 #: user or session.
@@ -82,6 +89,11 @@ class RerankerService:
         self.background: list[tuple[threading.Thread, threading.Event]] = []
         self._feature_seen = np.zeros(len(self.spec.names), dtype=bool)
         self._feature_searches = 0
+        server = config.server
+        self.metrics = Metrics(self)
+        self.breaker = LearnerBreaker(server.ranking_budget_ms / 1000.0,
+                                      server.breaker_strikes, server.breaker_cooldown)
+        self._writable: tuple[float, bool] = (-math.inf, True)
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -156,8 +168,13 @@ class RerankerService:
         page_key = None if who is None else hashlib.sha256("\x1f".join(
             (query_key(query), filters_key(clauses), who)).encode("utf-8")).hexdigest()[:32]
         if candidates is None:
-            candidates = self.backend.search(query, max(window, offset + size), clauses,
-                                             facet_fields)
+            try:
+                candidates = self.backend.search(query, max(window, offset + size), clauses,
+                                                 facet_fields)
+            except RerankerError as exc:
+                if exc.status >= 500:
+                    self.metrics.backend_errors.inc()
+                raise
         elif clauses or facet_fields:
             raise BadRequestError("'filter' and 'facets' need the search backend; the "
                                   "application filters the candidates it passes itself",
@@ -187,7 +204,8 @@ class RerankerService:
                 page = self._single(X, offset + n_shown, decision.labels[0])
         shown = page["ranking"][offset: offset + n_shown]
         sources = candidates.load_sources(shown.tolist())
-        in_experiment = decision.counted and self.experiment is not None and not offset
+        in_experiment = decision.counted and self.experiment is not None and not offset \
+            and page["arm"] != BACKEND_ORDER
         impression = Impression(
             id=uuid.uuid4().hex, created=time.time(), query=query, user_id=user_id,
             learner=page["learner"], model_version=page["model_version"],
@@ -264,16 +282,45 @@ class RerankerService:
                 "scores": -np.argsort(ranking).astype(np.float64), "log_prob": None,
                 "propensities": None, "context": {"continues": first.id}}
 
+    def _guarded_rank(self, arm: Arm, X: np.ndarray, n_shown: int) -> RankResult | None:
+        """The arm's ranking, or None when the backend's order must serve instead: its
+        learner raised, or its breaker is open after rankings over the time budget
+        (:class:`reranker.monitoring.LearnerBreaker`); logged and counted."""
+        if self.breaker.open(arm.id):
+            self.metrics.fallbacks.labels(arm.labels[0], "slow").inc()
+            return None
+        model = arm.model
+        started = time.perf_counter()
+        try:
+            result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None)
+        except Exception:  # noqa: BLE001 -- any learner failure: the engine's order serves
+            log.exception("learner %s (arm %s) failed to rank %d candidates: the backend's "
+                          "order is served", model.learner_name, arm.labels[0], X.shape[0])
+            self.metrics.fallbacks.labels(arm.labels[0], "error").inc()
+            return None
+        self.breaker.timed(arm.id, time.perf_counter() - started)
+        return result
+
+    def _backend_order(self, n: int, label: str, reason: str) -> dict[str, Any]:
+        """A page in the backend's order, logged under no arm so that no learner takes it
+        for its own."""
+        ranking = np.arange(n, dtype=np.intp)
+        return {"learner": BACKEND_ORDER, "model_version": -1, "arm": BACKEND_ORDER,
+                "label": label, "teams": None, "ranking": ranking,
+                "scores": -ranking.astype(np.float64), "log_prob": 0.0, "propensities": None,
+                "context": {"fallback": reason}}
+
     def _single(self, X: np.ndarray, n_shown: int, label: str) -> dict[str, Any]:
         """One arm ranks and is shown alone."""
         arm = self.by_label[label]
         model = arm.model
-        rng = self._rng if model.learner.stochastic else None
         page = {"learner": model.learner_name, "model_version": model.version, "arm": arm.id,
                 "label": label, "teams": [label] * n_shown, "log_prob": None,
                 "propensities": None, "context": None}
         if X.shape[0]:
-            result = model.rank(X, n_shown, rng)
+            result = self._guarded_rank(arm, X, n_shown)
+            if result is None:
+                return self._backend_order(X.shape[0], label, "learner")
             log_prob = result.log_prob
             if log_prob is None and not model.learner.stochastic:
                 log_prob = 0.0  # a deterministic policy shows its ranking with certainty
@@ -296,7 +343,13 @@ class RerankerService:
         for label in labels:
             arm = self.by_label[label]
             model = arm.model
-            result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None)
+            result = self._guarded_rank(arm, X, n_shown)
+            if result is None:  # the engine's order takes its place on the page
+                rankings.append(np.arange(X.shape[0], dtype=np.intp))
+                logged[label] = {"id": BACKEND_ORDER, "model_version": -1,
+                                 "ranking": rankings[-1][: max(n_shown, arm.spec.depth)]
+                                 .tolist(), "log_prob": 0.0, "fallback": "learner"}
+                continue
             rankings.append(result.ranking)
             logged[label] = {"id": arm.id, "model_version": model.version,
                              "ranking": result.ranking[: max(n_shown, arm.spec.depth)].tolist(),
@@ -387,6 +440,29 @@ class RerankerService:
             raise NotFoundError("no experiment is configured (experiment.mode is null)")
         return self.experiment.status(self.arm_info())
 
+    def store_writable(self) -> bool:
+        """Whether the event store took a write at the last check, made at most every
+        :data:`WRITABLE_CHECK_EVERY` seconds."""
+        checked, writable = self._writable
+        if time.monotonic() - checked >= WRITABLE_CHECK_EVERY:
+            writable = self.ready()["status"] == "ok"
+        return writable
+
+    def ready(self) -> dict[str, Any]:
+        """The readiness check: the backend answers and the event store takes a write."""
+        problems = []
+        try:
+            self.events.check_writable()
+            writable = True
+        except RerankerError as exc:
+            log.warning("readiness: %s", exc.message)
+            writable = False
+            problems.append("events")
+        self._writable = (time.monotonic(), writable)
+        if self.backend.health().get("status", "ok") != "ok":
+            problems.append("backend")
+        return {"status": "unavailable" if problems else "ok", "problems": problems}
+
     def health(self) -> dict[str, Any]:
         """State of the backend, the models, the trainer and the event store; ``status`` is
         ``degraded`` when any of them has a problem."""
@@ -404,6 +480,9 @@ class RerankerService:
         try:
             events = {"status": "ok", **self.events.pending(
                 min(arm.model.progress.cursor for arm in self.arms))}
+            if not self.store_writable():  # reads work, writes (clicks) would answer 503
+                events["status"] = "unwritable"
+                problems.append("events")
         except RerankerError as exc:
             events = {"status": "unavailable", "error": exc.message}
             problems.append("events")

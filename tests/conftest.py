@@ -96,8 +96,8 @@ class LiveServer:
             kwargs["json"] = body
         return requests.post(self.url + path, timeout=30, **kwargs)
 
-    def get(self, path: str) -> requests.Response:
-        return requests.get(self.url + path, timeout=30)
+    def get(self, path: str, **kwargs) -> requests.Response:
+        return requests.get(self.url + path, timeout=30, **kwargs)
 
     def stop(self) -> None:
         self.server.stop()

@@ -78,7 +78,9 @@ def test_closing_with_a_limit_and_reading_by_arm(store):
     for k, arm in enumerate(["a", "b", None, "a"]):
         store.log_impression(impression(f"i{k}", float(k), arm=arm))
     assert store.close_impressions(before=float("inf"), limit=3) == 3
-    assert store.pending(cursor=1) == {"open_impressions": 1, "closed_unapplied": 2}
+    assert store.pending(cursor=1) == {"open_impressions": 1, "closed_unapplied": 2,
+                                       "oldest_unapplied": 1.0}  # i1's creation
+    assert store.pending(cursor=3)["oldest_unapplied"] is None
     store.close_impressions(before=float("inf"))
     # an arm reads its own impressions and the mixed lists (arm None)
     assert [i.id for i in store.closed_since(0, 10, arms=("a",))] == ["i0", "i2", "i3"]

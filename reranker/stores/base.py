@@ -142,9 +142,16 @@ class EventStore(abc.ABC):
         """The highest ``closed_seq`` handed out so far (0 before the first)."""
 
     @abc.abstractmethod
-    def pending(self, cursor: int) -> dict[str, int]:
-        """``{"open_impressions", "closed_unapplied"}``: impressions still open, and closed
-        ones after ``cursor``; cheap enough for a health check."""
+    def pending(self, cursor: int) -> dict[str, Any]:
+        """``{"open_impressions", "closed_unapplied", "oldest_unapplied"}``: impressions still
+        open, closed ones after ``cursor``, and when the first of those was created (None if
+        there is none); cheap enough for a health check."""
+
+    @abc.abstractmethod
+    def check_writable(self) -> None:
+        """Write and commit durably a change that changes nothing; raise
+        :class:`~reranker.errors.StoreError` when the store cannot take a write (a full or
+        read-only disk, a lock held too long, a server gone): the readiness check."""
 
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:

@@ -357,13 +357,20 @@ class SQLEventStore(EventStore):
             return int(self._run(conn, "SELECT value FROM meta WHERE key = 'closed_seq'")
                        .fetchone()[0])
 
-    def pending(self, cursor: int) -> dict[str, int]:
+    def pending(self, cursor: int) -> dict[str, Any]:
         with self._reading() as conn:
             open_ = self._run(conn, "SELECT COUNT(*) FROM impressions WHERE closed_seq IS "
                               "NULL").fetchone()[0]
             closed = self._run(conn, "SELECT COUNT(*) FROM impressions WHERE closed_seq > ?",
                                (cursor,)).fetchone()[0]
-        return {"open_impressions": open_, "closed_unapplied": closed}
+            oldest = self._run(conn, "SELECT created FROM impressions WHERE closed_seq > ? "
+                               "ORDER BY closed_seq LIMIT 1", (cursor,)).fetchone()
+        return {"open_impressions": open_, "closed_unapplied": closed,
+                "oldest_unapplied": float(oldest[0]) if oldest else None}
+
+    def check_writable(self) -> None:
+        with self._write() as conn:
+            self._run(conn, "UPDATE meta SET value = value WHERE key = 'schema_version'")
 
     def stats(self) -> dict[str, Any]:
         with self._reading() as conn:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -86,6 +88,10 @@ CREATE TABLE IF NOT EXISTS position_bias (
 """
 
 
+#: Bytes the readiness check writes beside the database (a few pages of growth).
+PROBE_BYTES = 65536
+
+
 class SQLiteStore(SQLEventStore):
     """Impressions and clicks in one SQLite file; safe to share between threads and
     processes (each thread gets its own connection)."""
@@ -133,6 +139,20 @@ class SQLiteStore(SQLEventStore):
                              f"newer reranker: upgrade reranker, or point store.path at a new "
                              f"file to start a new event log")
         self.store_id: str = meta["store_id"]
+
+    def check_writable(self) -> None:
+        """The database takes a write, and its folder has room for more: SQLite writes into
+        space its files already hold, so a full disk shows first where they must grow."""
+        super().check_writable()
+        try:
+            with tempfile.TemporaryFile(dir=self.path.parent, prefix=".reranker-probe-") \
+                    as probe:
+                probe.write(b"\0" * PROBE_BYTES)
+                probe.flush()
+                os.fsync(probe.fileno())
+        except OSError as exc:
+            raise StoreError(f"event store {self.location} cannot grow: "
+                             f"{exc.strerror or exc}") from exc
 
     def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
         """Schema 1 -> 2, in one transaction: the impressions' context column, and the click

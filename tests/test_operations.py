@@ -1,0 +1,279 @@
+"""What an operator runs on: /metrics, /readyz on a real full disk, the public and operator
+views of /healthz, errors without internal details, JSON logs, and the backend's order
+serving while a learner fails or is too slow; all through the real HTTP service."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import LiveServer, write_config
+from prometheus_client.parser import text_string_to_metric_families
+
+from reranker import hookimpl
+from reranker.app import BackgroundServer, create_app
+from reranker.config import load_config
+from reranker.learner import Learner, RankResult
+from reranker.monitoring import JsonFormatter, redact
+from reranker.plugins import get_plugin_manager
+from reranker.service import BACKEND_ORDER, RerankerService
+
+
+def samples(server) -> dict[tuple[str, tuple], float]:
+    answer = server.get("/metrics")
+    assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("text/plain")
+    out = {}
+    for family in text_string_to_metric_families(answer.text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_metrics_count_requests_clicks_versions_and_the_trainers_lag(workdir):
+    server = LiveServer(write_config(workdir, trainer={"enabled": False,
+                                                       "feedback_window": 0.0}))
+    try:
+        pages = [server.post("/search", {"query": "tea kettle"}).json() for _ in range(3)]
+        for page in pages:
+            assert server.post("/click", {"impression_id": page["impression_id"],
+                                          "doc_id": page["hits"][4]["id"]}).status_code == 202
+        server.post("/click", {"impression_id": pages[0]["impression_id"],
+                               "doc_id": pages[0]["hits"][4]["id"]})  # again: a duplicate
+        assert server.post("/click", {"impression_id": "nope", "doc_id": "1"}).status_code \
+            == 404
+        assert server.post("/click", {"impression_id": 7}).status_code == 400
+        server.service.events.close_impressions(before=float("inf"))
+        before = samples(server)
+        assert before[("reranker_request_seconds_count",
+                       (("endpoint", "/search"), ("status", "200")))] == 3
+        assert before[("reranker_clicks_total", (("outcome", "accepted"),))] == 3
+        assert before[("reranker_clicks_total", (("outcome", "duplicate"),))] == 1
+        assert before[("reranker_clicks_total", (("outcome", "unknown_impression"),))] == 1
+        assert before[("reranker_clicks_total", (("outcome", "invalid"),))] == 1
+        label = server.service.arms[0].labels[0]
+        assert before[("reranker_trainer_lag_impressions", (("arm", label),))] == 3
+        assert before[("reranker_trainer_lag_seconds", (("arm", label),))] > 0
+        assert before[("reranker_store_writable", ())] == 1
+        version = ("reranker_model_version", (("arm", label),
+                                              ("learner", "preference_perceptron")))
+        assert before[version] == server.service.model.version == 0  # nothing learned yet
+        server.service.trainer.run_once()
+        after = samples(server)
+        assert after[("reranker_trainer_lag_impressions", (("arm", label),))] == 0
+        assert after[version] == server.service.model.version > 0
+    finally:
+        server.stop()
+
+
+class Failing(Learner):
+    """A third-party learner that fails on every ranking."""
+
+    name = "failing_test"
+
+    def _initialize(self, n_features):
+        self.w_ = np.zeros(n_features)
+
+    def _rank(self, X, n_shown, rng):
+        raise RuntimeError("broken plugin")
+
+    def _update(self, X, feedback):
+        return False
+
+
+class Slow(Failing):
+    """A third-party learner that ranks correctly, in reverse, but slowly."""
+
+    name = "slow_test"
+
+    def _rank(self, X, n_shown, rng):
+        time.sleep(0.05)
+        ranking = np.arange(X.shape[0])[::-1].copy()
+        return RankResult(ranking=ranking, scores=-np.arange(X.shape[0], dtype=float))
+
+
+class _Plugin:
+    @staticmethod
+    @hookimpl
+    def reranker_register_learners():
+        return [Failing, Slow]
+
+
+def serve_with(config_path: Path):
+    pm = get_plugin_manager(load_entrypoints=False)
+    pm.register(_Plugin())
+    service = RerankerService(load_config(config_path), pm).open()
+    server = LiveServer.__new__(LiveServer)
+    server.config, server.service = service.config, service
+    server.server = BackgroundServer(create_app(service=service))
+    server.url = server.server.url
+    return server
+
+
+def engine_order(server, query: str) -> list[str]:
+    candidates = server.service.backend.search(query, 10, [], [])
+    return candidates.ids[:10]
+
+
+def test_a_failing_learner_leaves_the_engines_order_serving_logged_and_counted(workdir, caplog):
+    server = serve_with(write_config(workdir, learner={"name": "failing_test", "params": {}}))
+    try:
+        with caplog.at_level(logging.ERROR):
+            page = server.post("/search", {"query": "tea kettle"})
+        assert page.status_code == 200
+        body = page.json()
+        assert [hit["id"] for hit in body["hits"]] == engine_order(server, "tea kettle")
+        assert body["learner"] == BACKEND_ORDER
+        assert "failed to rank" in caplog.text and "broken plugin" in caplog.text
+        logged = server.service.events.get_impression(body["impression_id"])
+        assert logged.arm == BACKEND_ORDER and logged.context == {"fallback": "learner"}
+        label = server.service.arms[0].labels[0]
+        assert samples(server)[("reranker_learner_fallbacks_total",
+                                (("arm", label), ("reason", "error")))] == 1
+        # no arm takes the page for its own
+        server.post("/click", {"impression_id": body["impression_id"],
+                               "doc_id": body["hits"][3]["id"]})
+        assert server.service.trainer.run_once(close_all=True).applied == 0
+    finally:
+        server.stop()
+
+
+def test_a_slow_learner_trips_its_breaker_and_the_engines_order_serves(workdir):
+    server = serve_with(write_config(workdir, learner={"name": "slow_test", "params": {}},
+                                     server={"ranking_budget_ms": 10.0, "breaker_strikes": 2,
+                                             "breaker_cooldown": 60.0}))
+    try:
+        engine = engine_order(server, "tea kettle")
+        slow = [server.post("/search", {"query": "tea kettle"}).json() for _ in range(2)]
+        for page in slow:  # served by the learner (in reverse), slowly
+            assert page["learner"] == "slow_test"
+            assert [hit["id"] for hit in page["hits"]] != engine
+        started = time.perf_counter()
+        page = server.post("/search", {"query": "tea kettle"}).json()
+        assert time.perf_counter() - started < 5  # (no sleep: the learner is not asked)
+        assert page["learner"] == BACKEND_ORDER
+        assert [hit["id"] for hit in page["hits"]] == engine
+        label = server.service.arms[0].labels[0]
+        assert samples(server)[("reranker_learner_fallbacks_total",
+                                (("arm", label), ("reason", "slow")))] == 1
+    finally:
+        server.stop()
+
+
+def test_public_health_hides_paths_and_the_operator_view_needs_the_token(workdir):
+    server = LiveServer(write_config(workdir, server={"admin_token": "s3cret"}))
+    try:
+        public = server.get("/healthz")
+        assert public.status_code == 200 and public.json()["status"] == "ok"
+        assert str(workdir) not in public.text
+        assert public.json()["backend"]["path"] == "index"  # the folder's name only
+        assert server.get("/healthz?detail=1").status_code == 401
+        wrong = server.get("/healthz?detail=1", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and "admin_token" in wrong.json()["error"]["message"]
+        operator = server.get("/healthz?detail=1", headers={"Authorization": "Bearer s3cret"})
+        assert operator.status_code == 200 and str(workdir) in operator.text
+        assert server.get("/healthz?detail=maybe").json()["error"]["field"] == "detail"
+        assert server.get("/readyz").json() == {"status": "ok", "problems": []}
+    finally:
+        server.stop()
+
+
+def test_redaction_keeps_the_problem_and_drops_locations():
+    assert redact("event store /srv/data/events.sqlite failed: disk I/O error") == \
+        "event store events.sqlite failed: disk I/O error"
+    assert redact("cannot reach http://es.internal:9200/products (timeout)") == \
+        "cannot reach <hidden> (timeout)"
+    assert redact("learner 'a/b' 1/2 of 3") == "learner 'a/b' 1/2 of 3"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 3 MB file system (tmpfs) to fill up; skipped where mounting is not allowed."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def fill(folder: Path) -> Path:
+    filler = folder / "filler"
+    with open(filler, "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_on_a_full_disk_readiness_fails_clicks_answer_503_and_nothing_is_lost(workdir,
+                                                                              small_disk):
+    server = LiveServer(write_config(workdir, trainer={"enabled": False},
+                                     store={"path": str(small_disk / "events.sqlite")}))
+    try:
+        pages = [server.post("/search", {"query": "tea kettle"}).json() for _ in range(3)]
+        accepted = []
+        for page in pages[:2]:
+            answer = server.post("/click", {"impression_id": page["impression_id"],
+                                            "doc_id": page["hits"][2]["id"]})
+            assert answer.status_code == 202
+            accepted.append(page["impression_id"])
+        filler = fill(small_disk)
+        ready = server.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["problems"] == ["events"]
+        refused = server.post("/click", {"impression_id": pages[2]["impression_id"],
+                                         "doc_id": pages[2]["hits"][2]["id"]})
+        assert refused.status_code == 503
+        assert str(small_disk) not in refused.text  # the problem, not where it is
+        server.service._writable = (-1e18, True)  # a fresh check for /healthz
+        health = server.get("/healthz").json()
+        assert health["status"] == "degraded" and "events" in health["problems"]
+        filler.unlink()
+        assert server.get("/readyz").status_code == 200
+        again = server.post("/click", {"impression_id": pages[2]["impression_id"],
+                                       "doc_id": pages[2]["hits"][2]["id"]})
+        assert again.status_code == 202
+        for impression_id in accepted:  # what was answered 202 is still there
+            assert server.service.events.get_impression(impression_id).clicked
+    finally:
+        server.stop()
+    shutil.rmtree(small_disk / "models", ignore_errors=True)
+
+
+def test_json_log_lines_carry_each_requests_fields(workdir):
+    lines = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(JsonFormatter().format(record))
+
+    access = logging.getLogger("reranker.access")
+    handler = Collect()
+    access.addHandler(handler)
+    old_level = access.level
+    access.setLevel(logging.INFO)
+    server = LiveServer(write_config(workdir))
+    try:
+        server.post("/search", {"query": "tea kettle"})
+        server.post("/click", {"impression_id": "nope", "doc_id": "1"})
+    finally:
+        server.stop()
+        access.removeHandler(handler)
+        access.setLevel(old_level)
+    entries = [json.loads(line) for line in lines]
+    assert [(e["method"], e["path"], e["status"]) for e in entries] == [
+        ("POST", "/search", 200), ("POST", "/click", 404)]
+    assert all(e["ms"] >= 0 and e["level"] == "info" and e["time"].endswith("Z")
+               for e in entries)
