@@ -265,7 +265,7 @@ class RerankerService:
                 "label": label, "teams": [label] * n_shown, "log_prob": None,
                 "propensities": None, "context": None}
         if X.shape[0]:
-            result = model.rank(X, n_shown, rng)
+            result = model.rank(X, n_shown, rng, check=False)  # X is built finite
             log_prob = result.log_prob
             if log_prob is None and not model.learner.stochastic:
                 log_prob = 0.0  # a deterministic policy shows its ranking with certainty
@@ -288,7 +288,8 @@ class RerankerService:
         for label in labels:
             arm = self.by_label[label]
             model = arm.model
-            result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None)
+            result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None,
+                                check=False)
             rankings.append(result.ranking)
             logged[label] = {"id": arm.id, "model_version": model.version,
                              "ranking": result.ranking[: max(n_shown, arm.spec.depth)].tolist(),

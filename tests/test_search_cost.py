@@ -11,8 +11,9 @@ from conftest import write_config
 from es_scenarios import backend_for, index_corpus
 from es_standin import Standin
 
-from reranker.backends import embedded
+from reranker.backends import Candidates, embedded
 from reranker.config import load_config
+from reranker.features import FeatureSpec
 from reranker.plugins import backend_class, get_plugin_manager
 from reranker.service import RerankerService
 
@@ -117,6 +118,35 @@ def test_a_search_reads_the_stored_documents_of_the_shown_results_only(workdir):
         assert all(hit["source"]["id"] == hit["id"] for hit in page["hits"])
     finally:
         service.close()
+
+
+def test_the_layer_ranks_as_the_checked_path_does(workdir):
+    """The service's ranking skips re-validating the features it built; the ranking and
+    everything logged is what the validating public path gives."""
+    service = RerankerService(load_config(workdir / "config.yaml")).open()
+    try:
+        candidates = service.backend.search("tea kettle", 100)
+        X = service.spec.build(candidates, service.events.click_features(
+            "tea kettle", candidates.ids, 5.0))
+        model = service.model
+        checked = model.rank(X, 10, np.random.default_rng(3))
+        trusted = model.rank(X, 10, np.random.default_rng(3), check=False)
+        for name in ("ranking", "scores", "propensities", "shown_propensities"):
+            assert np.array_equal(getattr(checked, name), getattr(trusted, name)), name
+        assert (checked.log_prob, checked.context) == (trusted.log_prob, trusted.context)
+    finally:
+        service.close()
+
+
+def test_features_with_a_nan_score_are_refused():
+    spec = FeatureSpec(fields=("title",))
+    candidates = Candidates(ids=["a", "b"], scores=np.array([1.0, np.nan]),
+                            field_scores=np.ones((2, 1)), numeric=np.empty((2, 0)),
+                            load_sources=lambda indices: [])
+    with pytest.raises(ValueError, match="NaN"):
+        spec.build(candidates)
+    candidates.scores = np.array([1.0, np.inf])  # infinities are clipped, as before
+    assert spec.build(candidates)[1, 0] == FeatureSpec.LIMIT
 
 
 def test_one_request_per_search_to_elasticsearch(tmp_path, corpus):
