@@ -20,6 +20,26 @@ def time_calls(func: Callable[[], object], n: int, warmup: int = 200) -> list[in
     return samples
 
 
+def time_interleaved(cases: dict[str, Callable[[], object]], n: int, rounds: int = 10,
+                     warmup: int = 50) -> dict[str, list[int]]:
+    """Nanoseconds of ``n`` calls of every case, run in ``rounds`` alternating blocks so that
+    a slow spell of the machine touches every case alike (for ratios measured side by
+    side)."""
+    samples: dict[str, list[int]] = {name: [] for name in cases}
+    for func in cases.values():
+        for _ in range(min(n, warmup)):
+            func()
+    block = max(1, n // rounds)
+    for _ in range(rounds):
+        for name, func in cases.items():
+            out = samples[name]
+            for _ in range(block):
+                start = time.perf_counter_ns()
+                func()
+                out.append(time.perf_counter_ns() - start)
+    return samples
+
+
 def median_p99_us(samples_ns: list[int]) -> tuple[float, float]:
     """Median and 99th percentile in microseconds."""
     arr = np.asarray(samples_ns) / 1000.0

@@ -96,19 +96,21 @@ class CoactiveLearner(LinearLearner):
                                    SWAP_PROBABILITY_KEY: p})
 
     def _log_chances(self, X: np.ndarray, n_shown: int, result: RankResult) -> None:
-        # the argmax is the shown ranking with its swapped pairs put back
-        best = result.ranking.tolist()
+        # The argmax is the shown ranking with its swapped pairs put back; the chances need
+        # only its top and the first result left out (no pair reaches further).
+        n = len(result.ranking)
+        best = result.ranking[: n_shown + 1].tolist()
         for upper in (result.context or {}).get(SWAPPED, ()):
             best[upper], best[upper + 1] = best[upper + 1], best[upper]
-        result.propensities = self._shown_chances(best, n_shown)
+        result.propensities = self._shown_chances(best, n_shown, n)
         result.shown_propensities = self._position_chances(
-            best, result.ranking, n_shown, _pair_uppers(n_shown, len(best)))
+            best, result.ranking, n_shown, _pair_uppers(n_shown, n))
 
-    def _shown_chances(self, best: list[int], n_shown: int) -> np.ndarray:
-        """Each candidate's chance of being shown, from the argmax ``best``: every result of
-        its top is shown but the last, which the pair reaching below the page (in one
-        pairing of two, swapped with chance p) trades for the first result left out."""
-        n = len(best)
+    def _shown_chances(self, best: list[int], n_shown: int, n: int) -> np.ndarray:
+        """Each of the ``n`` candidates' chance of being shown, from the argmax ``best``
+        (its first ``n_shown + 1`` at least): every result of its top is shown but the last,
+        which the pair reaching below the page (in one pairing of two, swapped with chance
+        p) trades for the first result left out."""
         k = min(n_shown, n)
         out = np.zeros(n)
         out[best[:k]] = 1.0
@@ -122,23 +124,27 @@ class CoactiveLearner(LinearLearner):
         """The chance of each shown result at its position (:meth:`position_marginals` on
         the shown list) from the argmax ``best``."""
         k = min(n_shown, len(best))
-        return np.array([self._chance_at(best, item, r, uppers)
-                         for r, item in enumerate(shown[:k].tolist())])
+        return np.array(self._chances_at(best, list(enumerate(shown[:k].tolist())), uppers))
 
-    def _chance_at(self, best: list[int], item: int, r: int,
-                   uppers: tuple[range, range]) -> float:
-        """The chance of ``item`` at position ``r``: summed over the two pairings (1/2 each),
-        kept (1 - p) or swapped (p) within a pair, certain outside the pairs."""
+    def _chances_at(self, best: list[int], where: list[tuple[int, int]],
+                    uppers: tuple[range, range]) -> list[float]:
+        """The chance of each ``(r, item)`` of ``where``: ``item`` at position ``r``, summed
+        over the two pairings (1/2 each), kept (1 - p) or swapped (p) within a pair, certain
+        outside the pairs. (One call for a whole page: it runs on every search.)"""
         p = self.swap_probability
-        chance = 0.0
-        for pairing in uppers:
-            if r in pairing:  # the upper of a pair: kept, or its lower moved up
-                chance += (1.0 - p) if item == best[r] else p if item == best[r + 1] else 0.0
-            elif r - 1 in pairing:  # the lower of a pair: kept, or its upper moved down
-                chance += (1.0 - p) if item == best[r] else p if item == best[r - 1] else 0.0
-            else:
-                chance += 1.0 if item == best[r] else 0.0
-        return 0.5 * chance
+        kept = 1.0 - p
+        out = []
+        for r, item in where:
+            chance = 0.0
+            for pairing in uppers:
+                if r in pairing:  # the upper of a pair: kept, or its lower moved up
+                    chance += kept if item == best[r] else p if item == best[r + 1] else 0.0
+                elif r - 1 in pairing:  # the lower of a pair: kept, or its upper moved down
+                    chance += kept if item == best[r] else p if item == best[r - 1] else 0.0
+                else:
+                    chance += 1.0 if item == best[r] else 0.0
+            out.append(0.5 * chance)
+        return out
 
     def _list_log_prob(self, offset: int, n_swapped: int,
                        uppers: tuple[range, range]) -> float:
@@ -197,7 +203,8 @@ class CoactiveLearner(LinearLearner):
         if not self.stochastic:
             return super().marginals(X, n_shown)
         X = self.check_features(X)
-        return self._shown_chances(argmax_ranking(X @ self.weights()).tolist(), int(n_shown))
+        return self._shown_chances(argmax_ranking(X @ self.weights()).tolist(), int(n_shown),
+                                   X.shape[0])
 
     def position_marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray | None:
         """Each pairing (chance 1/2) keeps every pair of its own (chance 1 - p) or swaps it
@@ -210,9 +217,9 @@ class CoactiveLearner(LinearLearner):
         k = min(int(n_shown), len(best))
         uppers = _pair_uppers(k, len(best))
         out = np.zeros((len(best), k))
-        for r in range(k):
-            for item in best[max(0, r - 1): r + 2]:
-                out[item, r] = self._chance_at(best, item, r, uppers)
+        where = [(r, item) for r in range(k) for item in best[max(0, r - 1): r + 2]]
+        for (r, item), chance in zip(where, self._chances_at(best, where, uppers), strict=True):
+            out[item, r] = chance
         return out
 
     def improved(self, feedback: Feedback) -> np.ndarray | None:

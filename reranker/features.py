@@ -79,12 +79,15 @@ class FeatureSpec:
         Columns: the backend's overall score, ``1 / backend rank``, each field's score, each
         numeric field (missing or non-finite values replaced by ``missing_value``), then the
         click features. Values are clipped to +-``LIMIT`` so that no normalisation can
-        overflow.
+        overflow. The result is finite (a NaN score or click feature is a ``ValueError``),
+        which lets the ranking skip checking it again.
         """
         n = len(candidates.ids)
-        X = np.empty((n, len(self.names)))
+        # Column-major: every step here and in the normalisation works on whole columns,
+        # which are then contiguous (the reductions over the hits cost half as much).
+        X = np.empty((n, len(self.names)), order="F")
         X[:, 0] = candidates.scores
-        X[:, 1] = 1.0 / np.arange(1, n + 1)
+        X[:, 1] = _reciprocal_ranks(n)
         nf = len(self.query_names)
         X[:, 2:2 + nf] = candidates.field_scores
         if self.numeric_fields:
@@ -95,8 +98,22 @@ class FeatureSpec:
             if clicks is None:
                 raise ValueError("the click features are on but no click counts were given")
             X[:, -len(CLICK_FEATURES):] = clicks
-        np.clip(X, -self.LIMIT, self.LIMIT, out=X)
+        # np.clip's wrapper costs more than the two ufuncs it calls
+        np.minimum(X, self.LIMIT, out=X)
+        np.maximum(X, -self.LIMIT, out=X)
+        # Clipped, the values are at most LIMIT in size: their sum is NaN only if one is.
+        if np.isnan(np.add.reduce(X, axis=None)):
+            raise ValueError("features contain NaN values (a score the backend answered, or "
+                             "a click feature, is not a number)")
         return X
+
+
+@functools.lru_cache(maxsize=16)
+def _reciprocal_ranks(n: int) -> np.ndarray:
+    """``1 / rank`` of ``n`` hits, shape ``(n,)`` (read-only, shared by every search)."""
+    out = 1.0 / np.arange(1, n + 1)
+    out.setflags(write=False)
+    return out
 
 
 def raw_columns(names: tuple[str, ...] | list[str]) -> np.ndarray:
@@ -150,10 +167,14 @@ class PerQueryMinMax(Normalizer):
     method = "per_query_minmax"
 
     def transform(self, X: np.ndarray) -> np.ndarray:
-        lo = X.min(axis=0)
-        span = X.max(axis=0) - lo
+        # the ufuncs directly: the methods' wrappers cost more than the work for 100 rows
+        lo = np.minimum.reduce(X, axis=0)
+        span = np.maximum.reduce(X, axis=0)
+        span -= lo
         span[span == 0] = np.inf  # a constant column divides to 0
-        return (X - lo) / span
+        out = np.subtract(X, lo)
+        out /= span
+        return out
 
 
 class ZScore(Normalizer):

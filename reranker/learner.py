@@ -284,11 +284,17 @@ class Learner(ABC):
         return X
 
     def rank(self, X: np.ndarray, n_shown: int | None = None,
-             rng: np.random.Generator | None = None) -> RankResult:
+             rng: np.random.Generator | None = None, *, check: bool = True) -> RankResult:
         """Rank all ``n`` candidates; ``n_shown`` is how many the user will see. A stochastic
         learner samples with ``rng`` (when None, one generator seeded from fresh entropy, made
-        once per process)."""
-        X = self.check_features(X)
+        once per process).
+
+        ``check=False`` is for callers that built ``X`` themselves as a 2-D float array of
+        finite values (the service, from :meth:`reranker.features.FeatureSpec.build`): the
+        scan for NaN and infinities is skipped; a feature count other than the model's still
+        goes through the full check (which grows the model or raises)."""
+        if check or not self.initialized or X.shape[1] != self.n_features_in_:
+            X = self.check_features(X)
         n_shown = X.shape[0] if n_shown is None else min(int(n_shown), X.shape[0])
         if rng is None and self.stochastic:
             rng = _fallback_rng()
@@ -521,7 +527,9 @@ class LinearLearner(Learner):
         learned = self.learned_weights()
         if self.prior_steps == 0 or not self.prior_.any():
             return learned
-        return learned + self.prior_weight() * self.prior_
+        # prior_weight(), inlined: this runs on every search
+        return learned + (self.prior_steps * (1.0 + self.step_sum_) / (1.0 + self.steps_)
+                          ) * self.prior_
 
     def prior_weight(self) -> float:
         """The starting ranking's current scale: ``prior_steps`` average steps."""

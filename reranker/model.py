@@ -54,6 +54,11 @@ class RankingModel:
 
     def __post_init__(self) -> None:
         self._raw = raw_columns(self.feature_names)
+        # The raw columns as a slice when they are adjacent (the click features come last):
+        # copying a slice costs less than fancy indexing on every search.
+        raw = self._raw.tolist()
+        self._raw_slice = slice(raw[0], raw[-1] + 1) \
+            if raw and raw == list(range(raw[0], raw[-1] + 1)) else None
 
     @property
     def learner_name(self) -> str:
@@ -63,14 +68,18 @@ class RankingModel:
         """This model's normalisation of raw features; the click features stay raw."""
         X = self.normalizer.transform(X_raw)
         if len(self._raw):
-            X = np.array(X, dtype=np.float64)  # never write into X_raw
-            X[:, self._raw] = X_raw[:, self._raw]
+            if X is X_raw or X.dtype != np.float64:
+                X = np.array(X, dtype=np.float64)  # never write into X_raw
+            raw = self._raw if self._raw_slice is None else self._raw_slice
+            X[:, raw] = X_raw[:, raw]
         return X
 
     def rank(self, X_raw: np.ndarray, n_shown: int,
-             rng: np.random.Generator | None = None) -> RankResult:
-        """Rank raw features (normalised with this model's normalisation)."""
-        return self.learner.rank(self.normalize(X_raw), n_shown, rng)
+             rng: np.random.Generator | None = None, *, check: bool = True) -> RankResult:
+        """Rank raw features (normalised with this model's normalisation). ``check=False``:
+        ``X_raw`` is finite, as :meth:`reranker.features.FeatureSpec.build` makes it, and
+        the learner skips scanning it again (:meth:`reranker.learner.Learner.rank`)."""
+        return self.learner.rank(self.normalize(X_raw), n_shown, rng, check=check)
 
     def learn(self, X_raw: np.ndarray, feedback: Feedback) -> bool:
         """Update normalisation statistics and the learner from one impression. Raises

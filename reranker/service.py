@@ -292,7 +292,8 @@ class RerankerService:
         model = arm.model
         started = time.perf_counter()
         try:
-            result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None)
+            result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None,
+                                check=False)  # X is built finite
         except Exception:  # noqa: BLE001 -- any learner failure: the engine's order serves
             log.exception("learner %s (arm %s) failed to rank %d candidates: the backend's "
                           "order is served", model.learner_name, arm.labels[0], X.shape[0])

@@ -129,6 +129,7 @@ class Standin:
         self.fail_status: int | None = None  # answer every search with this status
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.bodies: list[tuple[str, str, bytes]] = []  # the raw body of each request
+        self.answered_bytes = 0  # bytes of the answers' bodies, all requests together
         self.connections: set = set()
         handler = type("Handler", (_Handler,), {"standin": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -400,6 +401,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, status: int, body: Any, method: str) -> None:
         data = b"" if body is None else json.dumps(body).encode()
+        if method != "HEAD":
+            self.standin.answered_bytes += len(data)
         self.send_response(status)
         self.send_header("X-Elastic-Product", "Elasticsearch")
         self.send_header("Content-Type", "application/json")

@@ -27,6 +27,13 @@ SOURCE = "_source"
 #: How a filter field is indexed, from the values of the documents: strings (or lists of
 #: strings) as exact keywords, numbers as floats, true/false as booleans.
 FILTER_TYPES = ("keyword", "number", "boolean")
+#: The document id is also kept as its UTF-8 bytes in this many unsigned 64-bit fast columns
+#: (``_id0``, ``_id1``, ...): Tantivy's Python API reads numeric fast fields of many hits in
+#: one call but text ones not at all, and reading the id from the stored document would
+#: load the whole stored document (its ``_source`` too) of every candidate. An id longer than
+#: ``8 * ID_WORDS`` bytes, or holding a NUL byte, is kept as zeros and read from the stored
+#: document instead.
+ID_WORDS = 4
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
@@ -69,6 +76,8 @@ class EmbeddedBackend(Backend):
         self.numeric_fields = tuple(config.features.numeric_fields)
         self.filter_fields = tuple(config.backend.filter_fields)
         self.filter_types: dict[str, str] = {}  # read from the index's description
+        #: Fast columns of the id (:data:`ID_WORDS`; 0 in an index built before them).
+        self.id_words = ID_WORDS
         self.id_field = config.backend.id_field
         for key in ("feature_queries", "ltr_featureset", "query", "template", "template_id"):
             if config.backend[key]:
@@ -79,10 +88,11 @@ class EmbeddedBackend(Backend):
                            ("features.numeric_fields", self.numeric_fields),
                            ("backend.filter_fields", self.filter_fields)):
             for name in names:
-                if name in (ID, SOURCE) or not tantivy.SchemaBuilder.is_valid_field_name(name):
+                if name in (ID, SOURCE, *_id_columns(ID_WORDS)) \
+                        or not tantivy.SchemaBuilder.is_valid_field_name(name):
                     raise BackendError(f"{key}: {name!r} cannot be a field of the embedded "
-                                       f"index ({ID} and {SOURCE} are reserved; names must not "
-                                       f"start with '-')")
+                                       f"index ({ID}, {ID}0 to {ID}{ID_WORDS - 1} and {SOURCE} "
+                                       f"are reserved; names must not start with '-')")
         self._analyzer = _analyzer()
         self._index: tantivy.Index | None = None
         self._schema: tantivy.Schema | None = None
@@ -95,7 +105,8 @@ class EmbeddedBackend(Backend):
     def _wanted_meta(self) -> dict[str, Any]:
         return {"format": META_FORMAT, "fields": list(self.fields),
                 "numeric_fields": list(self.numeric_fields),
-                "filter_fields": dict(self.filter_types), "analyzer": ANALYZER}
+                "filter_fields": dict(self.filter_types), "analyzer": ANALYZER,
+                "id_words": self.id_words}
 
     def _build_schema(self, fields: list[str] | tuple[str, ...] | None = None,
                       numeric_fields: list[str] | tuple[str, ...] | None = None,
@@ -103,6 +114,8 @@ class EmbeddedBackend(Backend):
         filter_types = self.filter_types if filter_types is None else filter_types
         builder = tantivy.SchemaBuilder()
         builder.add_text_field(ID, stored=True, tokenizer_name="raw")
+        for name in _id_columns(self.id_words):
+            builder.add_unsigned_field(name, stored=False, indexed=False, fast=True)
         for f in self.fields if fields is None else fields:
             builder.add_text_field(f, stored=False, tokenizer_name=ANALYZER)
         numeric = list(self.numeric_fields if numeric_fields is None else numeric_fields)
@@ -164,6 +177,7 @@ class EmbeddedBackend(Backend):
         meta = self._read_meta()
         self._check_meta(meta, exact=False)
         self.filter_types = dict(meta.get("filter_fields", {}))
+        self.id_words = int(meta.get("id_words", 0))
         try:
             self._index = self._open_index(self.path, self._build_schema(
                 meta.get("fields"), meta.get("numeric_fields"), self.filter_types))
@@ -256,20 +270,8 @@ class EmbeddedBackend(Backend):
             result = searcher.search(text_query, n)
             addresses = [address for _, address in result.hits]
             scores = np.array([score for score, _ in result.hits], dtype=np.float64)
-            ids = [searcher.doc(a)[ID][0] for a in addresses]
-            slot = {(a.segment_ord, a.doc): i for i, a in enumerate(addresses)}
-            field_scores = np.zeros((len(ids), len(self.fields)))
-            if ids:
-                # Per-field BM25 of exactly the candidates: the field's terms, filtered to the
-                # candidate ids by a zero-scoring constant query.
-                only = tantivy.Query.const_score_query(
-                    tantivy.Query.term_set_query(self._schema, ID, ids), 0.0)
-                for j, f in enumerate(self.fields):
-                    q = tantivy.Query.boolean_query([(tantivy.Occur.Must,
-                                                      self._field_query([f], terms)),
-                                                     (tantivy.Occur.Must, only)])
-                    for score, a in searcher.search(q, len(ids), count=False).hits:
-                        field_scores[slot[(a.segment_ord, a.doc)], j] = score
+            ids = self._ids(searcher, addresses)
+            field_scores = self._field_scores(searcher, terms, ids, addresses)
             numeric = np.full((len(ids), len(self.numeric_fields)), np.nan)
             for j, f in enumerate(self.numeric_fields):
                 values = searcher.fast_field_values(f, addresses)
@@ -280,10 +282,51 @@ class EmbeddedBackend(Backend):
                                           f"{exc}") from exc
 
         def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
+            # Only the shown hits' stored documents are ever read.
             return [json.loads(searcher.doc(addresses[i])[SOURCE][0]) for i in indices]
 
         return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,
                           load_sources=load_sources, total=result.count, facets=facet_counts)
+
+    def _ids(self, searcher: tantivy.Searcher,
+             addresses: list[tantivy.DocAddress]) -> list[str]:
+        """The ids of the hits at ``addresses``, from the id's fast columns (one call per
+        column for all hits); from the stored document only for an id the columns cannot
+        hold, or in an index built without them."""
+        if not addresses:
+            return []
+        if not self.id_words:
+            return [searcher.doc(a)[ID][0] for a in addresses]
+        words = np.array([searcher.fast_field_values(name, addresses)
+                          for name in _id_columns(self.id_words)], dtype=">u8")
+        # Column-major words to one 8 * id_words byte string per hit; numpy's bytes type
+        # drops the zero padding.
+        packed = np.ascontiguousarray(words.T).view(f"S{8 * self.id_words}").ravel()
+        ids = [raw.decode("utf-8") for raw in packed.tolist()]
+        for i, doc_id in enumerate(ids):
+            if not doc_id:  # too long for the columns (an id is never empty)
+                ids[i] = searcher.doc(addresses[i])[ID][0]
+        return ids
+
+    def _field_scores(self, searcher: tantivy.Searcher, terms: list[str], ids: list[str],
+                      addresses: list[tantivy.DocAddress]) -> np.ndarray:
+        """Each searched field's BM25 score of exactly the candidates, shape ``(n, fields)``:
+        per field, the field's terms restricted to the candidate ids by a zero-scoring
+        disjunction of their id terms (one term lookup per candidate, whatever the size of
+        the index; the score is the field's alone)."""
+        field_scores = np.zeros((len(ids), len(self.fields)))
+        if not ids:
+            return field_scores
+        slot = {(a.segment_ord, a.doc): i for i, a in enumerate(addresses)}
+        only = tantivy.Query.const_score_query(tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, ID, doc_id))
+             for doc_id in ids]), 0.0)
+        for j, f in enumerate(self.fields):
+            q = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._field_query([f], terms)),
+                                             (tantivy.Occur.Must, only)])
+            for score, a in searcher.search(q, len(ids), count=False).hits:
+                field_scores[slot[(a.segment_ord, a.doc)], j] = score
+        return field_scores
 
     def _empty(self, facets: tuple[str, ...] = ()) -> Candidates:
         return Candidates(ids=[], scores=np.empty(0), field_scores=np.empty((0, len(self.fields))),
@@ -317,7 +360,9 @@ class EmbeddedBackend(Backend):
             meta = self._read_meta()
             self._check_meta(meta, exact=True)
             self.filter_types = dict(meta.get("filter_fields", {}))
+            self.id_words = int(meta.get("id_words", 0))
         else:  # a new index: the filter fields' types from the first documents that have them
+            self.id_words = ID_WORDS
             self.filter_types, documents = filter_types(self.filter_fields, documents)
             for f in set(self.filter_types) & set(self.numeric_fields):
                 self.filter_types[f] = "number"  # a numeric feature: a number, or missing
@@ -364,6 +409,10 @@ class EmbeddedBackend(Backend):
                              f"got {doc_id!r}")
         tdoc = tantivy.Document()
         tdoc.add_text(ID, str(doc_id))
+        for name, word in zip(_id_columns(self.id_words), _id_to_words(str(doc_id),
+                                                                      self.id_words),
+                              strict=True):
+            tdoc.add_unsigned(name, word)
         for f in self.fields:
             tdoc.add_text(f, _text(doc.get(f)))
         for f in self.numeric_fields:
@@ -386,6 +435,21 @@ class EmbeddedBackend(Backend):
             state["status"] = "unavailable"
             state["error"] = str(getattr(exc, "message", exc))
         return state
+
+
+def _id_columns(words: int) -> list[str]:
+    return [f"{ID}{k}" for k in range(words)]
+
+
+def _id_to_words(doc_id: str, words: int) -> list[int]:
+    """``doc_id``'s UTF-8 bytes, zero-padded, as ``words`` big-endian unsigned 64-bit
+    numbers; all zeros for an id that does not fit (or holds a NUL byte, which the padding
+    would make ambiguous)."""
+    raw = doc_id.encode("utf-8")
+    if len(raw) > 8 * words or b"\0" in raw:
+        return [0] * words
+    raw = raw.ljust(8 * words, b"\0")
+    return [int.from_bytes(raw[8 * k: 8 * k + 8], "big") for k in range(words)]
 
 
 def _add_filter_value(tdoc: tantivy.Document, field: str, kind: str, value: Any) -> None:

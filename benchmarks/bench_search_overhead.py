@@ -1,0 +1,266 @@
+"""What a reranked search costs against a plain one on the same engine, side by side in one
+run:
+
+  (a) the embedded (Tantivy) index: a plain top-10 search (the same query over the same
+      fields, the 10 hits' stored documents loaded) against a whole reranked search
+      (``RerankerService.search``: 100 candidates with per-field scores, click features
+      read from the event store, features, Preference Perceptron ranking, impression and
+      exposures logged), with the parts of the reranked search timed alone;
+  (b) the Elasticsearch stand-in (the tests' protocol-level server, which answers from its
+      own Tantivy index): a plain top-10 ``multi_match`` search through the official client
+      against the reranked search through the Elasticsearch backend, with the requests and
+      the bytes sent to and received from the cluster per search;
+  (c) in process: features + normalisation + ranking of 100 candidates against a bare
+      ``np.argsort(-(X @ w))`` (the numpy floor).
+
+On the Cranfield collection when ``shared/data/cranfield`` is beside the project (as
+``examples/cranfield.py`` reads it; ``--data`` to point elsewhere), else on the generated
+demo corpus. The cases of each part are timed in alternating blocks, so that the ratios
+compare like with like on a busy machine.
+
+Run: python benchmarks/bench_search_overhead.py [--searches N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from timing import median_p99_us, time_calls, time_interleaved
+
+from reranker.config import config_from_dict
+from reranker.plugins import backend_class, get_plugin_manager
+from reranker.service import RerankerService
+
+ROOT = Path(__file__).resolve().parents[1]
+CRANFIELD = ROOT.parent / "shared" / "data" / "cranfield"
+
+
+def load_collection(folder: Path) -> tuple[str, list[dict], list[str]]:
+    """The documents and queries: Cranfield when it is there, else the demo corpus."""
+    if (folder / "cran.all.1400").is_file():
+        sys.path.insert(0, str(ROOT / "examples"))
+        from cranfield import load_cranfield
+
+        cranfield = load_cranfield(folder)
+        return "Cranfield", cranfield.documents, [q.text for q in cranfield.queries]
+    from reranker.democorpus import generate_corpus
+
+    corpus = generate_corpus(7)
+    return (f"the demo corpus ({folder} has no Cranfield collection)", corpus.documents,
+            [q for q, _ in corpus.queries])
+
+
+def warm_up(service: RerankerService, queries: list[str], n: int,
+            rng: np.random.Generator) -> None:
+    """Searches with a click on every other page, so that the event store's counts are
+    those of a store in use."""
+    for i in range(n):
+        page = service.search(queries[i % len(queries)], 10)
+        if page["hits"] and i % 2:
+            hit = page["hits"][int(rng.integers(len(page["hits"])))]
+            service.click(page["impression_id"], hit["id"])
+
+
+def cycle(queries: list[str]):
+    state = {"i": 0}
+
+    def next_query() -> str:
+        state["i"] += 1
+        return queries[state["i"] % len(queries)]
+    return next_query
+
+
+def embedded_part(folder: Path, documents: list[dict], queries: list[str], n: int,
+                  rng: np.random.Generator) -> dict:
+    config = config_from_dict({"backend": {"path": "index", "fields": ["title", "body"]},
+                               "features": {"numeric_fields": []},
+                               "store": {"path": "events.sqlite", "models": "models"}},
+                              folder)
+    backend_class(get_plugin_manager(), "embedded")(config).index_documents(
+        ((d["id"], d) for d in documents), recreate=True)
+    service = RerankerService(config).open()
+    try:
+        warm_up(service, queries, 1000, rng)
+        backend = service.backend
+        query = cycle(queries)
+
+        def plain():
+            searcher = backend._current_searcher()
+            hits = searcher.search(backend._field_query(backend.fields,
+                                                        backend._terms(query())), 10).hits
+            return [json.loads(searcher.doc(a)["_source"][0]) for _, a in hits]
+
+        def reranked():
+            return service.search(query(), 10)
+
+        def candidates():
+            return backend.search(query(), 100)
+
+        fixed = [(q, backend.search(q, 100)) for q in queries[:50]]
+        which = cycle(list(range(len(fixed))))
+
+        def click_features():
+            q, c = fixed[which()]
+            return service.events.click_features(q, c.ids, 5.0)
+
+        clicks = [service.events.click_features(q, c.ids, 5.0) for q, c in fixed]
+
+        def features_and_ranking():
+            i = which()
+            X = service.spec.build(fixed[i][1], clicks[i])
+            return service.model.rank(X, 10, service._rng, check=False)
+
+        samples = time_interleaved({"plain": plain, "reranked": reranked}, n)
+        parts = time_interleaved({"candidates": candidates, "click features": click_features,
+                                  "features + ranking": features_and_ranking}, n)
+        return {name: median_p99_us(s) for name, s in {**samples, **parts}.items()}
+    finally:
+        service.close()
+
+
+def elasticsearch_part(folder: Path, documents: list[dict], queries: list[str], n: int,
+                       rng: np.random.Generator) -> dict:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from es_standin import Standin
+
+    standin = Standin("8.15.1")
+    try:
+        config = config_from_dict({
+            "backend": {"type": "elasticsearch", "hosts": [standin.url], "index": "cranfield",
+                        "fields": ["title", "body"], "request_timeout": 30.0},
+            "features": {"numeric_fields": []},
+            "store": {"path": "events.sqlite", "models": "models"}}, folder)
+        backend_class(get_plugin_manager(), "elasticsearch")(config).index_documents(
+            ((d["id"], d) for d in documents), recreate=True)
+        service = RerankerService(config).open()
+        try:
+            warm_up(service, queries, 200, rng)
+            es = service.backend.es
+            query = cycle(queries)
+
+            def plain():
+                return es.search(index="cranfield", size=10, query={
+                    "multi_match": {"query": query(), "fields": ["title", "body"]}})
+
+            def reranked():
+                return service.search(query(), 10)
+
+            traffic = {}
+            for name, func in (("plain", plain), ("reranked", reranked)):
+                requests, sent, answered = (len(standin.requests),
+                                            sum(len(b) for _, _, b in standin.bodies),
+                                            standin.answered_bytes)
+                for _ in range(len(queries)):
+                    func()
+                count = len(queries)
+                traffic[name] = ((len(standin.requests) - requests) / count,
+                                 (sum(len(b) for _, _, b in standin.bodies) - sent) / count,
+                                 (standin.answered_bytes - answered) / count)
+            samples = time_interleaved({"plain": plain, "reranked": reranked}, n)
+            return {"times": {name: median_p99_us(s) for name, s in samples.items()},
+                    "traffic": traffic}
+        finally:
+            service.close()
+    finally:
+        standin.stop()
+
+
+def in_process_part(folder: Path, n: int, rng: np.random.Generator) -> dict:
+    """Features (from a backend's answer and the click features) + normalisation + the
+    default learner's ranking with its perturbed pairs and logged chances, as the service
+    runs them, against the bare numpy floor on the same matrix."""
+    from reranker.backends import Candidates
+    from reranker.features import FeatureSpec
+    from reranker.model import ModelFactory
+
+    config = config_from_dict({"features": {"numeric_fields": ["popularity"]}}, folder)
+    spec = FeatureSpec.from_config(config)
+    model = ModelFactory.from_config(config, get_plugin_manager()).new()
+    model.learner.w_ = rng.normal(size=len(spec.names))
+    k = 100
+    candidates = Candidates(ids=[f"doc{i}" for i in range(k)],
+                            scores=np.sort(rng.gamma(2.0, 3.0, size=k))[::-1],
+                            field_scores=rng.gamma(1.5, 2.0, size=(k, len(spec.fields))),
+                            numeric=rng.uniform(0, 100, size=(k, 1)),
+                            load_sources=lambda indices: [{} for _ in indices])
+    clicks = rng.gamma(4.0, 0.25, size=(k, 2))
+    X = spec.build(candidates, clicks)
+    w = model.learner.weights()
+    ranking_rng = np.random.default_rng(1)
+
+    def layer():
+        return model.rank(spec.build(candidates, clicks), 10, ranking_rng, check=False)
+
+    def floor():
+        return np.argsort(-(X @ w))
+
+    samples = time_interleaved({"layer": layer, "floor": floor}, n)
+    out = {name: median_p99_us(s) for name, s in samples.items()}
+    out["validating"] = median_p99_us(time_calls(
+        lambda: model.rank(spec.build(candidates, clicks), 10, ranking_rng), n // 4))
+    return out
+
+
+def table(rows: list[tuple[str, tuple[float, float]]]) -> None:
+    print(f"  {'case':<58}{'median us':>11}{'p99 us':>11}")
+    for label, (median, p99) in rows:
+        print(f"  {label:<58}{median:>11.1f}{p99:>11.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=CRANFIELD,
+                        help="folder with cran.all.1400 and cran.qry")
+    parser.add_argument("--searches", type=int, default=2000,
+                        help="timed searches per case on the embedded index")
+    parser.add_argument("--es-searches", type=int, default=300,
+                        help="timed searches per case through the Elasticsearch stand-in")
+    parser.add_argument("--rankings", type=int, default=20000,
+                        help="timed rankings per case in process")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    name, documents, queries = load_collection(args.data)
+    print(f"{name}: {len(documents)} documents, {len(queries)} queries "
+          f"(python {sys.version.split()[0]}, numpy {np.__version__})")
+    with tempfile.TemporaryDirectory() as tmp:
+        for part in ("embedded", "es", "local"):
+            (Path(tmp) / part).mkdir()
+        emb = embedded_part(Path(tmp) / "embedded", documents, queries, args.searches, rng)
+        es = elasticsearch_part(Path(tmp) / "es", documents, queries, args.es_searches, rng)
+        local = in_process_part(Path(tmp) / "local", args.rankings, rng)
+
+    print("\n(a) embedded index, 100 candidates reranked, 10 shown")
+    table([("plain top-10 search (+ the 10 stored documents)", emb["plain"]),
+           ("reranked search (RerankerService.search)", emb["reranked"]),
+           ("  part: retrieval, ids, per-field scores (backend.search)", emb["candidates"]),
+           ("  part: click features read from the event store", emb["click features"]),
+           ("  part: features + normalisation + ranking", emb["features + ranking"])])
+    rest = emb["reranked"][0] - emb["candidates"][0] - emb["click features"][0] \
+        - emb["features + ranking"][0]
+    print(f"  the rest (impression and exposures logged, 10 sources, the answer), by "
+          f"difference: {rest:.0f} us")
+    print(f"  reranked / plain (median): {emb['reranked'][0] / emb['plain'][0]:.1f}x")
+
+    print("\n(b) Elasticsearch stand-in, the same queries")
+    table([("plain top-10 multi_match search", es["times"]["plain"]),
+           ("reranked search through the elasticsearch backend", es["times"]["reranked"])])
+    print(f"  reranked / plain (median): "
+          f"{es['times']['reranked'][0] / es['times']['plain'][0]:.1f}x")
+    print(f"  {'per search':<30}{'requests':>10}{'bytes sent':>12}{'bytes received':>16}")
+    for label, (requests, sent, received) in es["traffic"].items():
+        print(f"  {label:<30}{requests:>10.1f}{sent:>12.0f}{received:>16.0f}")
+
+    print("\n(c) in process, 100 candidates, 7 features")
+    table([("features + normalisation + preference_perceptron rank", local["layer"]),
+           ("  the same through the validating public Learner.rank", local["validating"]),
+           ("floor: bare np.argsort(-(X @ w))", local["floor"])])
+    print(f"  layer / floor (median): {local['layer'][0] / local['floor'][0]:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
