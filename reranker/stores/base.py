@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..clicks import PositionBias
+from ..errors import RerankerError, StoreError
 from ..events import ClickResult, Impression, RewardResult
 
 
@@ -78,6 +79,24 @@ class EventStore(abc.ABC):
         :class:`~reranker.errors.UnprocessableError`; a closed impression:
         :class:`~reranker.errors.ConflictError`. A repeated click is accepted and counted
         once (``duplicate=True``), also after closing."""
+
+    def record_clicks(self, clicks: Sequence[tuple[str, str, float]]
+                      ) -> list[ClickResult | RerankerError]:
+        """Store several clicks ``(impression_id, doc_id, time)``, each as
+        :meth:`record_click` would, durably when this returns; per click its result, or the
+        error of that click alone (unknown impression, not shown, closed). A failure of the
+        store raises, and then none of them was written. This default records them one by
+        one; the SQL stores write them in one transaction, and their :meth:`record_click`
+        lets concurrent clicks share one such transaction (group commit)."""
+        outcomes: list[ClickResult | RerankerError] = []
+        for impression_id, doc_id, now in clicks:
+            try:
+                outcomes.append(self.record_click(impression_id, doc_id, now))
+            except StoreError:
+                raise
+            except RerankerError as exc:
+                outcomes.append(exc)
+        return outcomes
 
     @abc.abstractmethod
     def record_reward(self, impression_id: str, value: float,
@@ -161,4 +180,3 @@ class EventStore(abc.ABC):
         The default holds nothing: right for a store that only the processes of one machine
         can open (SQLite), where the model folder's file lock already excludes them."""
         return contextlib.nullcontext()
-
