@@ -180,3 +180,31 @@ class EventStore(abc.ABC):
         The default holds nothing: right for a store that only the processes of one machine
         can open (SQLite), where the model folder's file lock already excludes them."""
         return contextlib.nullcontext()
+
+    def trainer_leadership(self) -> Leadership | None:
+        """Try, without waiting, to become *the* trainer of this store: the one process, of
+        all those serving from it, whose background trainer runs passes (``reranker serve
+        --workers N`` starts a trainer in every worker, and ``reranker train --follow`` may
+        run beside them). Returns a held :class:`Leadership`, released when its process dies,
+        or None while another process holds it. The trainer tries again every
+        ``trainer.interval`` seconds, so another process takes over within that time when
+        the leader dies. Exactly-once training does not rest on it (:meth:`trainer_lock`
+        and the model's cursor do that): it only keeps the other processes from repeating
+        the leader's work.
+
+        The default leads at once, everywhere: right for a store that cannot tell (every
+        process then trains in turn, each pass under :meth:`trainer_lock`)."""
+        return Leadership()
+
+
+class Leadership:
+    """A held trainer leadership (:meth:`EventStore.trainer_leadership`)."""
+
+    def held(self) -> bool:
+        """Whether it is still held (a store whose leadership lives on a connection loses
+        it with the connection)."""
+        return True
+
+    def release(self) -> None:
+        """Give it up (harmless twice)."""
+

@@ -9,6 +9,7 @@ versions (schema 1 and 2) are migrated when opened.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import sqlite3
 import threading
@@ -21,6 +22,7 @@ import numpy as np
 from .. import hookimpl
 from ..clicks import PositionBias, query_key
 from ..errors import StoreError
+from .base import Leadership
 from .sql import LATE_INDEXES, SCHEMA_VERSION, UPSERT_STATS, SQLEventStore, stat_cells
 
 _SCHEMA = """
@@ -242,12 +244,36 @@ class SQLiteStore(SQLEventStore):
             finally:
                 conn.execute("COMMIT")
 
+    def trainer_leadership(self) -> Leadership | None:
+        """An exclusive ``flock`` on ``<store.path>.trainer``, held until released or until
+        the process ends (the kernel drops it then, also after SIGKILL)."""
+        lock_path = self.path.with_name(self.path.name + ".trainer")
+        try:
+            handle = open(lock_path, "a+b")
+        except OSError as exc:
+            raise StoreError(f"store.path: cannot use the trainer's lock file {lock_path}: "
+                             f"{exc}") from exc
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return None
+        return FileLeadership(handle)
+
     def close(self) -> None:
         with self._connections_lock:
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
         self._local = threading.local()
+
+
+class FileLeadership(Leadership):
+    def __init__(self, handle):
+        self._handle = handle
+
+    def release(self) -> None:
+        self._handle.close()  # closing the file drops its lock
 
 
 @hookimpl
