@@ -122,37 +122,41 @@ class SQLEventStore(EventStore):
     def log_impression(self, imp: Impression) -> None:
         """Record a served page and its shown documents' exposures. Not made durable by
         itself: the next durable write (any click) is, and a click always refers to an
-        impression written before it."""
+        impression written before it. Concurrent calls share one transaction, as clicks do
+        (:meth:`record_click`): with several worker processes logging every search, the
+        turns at the store's write lock, not the CPU, would otherwise bound the searches."""
         features = np.ascontiguousarray(imp.features, dtype=np.float64)
         theta = self.position_bias().weights(imp.offset + imp.n_shown)[imp.offset:]
+        row = (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
+               json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
+               np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown, imp.log_prob,
+               None if imp.propensities is None
+               else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
+               None if imp.teams is None else json.dumps(imp.teams),
+               None if imp.context is None else json.dumps(imp.context), imp.arm,
+               imp.experiment, imp.offset, imp.page_key)
+        self._commits("_impression_group", self._log_impressions).submit(
+            (row, exposure_rows(query_key(imp.query), imp.shown_ids(), theta)))
+
+    def _log_impressions(self, items: Sequence[tuple[tuple, list[tuple]]]) -> list[None]:
+        """Impression rows and their exposure rows in one transaction; the exposures of the
+        same document added up, and written sorted (one order for every writer: two
+        transactions upserting the same rows in different orders could deadlock where the
+        database locks rows, PostgreSQL)."""
+        exposures: dict[tuple[str, str], float] = {}
+        for _, rows in items:
+            for key, doc_id, weight in rows:
+                exposures[key, doc_id] = exposures.get((key, doc_id), 0.0) + weight
         with self._write(durable=False) as conn:
-            self._run(
+            self._run_many(
                 conn,
                 "INSERT INTO impressions (id, created, query, user_id, learner, model_version, "
                 "doc_ids, feature_names, features, ranking, n_shown, log_prob, propensities, "
                 "teams, context, arm, experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, "
-                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
-                 json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
-                 np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown,
-                 imp.log_prob,
-                 None if imp.propensities is None
-                 else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
-                 None if imp.teams is None else json.dumps(imp.teams),
-                 None if imp.context is None else json.dumps(imp.context), imp.arm,
-                 imp.experiment, imp.offset, imp.page_key))
-            self._count_exposures(conn, query_key(imp.query), imp.shown_ids(), theta)
-
-    def _count_exposures(self, conn, key: str, shown: list[str], theta: np.ndarray) -> None:
-        """Count the exposures ``theta`` (the weights of the shown positions) of the shown
-        documents; the total gets one row instead of one per document."""
-        rows = [(cell[0], cell[1], 0.0, weight)
-                for doc_id, weight in zip(shown, theta.tolist(), strict=True)
-                for cell in stat_cells(key, doc_id)[:2]]
-        rows.append((ALL_QUERIES, ALL_DOCS, 0.0, float(theta.sum())))
-        # One order for every writer: two transactions upserting the same rows in different
-        # orders could deadlock where the database locks rows (PostgreSQL).
-        self._run_many(conn, UPSERT_STATS, sorted(rows))
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [row for row, _ in items])
+            self._run_many(conn, UPSERT_STATS, sorted(
+                (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
+        return [None] * len(items)
 
     def record_click(self, impression_id: str, doc_id: str,
                      now: float | None = None) -> ClickResult:
@@ -160,16 +164,18 @@ class SQLEventStore(EventStore):
         (:mod:`.group_commit`): one transaction and one flush to disk for all the clicks that
         arrived while the previous commit was under way."""
         now = time.time() if now is None else now
-        return self._click_commits().submit((impression_id, doc_id, now))
+        return self._commits("_click_group", self.record_clicks).submit(
+            (impression_id, doc_id, now))
 
-    _click_group: GroupCommit | None = None
-
-    def _click_commits(self) -> GroupCommit:
-        if self._click_group is None:
+    def _commits(self, name: str, write_batch) -> GroupCommit:
+        """The store's group commit of one kind of write, made on first use."""
+        group = self.__dict__.get(name)
+        if group is None:
             with _GROUP_LOCK:
-                if self._click_group is None:
-                    self._click_group = GroupCommit(self.record_clicks, CLICK_BATCH)
-        return self._click_group
+                group = self.__dict__.get(name)
+                if group is None:
+                    group = self.__dict__[name] = GroupCommit(write_batch, CLICK_BATCH)
+        return group
 
     def record_clicks(self, clicks: Sequence[tuple[str, str, float]]
                       ) -> list[ClickResult | RerankerError]:
@@ -432,6 +438,16 @@ class SQLEventStore(EventStore):
                 "(SELECT COUNT(*) FROM clicks)").fetchone()
         return {"impressions": impressions, "open_impressions": open_, "clicks": clicks,
                 "closed_seq": self.last_closed_seq()}
+
+
+def exposure_rows(key: str, shown: list[str], theta: np.ndarray) -> list[tuple[str, str, float]]:
+    """``(query_key, doc_id, exposure)`` rows of ``click_stats`` for documents ``shown`` with
+    the weights ``theta`` of their positions: each document's under the query and over all
+    queries, and the total as one row instead of one per document."""
+    rows = [(*cell, weight) for doc_id, weight in zip(shown, theta.tolist(), strict=True)
+            for cell in stat_cells(key, doc_id)[:2]]
+    rows.append((ALL_QUERIES, ALL_DOCS, float(theta.sum())))
+    return rows
 
 
 def stat_cells(key: str, doc_id: str) -> tuple[tuple[str, str], ...]:
