@@ -200,12 +200,14 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
     return bp
 
 
-def start_trainer(service: RerankerService, interval: float) -> tuple[threading.Thread,
-                                                                      threading.Event]:
-    """Run the service's trainer in a daemon thread; set the returned event to stop it."""
+def start_trainer(service: RerankerService, interval: float, *, lead: bool = False
+                  ) -> tuple[threading.Thread, threading.Event]:
+    """Run the service's trainer in a daemon thread; set the returned event to stop it.
+    With ``lead``, it trains only while this process leads the store's trainers (one of
+    several worker processes: :meth:`reranker.trainer.Trainer.run_forever`)."""
     stop = threading.Event()
     thread = threading.Thread(target=service.trainer.run_forever, args=(stop, interval),
-                              name="reranker-trainer", daemon=True)
+                              kwargs={"lead": lead}, name="reranker-trainer", daemon=True)
     service.background.append((thread, stop))  # close() stops and joins it first
     thread.start()
     return thread, stop

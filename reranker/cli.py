@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,19 +88,37 @@ def index(config_path: str | None, documents: str, recreate: bool) -> None:
 @config_option
 @click.option("--host", default=None, help="Listen address (default: server.host).")
 @click.option("--port", type=int, default=None, help="Port (default: server.port; 0 = any free).")
+@click.option("--workers", type=click.IntRange(0, 256), default=None,
+              help="Worker processes (default: server.workers; 0 = serve from this process).")
 @click.option("--no-trainer", is_flag=True, help="Do not run the background trainer.")
-def serve(config_path: str | None, host: str | None, port: int | None, no_trainer: bool) -> None:
+def serve(config_path: str | None, host: str | None, port: int | None, workers: int | None,
+          no_trainer: bool) -> None:
     """Start the HTTP service: POST /search, POST /click, GET /healthz.
 
     Unless disabled, a background trainer applies clicks as their feedback windows close,
-    and the service picks up every new model version without a restart.
+    and the service picks up every new model version without a restart. With --workers N,
+    gunicorn serves from N worker processes sharing the event store and the model folder;
+    one of them runs the trainer.
     """
+    overrides = {k: v for k, v in (("server.host", host), ("server.port", port),
+                                   ("server.workers", workers)) if v is not None}
+    config = load_config(config_path, overrides)
+    if config.server.workers:
+        # Metrics summed over the workers: prometheus_client's multiprocess mode, which it
+        # decides when first imported, so before anything imports it here
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(
+                prefix="reranker-metrics-")
+        from .monitoring import configure_logging
+        from .wsgi import serve_workers
+
+        configure_logging(config.server.log_format)
+        serve_workers(config_path, overrides, trainer=not no_trainer)
+        return
     from .app import create_app, create_server, start_trainer
     from .monitoring import configure_logging
     from .service import RerankerService
 
-    overrides = {k: v for k, v in (("server.host", host), ("server.port", port)) if v is not None}
-    config = load_config(config_path, overrides)
     configure_logging(config.server.log_format)
     service = RerankerService(config).open()
     app = create_app(service=service)
@@ -139,17 +159,26 @@ def serve(config_path: str | None, host: str | None, port: int | None, no_traine
 @click.option("--close-all", is_flag=True,
               help="Close every open impression now, even inside its feedback window "
                    "(later clicks on them are refused).")
-def train(config_path: str | None, close_all: bool) -> None:
+@click.option("--follow", is_flag=True,
+              help="Keep training every trainer.interval seconds until stopped (SIGTERM or "
+                   "Ctrl-C), while this process leads the store's trainers.")
+def train(config_path: str | None, close_all: bool, follow: bool) -> None:
     """Apply all pending feedback once and exit.
 
     Closes the impressions whose feedback window (trainer.feedback_window) has passed,
     applies every closed impression the model has not seen, and saves a new model version.
-    Safe to run while `reranker serve` is running.
+    Safe to run while `reranker serve` is running. With --follow, it is the trainer of
+    services started with --no-trainer, on this machine or others sharing the store.
     """
     from .stores import open_event_store
     from .trainer import Trainer
 
     config = load_config(config_path)
+    if follow:
+        if close_all:
+            raise click.UsageError("--close-all and --follow do not go together")
+        _follow(config)
+        return
     events = open_event_store(config)
     try:
         trainer = Trainer.from_config(config, events)
@@ -181,6 +210,32 @@ def train(config_path: str | None, close_all: bool) -> None:
     if stats["open_impressions"]:
         click.echo(f"{stats['open_impressions']} impressions are still inside their feedback "
                    f"window ({config.trainer.feedback_window:g}s); use --close-all to include them")
+
+
+def _follow(config: Config) -> None:
+    """``reranker train --follow``: the leader-mode training loop until SIGTERM or SIGINT."""
+    import threading
+
+    from .stores import open_event_store
+    from .trainer import Trainer
+
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    events = open_event_store(config)
+    stop = threading.Event()
+
+    def terminate(signum, frame):  # pragma: no cover -- exercised by the subprocess tests
+        stop.set()
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGINT, terminate)
+    try:
+        trainer = Trainer.from_config(config, events)
+        click.echo(f"reranker training from {events.location} every "
+                   f"{config.trainer.interval:g}s (Ctrl-C stops)")
+        trainer.run_forever(stop, config.trainer.interval, lead=True)
+    finally:
+        events.close()
 
 
 @cli.command()

@@ -185,7 +185,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "host": Key("str", "127.0.0.1", "Address `reranker serve` listens on."),
         "port": Key("int", 8000, "Port `reranker serve` listens on (0: any free port).",
                     minimum=0, maximum=65535),
-        "threads": Key("int", 8, "Worker threads of the HTTP server.", minimum=1),
+        "threads": Key("int", 8, "Worker threads of the HTTP server (of each worker process "
+                       "with server.workers).", minimum=1),
+        "workers": Key("int", 0, "Worker processes of `reranker serve`: 0 serves from its own "
+                       "process (waitress); N runs gunicorn with N worker processes sharing the "
+                       "event store and the model folder, one of which runs the trainer.",
+                       minimum=0, maximum=256),
         "default_size": Key("int", 10, "Hits returned when a search gives no size.",
                             minimum=1),
         "max_size": Key("int", 100, "Largest size a search may ask for.", minimum=1),

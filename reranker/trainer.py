@@ -78,6 +78,9 @@ class Trainer:
         self.last_report: TrainReport | None = None
         self.last_error: str | None = None
         self.last_run: float | None = None
+        #: With a leader-mode background loop: whether this process is the store's trainer
+        #: (None: no such loop).
+        self.leading: bool | None = None
         #: Called after every pass that saved a version (the experiment's guard).
         self.after_pass: Callable[[TrainReport], None] | None = None
 
@@ -233,17 +236,51 @@ class Trainer:
                          f"; clicks that taught nothing: {idle}" if idle else "")
         return report
 
-    def run_forever(self, stop: threading.Event, interval: float) -> None:
+    def run_forever(self, stop: threading.Event, interval: float, *,
+                    lead: bool = False) -> None:
         """A pass every ``interval`` seconds until ``stop`` is set; a failed pass is retried
-        from the saved cursor at the next one."""
-        while not stop.is_set():
-            self.run_pass()
-            stop.wait(interval)
+        from the saved cursor at the next one. With ``lead``, passes run only while this
+        process holds the store's trainer leadership
+        (:meth:`reranker.stores.EventStore.trainer_leadership`), which it tries to take
+        every ``interval`` seconds: of many processes serving one store, one trains."""
+        leadership = None
+        try:
+            while not stop.is_set():
+                if lead and (leadership is None or not leadership.held()):
+                    leadership = self._take_lead(leadership)
+                    if leadership is None:
+                        stop.wait(interval)
+                        continue
+                self.run_pass()
+                stop.wait(interval)
+        finally:
+            if leadership is not None:
+                leadership.release()
+            if lead:
+                self.leading = False
+
+    def _take_lead(self, lost):
+        """The store's trainer leadership if this process can take it now, else None."""
+        if lost is not None:
+            lost.release()
+            log.warning("this process lost the trainer's leadership (its connection to the "
+                        "event store broke); trying to take it again")
+        try:
+            leadership = self.events.trainer_leadership()
+        except StoreError as exc:
+            self.last_error = exc.message
+            log.warning("%s", exc.message)
+            leadership = None
+        self.leading = leadership is not None
+        if leadership is not None:
+            log.info("this process runs the trainer of %s", self.events.location)
+        return leadership
 
     def status(self) -> dict:
         """For ``/healthz``: when the last pass ran, what it saved, and its error if any."""
         report = self.last_report
-        return {"last_run": self.last_run, "last_error": self.last_error,
+        return {"leading": self.leading, "last_run": self.last_run,
+                "last_error": self.last_error,
                 "last_saved_version": report.version if report else None,
                 "last_skipped": report.skipped if report else 0}
 

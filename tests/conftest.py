@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,18 @@ def learn(search, click, pages: int = 1, query: str = "tea kettle") -> None:
         page = search(query)
         for position in (5, 2):
             click(page["impression_id"], page["hits"][position]["id"])
+
+
+def wait_for_version(search, version: int, log_path: Path, timeout: float = 60) -> dict:
+    """Search until a page is ranked by model ``version`` or newer (the trainer runs in the
+    background); the page. Fails with the server's log after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        page = search("tea kettle")
+        if page["model_version"] >= version:
+            return page
+        assert time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.2)
 
 
 def write_docs(folder: Path, documents) -> Path:

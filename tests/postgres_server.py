@@ -27,9 +27,11 @@ def server_binaries() -> Path | None:
 
 
 class ThrowawayCluster:
-    """initdb + pg_ctl start in a temporary folder; :meth:`stop` removes it all."""
+    """initdb + pg_ctl start in a temporary folder; :meth:`stop` removes it all. Without
+    ``fsync`` (the tests' default) a commit is not flushed to disk: fast, and still durable
+    against the death of any client process, which is what the tests kill."""
 
-    def __init__(self, bin_dir: Path):
+    def __init__(self, bin_dir: Path, fsync: bool = False):
         self.bin_dir = bin_dir
         self.root = Path(tempfile.mkdtemp(prefix="reranker-pg-"))
         self.data = self.root / "data"
@@ -39,7 +41,8 @@ class ThrowawayCluster:
             shutil.chown(self.root, self.user)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
                   "--no-sync", "-E", "UTF8")
-        options = f"-c listen_addresses='' -k {self.root} -c fsync=off -c max_connections=200"
+        options = (f"-c listen_addresses='' -k {self.root} -c fsync={'on' if fsync else 'off'} "
+                   f"-c max_connections=200")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options,
                   "-w", "-t", "60", "start")
         self.dsn = f"host={self.root} port=5432 user=postgres dbname=postgres"

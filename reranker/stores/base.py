@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..clicks import PositionBias
+from ..errors import RerankerError, StoreError
 from ..events import ClickResult, Impression, RewardResult
 
 
@@ -78,6 +79,24 @@ class EventStore(abc.ABC):
         :class:`~reranker.errors.UnprocessableError`; a closed impression:
         :class:`~reranker.errors.ConflictError`. A repeated click is accepted and counted
         once (``duplicate=True``), also after closing."""
+
+    def record_clicks(self, clicks: Sequence[tuple[str, str, float]]
+                      ) -> list[ClickResult | RerankerError]:
+        """Store several clicks ``(impression_id, doc_id, time)``, each as
+        :meth:`record_click` would, durably when this returns; per click its result, or the
+        error of that click alone (unknown impression, not shown, closed). A failure of the
+        store raises, and then none of them was written. This default records them one by
+        one; the SQL stores write them in one transaction, and their :meth:`record_click`
+        lets concurrent clicks share one such transaction (group commit)."""
+        outcomes: list[ClickResult | RerankerError] = []
+        for impression_id, doc_id, now in clicks:
+            try:
+                outcomes.append(self.record_click(impression_id, doc_id, now))
+            except StoreError:
+                raise
+            except RerankerError as exc:
+                outcomes.append(exc)
+        return outcomes
 
     @abc.abstractmethod
     def record_reward(self, impression_id: str, value: float,
@@ -168,4 +187,31 @@ class EventStore(abc.ABC):
         The default holds nothing: right for a store that only the processes of one machine
         can open (SQLite), where the model folder's file lock already excludes them."""
         return contextlib.nullcontext()
+
+    def trainer_leadership(self) -> Leadership | None:
+        """Try, without waiting, to become *the* trainer of this store: the one process, of
+        all those serving from it, whose background trainer runs passes (``reranker serve
+        --workers N`` starts a trainer in every worker, and ``reranker train --follow`` may
+        run beside them). Returns a held :class:`Leadership`, released when its process dies,
+        or None while another process holds it. The trainer tries again every
+        ``trainer.interval`` seconds, so another process takes over within that time when
+        the leader dies. Exactly-once training does not rest on it (:meth:`trainer_lock`
+        and the model's cursor do that): it only keeps the other processes from repeating
+        the leader's work.
+
+        The default leads at once, everywhere: right for a store that cannot tell (every
+        process then trains in turn, each pass under :meth:`trainer_lock`)."""
+        return Leadership()
+
+
+class Leadership:
+    """A held trainer leadership (:meth:`EventStore.trainer_leadership`)."""
+
+    def held(self) -> bool:
+        """Whether it is still held (a store whose leadership lives on a connection loses
+        it with the connection)."""
+        return True
+
+    def release(self) -> None:
+        """Give it up (harmless twice)."""
 

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 
 from .. import hookimpl
 from ..errors import ConfigError, StoreError
+from .base import Leadership
 from .sql import LATE_INDEXES, SCHEMA_VERSION, SQLEventStore
 
 #: First key of the advisory locks this store takes (the second tells them apart): a number
@@ -33,6 +34,8 @@ from .sql import LATE_INDEXES, SCHEMA_VERSION, SQLEventStore
 LOCK_SPACE = 0x52524B  # "RRK"
 _SCHEMA_LOCK = 0
 _TRAINER_LOCK = "SELECT pg_advisory_lock(%s, hashtext(%s))"
+_LEADER_LOCK = 1
+_TRY_LEADER = "SELECT pg_try_advisory_lock(%s, %s)"
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS meta (
@@ -224,9 +227,43 @@ class PostgresStore(SQLEventStore):
         finally:
             conn.close()
 
+    def trainer_leadership(self) -> Leadership | None:
+        """A session-level advisory lock, tried without waiting, on a connection of its own
+        that holds it as long as it stays open: the server releases it when the leader's
+        process dies or its connection breaks, on whichever machine it runs."""
+        psycopg, _ = _driver()
+        with self._errors():
+            conn = psycopg.connect(self.dsn, **self._connect_args)
+        try:
+            with self._errors():
+                got = conn.execute(_TRY_LEADER, (LOCK_SPACE, _LEADER_LOCK)).fetchone()[0]
+        except BaseException:
+            conn.close()
+            raise
+        if not got:
+            conn.close()
+            return None
+        return ConnectionLeadership(conn)
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
+
+
+class ConnectionLeadership(Leadership):
+    def __init__(self, conn):
+        self._conn = conn
+
+    def held(self) -> bool:
+        """Whether its connection still answers (the lock lives and dies with it)."""
+        try:
+            self._conn.execute("SELECT 1")
+        except Exception:  # noqa: BLE001 -- any failure: the session, and the lock, are gone
+            return False
+        return True
+
+    def release(self) -> None:
+        self._conn.close()
 
 
 def describe(dsn: str) -> str:

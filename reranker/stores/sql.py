@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -25,9 +26,10 @@ import numpy as np
 
 from ..clicks import PositionBias, lifts_from_counts, query_key
 from ..clicks.position_bias import randomized_pairs
-from ..errors import ConflictError, NotFoundError, StoreError, UnprocessableError
+from ..errors import ConflictError, NotFoundError, RerankerError, StoreError, UnprocessableError
 from ..events import ClickResult, Impression, RewardResult
 from .base import EventStore
+from .group_commit import GroupCommit
 
 SCHEMA_VERSION = 3
 
@@ -41,6 +43,11 @@ LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_experiment ON impression
                 "(experiment, closed_seq) WHERE experiment IS NOT NULL",
                 "CREATE INDEX IF NOT EXISTS impressions_page ON impressions (page_key, created) "
                 "WHERE page_key IS NOT NULL AND page_offset = 0")
+
+#: Clicks written in one transaction at most (also bounds the ``IN (...)`` list of the
+#: impressions they are on).
+CLICK_BATCH = 500
+_GROUP_LOCK = threading.Lock()
 
 UPSERT_STATS = ("INSERT INTO click_stats (query_key, doc_id, clicks, exposure) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
@@ -115,78 +122,136 @@ class SQLEventStore(EventStore):
     def log_impression(self, imp: Impression) -> None:
         """Record a served page and its shown documents' exposures. Not made durable by
         itself: the next durable write (any click) is, and a click always refers to an
-        impression written before it."""
+        impression written before it. Concurrent calls share one transaction, as clicks do
+        (:meth:`record_click`): with several worker processes logging every search, the
+        turns at the store's write lock, not the CPU, would otherwise bound the searches."""
         features = np.ascontiguousarray(imp.features, dtype=np.float64)
         theta = self.position_bias().weights(imp.offset + imp.n_shown)[imp.offset:]
+        row = (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
+               json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
+               np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown, imp.log_prob,
+               None if imp.propensities is None
+               else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
+               None if imp.teams is None else json.dumps(imp.teams),
+               None if imp.context is None else json.dumps(imp.context), imp.arm,
+               imp.experiment, imp.offset, imp.page_key)
+        self._commits("_impression_group", self._log_impressions).submit(
+            (row, exposure_rows(query_key(imp.query), imp.shown_ids(), theta)))
+
+    def _log_impressions(self, items: Sequence[tuple[tuple, list[tuple]]]) -> list[None]:
+        """Impression rows and their exposure rows in one transaction; the exposures of the
+        same document added up, and written sorted (one order for every writer: two
+        transactions upserting the same rows in different orders could deadlock where the
+        database locks rows, PostgreSQL)."""
+        exposures: dict[tuple[str, str], float] = {}
+        for _, rows in items:
+            for key, doc_id, weight in rows:
+                exposures[key, doc_id] = exposures.get((key, doc_id), 0.0) + weight
         with self._write(durable=False) as conn:
-            self._run(
+            self._run_many(
                 conn,
                 "INSERT INTO impressions (id, created, query, user_id, learner, model_version, "
                 "doc_ids, feature_names, features, ranking, n_shown, log_prob, propensities, "
                 "teams, context, arm, experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, "
-                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
-                 json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
-                 np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown,
-                 imp.log_prob,
-                 None if imp.propensities is None
-                 else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
-                 None if imp.teams is None else json.dumps(imp.teams),
-                 None if imp.context is None else json.dumps(imp.context), imp.arm,
-                 imp.experiment, imp.offset, imp.page_key))
-            self._count_exposures(conn, query_key(imp.query), imp.shown_ids(), theta)
-
-    def _count_exposures(self, conn, key: str, shown: list[str], theta: np.ndarray) -> None:
-        """Count the exposures ``theta`` (the weights of the shown positions) of the shown
-        documents; the total gets one row instead of one per document."""
-        rows = [(cell[0], cell[1], 0.0, weight)
-                for doc_id, weight in zip(shown, theta.tolist(), strict=True)
-                for cell in stat_cells(key, doc_id)[:2]]
-        rows.append((ALL_QUERIES, ALL_DOCS, 0.0, float(theta.sum())))
-        # One order for every writer: two transactions upserting the same rows in different
-        # orders could deadlock where the database locks rows (PostgreSQL).
-        self._run_many(conn, UPSERT_STATS, sorted(rows))
-
-    def _count_click(self, conn, key: str, doc_id: str) -> None:
-        self._run_many(conn, UPSERT_STATS,
-                       sorted((*cell, 1.0, 0.0) for cell in stat_cells(key, doc_id)))
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [row for row, _ in items])
+            self._run_many(conn, UPSERT_STATS, sorted(
+                (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
+        return [None] * len(items)
 
     def record_click(self, impression_id: str, doc_id: str,
                      now: float | None = None) -> ClickResult:
+        """Store a click, durably when this returns. Concurrent calls share one commit
+        (:mod:`.group_commit`): one transaction and one flush to disk for all the clicks that
+        arrived while the previous commit was under way."""
         now = time.time() if now is None else now
+        return self._commits("_click_group", self.record_clicks).submit(
+            (impression_id, doc_id, now))
+
+    def _commits(self, name: str, write_batch) -> GroupCommit:
+        """The store's group commit of one kind of write, made on first use."""
+        group = self.__dict__.get(name)
+        if group is None:
+            with _GROUP_LOCK:
+                group = self.__dict__.get(name)
+                if group is None:
+                    group = self.__dict__[name] = GroupCommit(write_batch, CLICK_BATCH)
+        return group
+
+    def record_clicks(self, clicks: Sequence[tuple[str, str, float]]
+                      ) -> list[ClickResult | RerankerError]:
+        outcomes: list[ClickResult | RerankerError] = []
+        for start in range(0, len(clicks), CLICK_BATCH):
+            outcomes.extend(self._record_batch(clicks[start:start + CLICK_BATCH]))
+        return outcomes
+
+    def _record_batch(self, clicks: Sequence[tuple[str, str, float]]
+                      ) -> list[ClickResult | RerankerError]:
+        """At most :data:`CLICK_BATCH` clicks in one durable transaction. Every row it
+        changes is taken in one order that every writer shares (the impressions by
+        ``created, seq``, as closing takes them; the counts sorted, as logging an impression
+        writes them), so that two transactions never wait for each other in a circle where
+        the database locks rows (PostgreSQL). A click's own error is raised before it writes
+        anything, so it leaves the others of the transaction as they are."""
+        ids = sorted({click[0] for click in clicks})
+        marks = ",".join("?" * len(ids))
+        outcomes: list[ClickResult | RerankerError] = []
+        stats: dict[tuple[str, str], float] = {}
+        bias: dict[int, list[float]] = {}
         with self._write(durable=True) as conn:
-            row = self._run(conn, "SELECT doc_ids, ranking, n_shown, closed_seq, query, "
-                            "context, page_offset FROM impressions WHERE id = ?"
-                            + self.FOR_UPDATE, (impression_id,)).fetchone()
-            if row is None:
-                raise NotFoundError(f"unknown impression_id {impression_id!r}")
-            doc_ids = json.loads(row[0])
-            ranking = np.frombuffer(row[1], dtype=np.int32)
-            offset = row[6]
-            shown = [doc_ids[i] for i in ranking[offset: offset + row[2]]]
-            if doc_id not in shown:
-                raise UnprocessableError(f"doc_id {doc_id!r} was not shown in impression "
-                                         f"{impression_id!r}")
-            position = offset + shown.index(doc_id) + 1  # its rank in the whole ranking
-            if row[3] is not None:
-                existing = self._run(conn, "SELECT 1 FROM clicks WHERE impression_id = ? AND "
-                                     "doc_id = ?", (impression_id, doc_id)).fetchone()
-                if existing is None:
-                    raise ConflictError(f"impression {impression_id!r} no longer accepts clicks: "
-                                        f"its feedback window has closed and it was trained on")
-                return ClickResult(impression_id, doc_id, position, duplicate=True)
-            cur = self._run(conn, "INSERT INTO clicks (impression_id, doc_id, position, "
-                            "created) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                            (impression_id, doc_id, position, now))
-            if cur.rowcount == 0:
-                return ClickResult(impression_id, doc_id, position, duplicate=True)
-            self._count_click(conn, query_key(row[4]), doc_id)
-            pairs, p = randomized_pairs(json.loads(row[5]) if row[5] and not offset else None,
-                                        row[2])
-            counts = PositionBias.pair_counts(pairs, p, [position - 1])
-            if counts:
-                self._run_many(conn, UPSERT_BIAS, sorted(counts))
-            return ClickResult(impression_id, doc_id, position, duplicate=False)
+            rows = {row[0]: row for row in self._run(
+                conn, f"SELECT id, doc_ids, ranking, n_shown, closed_seq, query, context, "
+                f"page_offset FROM impressions WHERE id IN ({marks}) ORDER BY created, seq"
+                + self.FOR_UPDATE, ids).fetchall()}
+            shown_of: dict[str, list[str]] = {}
+            for impression_id, doc_id, now in clicks:
+                row = rows.get(impression_id)
+                if row is None:
+                    outcomes.append(NotFoundError(f"unknown impression_id {impression_id!r}"))
+                    continue
+                offset, n_shown = row[7], row[3]
+                shown = shown_of.get(impression_id)
+                if shown is None:
+                    doc_ids = json.loads(row[1])
+                    ranking = np.frombuffer(row[2], dtype=np.int32)
+                    shown = shown_of[impression_id] = [doc_ids[i] for i in
+                                                       ranking[offset: offset + n_shown]]
+                if doc_id not in shown:
+                    outcomes.append(UnprocessableError(f"doc_id {doc_id!r} was not shown in "
+                                                       f"impression {impression_id!r}"))
+                    continue
+                position = offset + shown.index(doc_id) + 1  # its rank in the whole ranking
+                if row[4] is not None:
+                    existing = self._run(conn, "SELECT 1 FROM clicks WHERE impression_id = ? "
+                                         "AND doc_id = ?", (impression_id, doc_id)).fetchone()
+                    outcomes.append(
+                        ClickResult(impression_id, doc_id, position, duplicate=True)
+                        if existing is not None else
+                        ConflictError(f"impression {impression_id!r} no longer accepts "
+                                      f"clicks: its feedback window has closed and it was "
+                                      f"trained on"))
+                    continue
+                cur = self._run(conn, "INSERT INTO clicks (impression_id, doc_id, position, "
+                                "created) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                                (impression_id, doc_id, position, now))
+                duplicate = cur.rowcount == 0
+                outcomes.append(ClickResult(impression_id, doc_id, position, duplicate))
+                if duplicate:
+                    continue
+                for cell in stat_cells(query_key(row[5]), doc_id):
+                    stats[cell] = stats.get(cell, 0.0) + 1.0
+                pairs, p = randomized_pairs(json.loads(row[6]) if row[6] and not offset
+                                            else None, n_shown)
+                for upper, top, bottom in PositionBias.pair_counts(pairs, p, [position - 1]):
+                    entry = bias.setdefault(upper, [0.0, 0.0])
+                    entry[0] += top
+                    entry[1] += bottom
+            if stats:
+                self._run_many(conn, UPSERT_STATS, sorted(
+                    (key, doc_id, clicks, 0.0) for (key, doc_id), clicks in stats.items()))
+            if bias:
+                self._run_many(conn, UPSERT_BIAS, sorted(
+                    (upper, top, bottom) for upper, (top, bottom) in bias.items()))
+        return outcomes
 
     def record_reward(self, impression_id: str, value: float,
                       now: float | None = None) -> RewardResult:
@@ -380,6 +445,16 @@ class SQLEventStore(EventStore):
                 "(SELECT COUNT(*) FROM clicks)").fetchone()
         return {"impressions": impressions, "open_impressions": open_, "clicks": clicks,
                 "closed_seq": self.last_closed_seq()}
+
+
+def exposure_rows(key: str, shown: list[str], theta: np.ndarray) -> list[tuple[str, str, float]]:
+    """``(query_key, doc_id, exposure)`` rows of ``click_stats`` for documents ``shown`` with
+    the weights ``theta`` of their positions: each document's under the query and over all
+    queries, and the total as one row instead of one per document."""
+    rows = [(*cell, weight) for doc_id, weight in zip(shown, theta.tolist(), strict=True)
+            for cell in stat_cells(key, doc_id)[:2]]
+    rows.append((ALL_QUERIES, ALL_DOCS, float(theta.sum())))
+    return rows
 
 
 def stat_cells(key: str, doc_id: str) -> tuple[tuple[str, str], ...]:

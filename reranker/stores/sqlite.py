@@ -9,11 +9,13 @@ versions (schema 1 and 2) are migrated when opened.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import sqlite3
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ import numpy as np
 from .. import hookimpl
 from ..clicks import PositionBias, query_key
 from ..errors import StoreError
+from .base import Leadership
 from .sql import LATE_INDEXES, SCHEMA_VERSION, UPSERT_STATS, SQLEventStore, stat_cells
 
 _SCHEMA = """
@@ -110,6 +113,8 @@ class SQLiteStore(SQLEventStore):
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
+        self._writer_lock = threading.Lock()
+        self._writer_handle: int | None = None
         if not self.path.parent.is_dir():
             raise StoreError(f"store.path: folder {self.path.parent} does not exist")
         conn = self._conn()
@@ -240,9 +245,10 @@ class SQLiteStore(SQLEventStore):
 
     @contextlib.contextmanager
     def _write(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error)."""
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error), taken in turn with
+        the other writers of this machine (:meth:`_writer_turn`)."""
         conn = self._conn()
-        with self._errors():
+        with self._errors(), self._writer_turn():
             conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -251,6 +257,52 @@ class SQLiteStore(SQLEventStore):
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _writer_turn(self) -> Iterator[None]:
+        """Wait for this store's writers, of this process and of the others on the machine,
+        in a queue that wakes the next one as soon as the last commits: a thread lock, then
+        an exclusive ``flock`` on ``<store.path>.writer``. SQLite's own wait for its write
+        lock polls with sleeps growing to 100 ms, which, with several worker processes
+        logging every search, left the machine idle while they slept. ``StoreError``
+        after ``store.timeout`` seconds, as SQLite's own wait would."""
+        deadline = time.monotonic() + self.busy_timeout
+        if not self._writer_lock.acquire(timeout=self.busy_timeout):
+            raise self._locked_error()
+        try:
+            fd = self._writer_fd()
+            pause = 0.0001
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise self._locked_error() from None
+                    time.sleep(pause)  # another process writes: its turn ends in microseconds
+                    pause = min(pause * 2, 0.001)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self._writer_lock.release()
+
+    def _writer_fd(self) -> int:
+        """The lock file's descriptor (a bare one: a store left unclosed leaks no file
+        object), opened once per store object."""
+        if self._writer_handle is None:
+            lock_path = self.path.with_name(self.path.name + ".writer")
+            try:
+                self._writer_handle = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise StoreError(f"store.path: cannot use the writers' lock file {lock_path}: "
+                                 f"{exc}") from exc
+        return self._writer_handle
+
+    def _locked_error(self) -> StoreError:
+        return StoreError(f"event store {self.location} failed: its writers' turn did not come "
+                          f"within store.timeout ({self.busy_timeout:g}s)")
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -262,12 +314,39 @@ class SQLiteStore(SQLEventStore):
             finally:
                 conn.execute("COMMIT")
 
+    def trainer_leadership(self) -> Leadership | None:
+        """An exclusive ``flock`` on ``<store.path>.trainer``, held until released or until
+        the process ends (the kernel drops it then, also after SIGKILL)."""
+        lock_path = self.path.with_name(self.path.name + ".trainer")
+        try:
+            handle = open(lock_path, "a+b")
+        except OSError as exc:
+            raise StoreError(f"store.path: cannot use the trainer's lock file {lock_path}: "
+                             f"{exc}") from exc
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return None
+        return FileLeadership(handle)
+
     def close(self) -> None:
         with self._connections_lock:
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
         self._local = threading.local()
+        if self._writer_handle is not None:
+            os.close(self._writer_handle)
+            self._writer_handle = None
+
+
+class FileLeadership(Leadership):
+    def __init__(self, handle):
+        self._handle = handle
+
+    def release(self) -> None:
+        self._handle.close()  # closing the file drops its lock
 
 
 @hookimpl

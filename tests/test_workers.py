@@ -1,0 +1,201 @@
+"""Serving from several processes, for real: `reranker serve --workers 2` (gunicorn worker
+processes over HTTP) sharing one event store and model folder, with one trainer among them;
+`reranker train --follow`; and clicks answered 202 that survive a SIGKILL of the server."""
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from conftest import ServeProcess, learn, run_cli, wait_for_version, write_config
+
+from reranker.config import load_config
+from reranker.stores import open_event_store
+from reranker.testing import cli_env, reranker_command
+
+
+def worker_sessions(url: str, timeout: float = 60) -> dict[bool, requests.Session]:
+    """One keep-alive session on each of the two workers, told apart by whether the worker
+    leads the trainers (``/healthz``: ``trainer.leading``): a kept-alive connection stays
+    with the worker that accepted it."""
+    sessions: dict[bool, requests.Session] = {}
+    deadline = time.monotonic() + timeout
+    while len(sessions) < 2:
+        assert time.monotonic() < deadline, f"did not reach both workers: {sessions}"
+        session = requests.Session()
+        leading = session.get(url + "/healthz", timeout=30).json()["trainer"]["leading"]
+        if leading is None or leading in sessions:
+            session.close()
+            time.sleep(0.05)
+            continue
+        sessions[leading] = session
+    return sessions
+
+
+@pytest.mark.slow
+def test_two_workers_share_the_store_and_one_trains(workdir, store_section):
+    """Searches and clicks on both workers land in one store; one worker trains, applying
+    every impression exactly once; both serve the new model version afterwards."""
+    path = write_config(workdir, store=store_section,
+                        trainer={"feedback_window": 5.0, "interval": 0.2})
+    server = ServeProcess(path, "--workers", "2")
+    try:
+        sessions = worker_sessions(server.url)
+        impressions = clicks = 0
+        for session in sessions.values():
+            def search(query, session=session):
+                response = session.post(server.url + "/search", json={"query": query},
+                                        timeout=30)
+                assert response.status_code == 200, response.text
+                return response.json()
+
+            def click(impression_id, doc_id, session=session):
+                nonlocal clicks
+                response = session.post(server.url + "/click", json={
+                    "impression_id": impression_id, "doc_id": doc_id}, timeout=30)
+                assert response.status_code == 202, response.text
+                clicks += 1
+
+            assert search("tea kettle")["model_version"] == 0
+            learn(search, click, pages=3)
+            impressions += 4
+        deadline = time.monotonic() + 90
+        while True:
+            health = {leading: session.get(server.url + "/healthz", timeout=30).json()
+                      for leading, session in sessions.items()}
+            model = health[True]["model"]
+            if model["impressions"] == impressions and all(
+                    h["model_version"] == health[True]["model_version"] for h in health.values()):
+                break
+            assert time.monotonic() < deadline, (health, server.log_path.read_text())
+            time.sleep(0.2)
+        assert model["clicks"] == clicks and model["version"] >= 1
+        assert health[True]["trainer"]["last_run"] is not None
+        assert health[False]["trainer"]["last_run"] is None  # it never trained
+        for session in sessions.values():  # both workers rank with the trained model
+            page = session.post(server.url + "/search", json={"query": "tea kettle"},
+                                timeout=30).json()
+            assert page["model_version"] == model["version"]
+    finally:
+        server.stop()
+    stats = _store_stats(path)
+    assert stats["impressions"] == impressions + 2 and stats["clicks"] == clicks
+
+
+def _store_stats(path) -> dict:
+    store = open_event_store(load_config(path))
+    try:
+        return store.stats()
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_a_separate_follow_trainer_trains_for_services_without_one(workdir):
+    """`reranker serve --workers 2 --no-trainer` beside `reranker train --follow`: the
+    follower trains, the workers serve its versions; SIGTERM stops it cleanly."""
+    import subprocess
+
+    path = write_config(workdir, trainer={"feedback_window": 1.0, "interval": 0.2})
+    server = ServeProcess(path, "--workers", "2", "--no-trainer")
+    follower = subprocess.Popen(reranker_command() + ["train", "--follow", "-c", str(path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=cli_env())
+    try:
+        def search(query):
+            return requests.post(server.url + "/search", json={"query": query},
+                                 timeout=30).json()
+
+        def click(impression_id, doc_id):
+            response = requests.post(server.url + "/click", json={
+                "impression_id": impression_id, "doc_id": doc_id}, timeout=30)
+            assert response.status_code == 202, response.text
+
+        learn(search, click, pages=3)
+        wait_for_version(search, 1, server.log_path)
+        health = requests.get(server.url + "/healthz", timeout=30).json()
+        assert health["trainer"]["last_run"] is None  # the workers did not train
+    finally:
+        server.stop()
+        follower.send_signal(signal.SIGTERM)
+        output, _ = follower.communicate(timeout=30)
+    assert follower.returncode == 0, output
+    assert "runs the trainer" in output
+
+
+def test_workers_out_of_range_is_an_error_naming_the_key(workdir):
+    path = write_config(workdir, server={"workers": -1})
+    result = run_cli("serve", "-c", str(path), check=False)
+    assert result.returncode == 1 and "server.workers" in result.stderr
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_clicks_answered_202_survive_a_sigkill(workdir, store_section, workers):
+    """Clicks from eight concurrent clients; the server is killed with SIGKILL in the middle
+    of the stream; every click that was answered 202 is in the store afterwards."""
+    path = write_config(workdir, store=store_section,
+                        trainer={"feedback_window": 3600.0, "interval": 1.0})
+    server = ServeProcess(path, "--no-trainer", "--workers", str(workers))
+    pages = []
+    for i in range(30):
+        page = requests.post(server.url + "/search", json={"query": f"tea kettle {i % 5}"},
+                             timeout=30).json()
+        pages.extend((page["impression_id"], hit["id"]) for hit in page["hits"])
+    accepted, lock = [], threading.Lock()
+    enough = threading.Event()
+
+    def clicker(chunk):
+        with requests.Session() as session:
+            for impression_id, doc_id in chunk:
+                try:
+                    response = session.post(server.url + "/click", json={
+                        "impression_id": impression_id, "doc_id": doc_id}, timeout=30)
+                except requests.RequestException:
+                    return  # the server is gone
+                if response.status_code == 202:
+                    with lock:
+                        accepted.append((impression_id, doc_id))
+                        if len(accepted) >= len(pages) // 3:
+                            enough.set()
+
+    threads = [threading.Thread(target=clicker, args=(pages[i::8],)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    assert enough.wait(60), server.log_path.read_text()
+    _kill_all(server)
+    for thread in threads:
+        thread.join(60)
+    store = open_event_store(load_config(path))
+    try:
+        with store._reading() as conn:
+            stored = {tuple(row) for row in store._run(
+                conn, "SELECT impression_id, doc_id FROM clicks").fetchall()}
+    finally:
+        store.close()
+    assert len(accepted) >= len(pages) // 3
+    assert [click for click in accepted if click not in stored] == []
+
+
+def _kill_all(server: ServeProcess) -> None:
+    """SIGKILL the server and, with workers, every worker process at the same moment."""
+    for pid in [server.proc.pid, *_children(server.proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    server.kill()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
