@@ -216,11 +216,11 @@ def _follow(config: Config) -> None:
     """``reranker train --follow``: the leader-mode training loop until SIGTERM or SIGINT."""
     import threading
 
+    from .monitoring import configure_logging
     from .stores import open_event_store
     from .trainer import Trainer
 
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(config.server.log_format)
     events = open_event_store(config)
     stop = threading.Event()
 
