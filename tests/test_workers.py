@@ -79,6 +79,11 @@ def test_two_workers_share_the_store_and_one_trains(workdir, store_section):
             page = session.post(server.url + "/search", json={"query": "tea kettle"},
                                 timeout=30).json()
             assert page["model_version"] == model["version"]
+        for session in sessions.values():  # either worker's /metrics counts both workers'
+            metrics = session.get(server.url + "/metrics", timeout=30).text
+            assert f'reranker_clicks_total{{outcome="accepted"}} {float(clicks)}' in metrics
+            assert f'reranker_model_version{{arm="{health[True]["learner"]}",learner="' \
+                   f'{health[True]["learner"]}"}} {float(model["version"])}' in metrics
     finally:
         server.stop()
     stats = _store_stats(path)
