@@ -81,11 +81,18 @@ def simulation_speeds(data, cases: dict, settings, repeats: int) -> dict[str, di
     timings: dict[str, list[dict]] = {name: [] for name in cases}
     for repeat in range(repeats):
         for name, spec in cases.items():
-            timings[name].append(run_one(data, spec, settings, repeat)[1])
+            cpu = time.process_time()
+            timing = run_one(data, spec, settings, repeat)[1]
+            # per CPU-second of this process too: what other processes take of the machine
+            # slows the wall clock, not this
+            timing["cpu_speed"] = settings.impressions / max(time.process_time() - cpu, 1e-9)
+            timings[name].append(timing)
     out = {}
     for name, runs in timings.items():
         speeds = [t["impressions_per_second"] for t in runs]
+        cpu_speeds = [t["cpu_speed"] for t in runs]
         out[name] = {"median": statistics.median(speeds), "best": max(speeds),
+                     "cpu_median": statistics.median(cpu_speeds),
                      "share": statistics.median(t["learner_seconds"] / t["seconds"]
                                                 for t in runs)}
     return out
