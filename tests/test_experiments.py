@@ -51,7 +51,7 @@ def users_search(server, corpus, searches, seed=0, model="navigational", **body)
         labels = np.array([corpus.label(topic, d) for d in ids])
         for j in np.flatnonzero(users.clicks(labels, rng)):
             answer = server.post("/click", {"impression_id": page["impression_id"],
-                                            "doc_id": ids[j]})
+                                            "doc_id": ids[j], "user_id": request.get("user_id")})
             assert answer.status_code == 202, answer.text
         pages.append((page, topic))
     return pages
