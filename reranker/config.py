@@ -228,6 +228,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "trusted_proxy_header": Key("str", None, "Header whose last address is the client's "
                                     "(X-Forwarded-For behind a proxy that sets it); null: "
                                     "the connection's address.", nullable=True),
+        "client_budget": Key("int", 30, "Clicked impressions of one client per client_window "
+                             "that training learns from; the rest are passed over; 0: no "
+                             "bound.", minimum=0),
+        "client_window": Key("float", 3600.0, "Seconds of the windows client_budget counts "
+                             "in.", minimum=1),
     },
 }
 

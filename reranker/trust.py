@@ -1,5 +1,6 @@
 """Trust no client: signed impression ids bound to whom they were served, limits per client
-and per impression, API keys, and the client's address behind a proxy (README, "Security").
+and per impression, API keys, the client's address behind a proxy, and the per-client bound
+on what training learns (README, "Security").
 
 An impression id is a token the service signs (:class:`ImpressionSigner`)::
 
@@ -396,3 +397,53 @@ class TrustGuard:
                 f"'impression_id' has had {self.per_impression.limit} click requests, the "
                 f"most one page accepts (security.clicks_per_impression)",
                 retry_after=wait, field="impression_id"), "impression_limit")
+
+
+
+class ClientBudget:
+    """The per-client bound on what training learns (``security.client_budget``): of each
+    client's impressions with clicks, at most ``budget`` per window of ``window`` seconds
+    (fixed windows of the impressions' times) are learned from; the rest are passed over.
+
+    A client is who the impression was logged as served to (its ``user_id``: the user, the
+    session or a keyed hash of the address, :meth:`RerankerService._logged_client
+    <reranker.service.RerankerService._logged_client>`); impressions of none (in-process
+    searches without a user or session) are not bounded. Passing over whole impressions,
+    rather than scaling their updates, works the same for every learner: a client's
+    impressions beyond its budget change no model, whatever the learner does with one.
+
+    The decisions are made in ``closed_seq`` order and remembered for impressions after the
+    saved cursor, so a pass that reads them again (after one that saved no version) decides
+    the same way. The counts live in the trainer's process: a trainer that starts anew
+    (a restart, another process taking the lead) counts the current window from zero."""
+
+    def __init__(self, budget: int, window: float):
+        self.budget = budget
+        self.window = window
+        self._counts: dict[str, tuple[int, int]] = {}  # client -> (window number, count)
+        self._denied: set[int] = set()  # closed_seq of impressions passed over
+        self._through = 0  # the highest closed_seq decided
+
+    def allows(self, client: str | None, closed_seq: int, created: float,
+               clicked: bool) -> bool:
+        """Whether training may learn from this impression."""
+        if not self.budget or client is None or not clicked:
+            return True
+        if closed_seq <= self._through:  # decided before: the same answer
+            return closed_seq not in self._denied
+        self._through = closed_seq
+        window = int(created // self.window)
+        start, count = self._counts.get(client, (window, 0))
+        if window > start:
+            start, count = window, 0
+        if count >= self.budget:
+            self._denied.add(closed_seq)
+            return False
+        if len(self._counts) >= 100_000 and client not in self._counts:
+            self._counts = {c: v for c, v in self._counts.items() if v[0] >= window}
+        self._counts[client] = (start, count + 1)
+        return True
+
+    def forget_through(self, cursor: int) -> None:
+        """Forget the decisions up to ``cursor``, the saved model's (never read again)."""
+        self._denied = {seq for seq in self._denied if seq > cursor}

@@ -32,8 +32,9 @@ def corpus():
 
 
 #: The tests simulate many users from one address, faster than any person: without limits
-#: per client, unless a test sets them (or passes ``security=None`` for the defaults).
-UNLIMITED = {"searches_per_minute": 0, "clicks_per_minute": 0}
+#: per client, nor the per-client budget of training, unless a test sets them (or passes
+#: ``security=None`` for the defaults).
+UNLIMITED = {"searches_per_minute": 0, "clicks_per_minute": 0, "client_budget": 0}
 
 
 def write_config(folder: Path, **sections) -> Path:

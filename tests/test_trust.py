@@ -1,7 +1,7 @@
 """Trust no client (README, "Security"), through real HTTP against the real app on a real
 embedded index and event store: signed impression ids bound to whom they were served,
 refusals counted by reason, limits per client and per impression, API keys, the address
-behind a trusted proxy, and key rotation."""
+behind a trusted proxy, key rotation, and the per-client budget of the trainer."""
 
 import time
 
@@ -11,7 +11,7 @@ from conftest import LiveServer, write_config
 from reranker.config import load_config
 from reranker.errors import ConfigError
 from reranker.service import RerankerService
-from reranker.trust import Binding, ImpressionSigner, parse_keys
+from reranker.trust import Binding, ClientBudget, ImpressionSigner, parse_keys
 
 KEYS = "RERANKER_SIGNING_KEYS"
 OLD = "old:" + "o" * 32
@@ -267,7 +267,7 @@ def test_malformed_signing_keys_name_the_variable_not_the_secret(text, fragment)
 
 
 @pytest.mark.parametrize("key, value, expected", [
-    ("clicks_per_impression", 0, "security.clicks_per_impression must be at least 1"),
+    ("client_budget", -1, "security.client_budget must be at least 0"),
     ("impression_ttl", 0, "security.impression_ttl must be at least 1"),
     ("searches_per_minute", "many", "security.searches_per_minute must be an integer"),
     ("trusted_proxy_header", "", "security.trusted_proxy_header must be a non-empty string"),
@@ -287,3 +287,32 @@ def test_a_tokens_binding_is_checked_with_the_key_that_signed_it():
     with pytest.raises(Exception) as caught:
         signer.verify(token, "bob", None)
     assert caught.value.reason == "foreign"
+
+
+def test_the_budget_decides_each_impression_once():
+    budget = ClientBudget(2, window=100.0)
+    decisions = [budget.allows("c", seq, created=seq, clicked=True) for seq in range(1, 5)]
+    assert decisions == [True, True, False, False]
+    # read again (a pass that saved no version): the same decisions, nothing counted twice
+    assert [budget.allows("c", seq, seq, True) for seq in range(1, 5)] == decisions
+    assert budget.allows("c", 5, created=150.0, clicked=True)  # a new window
+    assert budget.allows("other", 6, created=150.0, clicked=True)
+    assert budget.allows(None, 7, created=150.0, clicked=True)  # no client: not bounded
+    assert budget.allows("c", 8, created=150.0, clicked=False)  # no clicks: nothing to bound
+
+
+def test_the_trainer_passes_over_a_clients_impressions_beyond_its_budget(workdir):
+    config = load_config(write_config(workdir, security={"client_budget": 3},
+                                      trainer={"enabled": False, "feedback_window": 0.0}))
+    service = RerankerService(config).open()
+    try:
+        for n in range(5):
+            for who in ({"session_id": "heavy"}, {"user_id": f"light-{n}"}):
+                page = service.search("espresso grinder", **who)
+                for rank in (5, 2):
+                    service.click(page["impression_id"], page["hits"][rank]["id"], **who)
+        report = service.trainer.run_once(close_all=True)
+    finally:
+        service.close()
+    assert report.applied == 10 and report.bounded == 2  # the heavy session's 4th and 5th
+    assert report.clicks == 16
