@@ -2,12 +2,11 @@
  * <script src="https://SERVICE/reranker.js" [data-endpoint="URL"] [data-track]></script>
  * The service is the folder of this script's URL, or data-endpoint.
  * reranker.search(query, options): Promise of the /search answer (options: size, ...)
- * reranker.click(impressionId, docId[, ids]): reports a click, even as the page unloads;
- *   a page searched with a user_id or session_id is clicked with the same (remembered from
- *   search(), or given as ids: {user_id, session_id})
+ * reranker.click(impressionId, docId[, ids]): reports a click, even as the page unloads,
+ *   with the user_id / session_id its page was searched with (from search(), or ids)
  * reranker.track(container): reports clicks on [data-doc-id] elements under a
- *   [data-impression-id] one (with its data-user-id, data-session-id if any); returns
- *   stop(). data-track: track(document). */
+ *   [data-impression-id] one (and its data-user-id, data-session-id); returns stop().
+ *   data-track: track(document). */
 (() => {
   "use strict";
   const script = document.currentScript;
@@ -20,7 +19,7 @@
     fetch(new URL(path, base).href,
           {method: "POST", body, keepalive, headers: {"Content-Type": type}});
 
-  // The user_id / session_id of the latest pages searched: their clicks must carry them.
+  // The ids the latest pages were searched with: their clicks must carry them.
   const servedTo = new Map();
   const remember = (page, options) => {
     const ids = {};
