@@ -72,6 +72,8 @@ def run_config(seed: int) -> dict:
         "store": {"path": "events.sqlite", "models": "models"},
         "trainer": {"feedback_window": FEEDBACK_WINDOW, "interval": INTERVAL},
         "server": {"host": "127.0.0.1", "port": 0, "threads": 4},
+        # the simulated users all come from this machine, faster than people
+        "security": {"searches_per_minute": 0, "clicks_per_minute": 0},
     }
 
 
@@ -276,14 +278,17 @@ def one_run(run: int, seed: int, args: argparse.Namespace, data: Cranfield, comm
         with progress_bar(f"run {run}: simulated searches", args.searches) as advance:
             for t in range(1, args.searches + 1):
                 query = train[draws.integers(len(train))]
-                page = recorder.post(server, "/search", {"query": query.text, "size": K}, 200)
+                session = f"simulated-{t % 200}"  # a session per simulated user
+                page = recorder.post(server, "/search", {"query": query.text, "size": K,
+                                                         "session_id": session}, 200)
                 if page is not None:
                     ids = [hit["id"] for hit in page["hits"]]
                     labels = np.array([query.label(d) for d in ids], dtype=np.intp)
                     result.served.append(ndcg(labels, query.all_labels(), K))
                     result.backend.append(backend_ndcg(query))
                     for j in np.flatnonzero(users.clicks(labels, click_rng)):
-                        body = {"impression_id": page["impression_id"], "doc_id": ids[j]}
+                        body = {"impression_id": page["impression_id"], "doc_id": ids[j],
+                                "session_id": session}
                         if recorder.post(server, "/click", body, 202) is not None:
                             result.clicks += 1
                 if t % WINDOW == 0:

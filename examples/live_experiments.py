@@ -107,15 +107,17 @@ def run_scenario(name: str, folder: Path, corpus, seed: int, max_searches: int, 
         with progress_bar(f"{name}, seed {seed}", max_searches, console) as advance:
             for t in range(1, max_searches + 1):
                 query, topic = corpus.queries[rng.integers(len(corpus.queries))]
+                user = f"u{rng.integers(500)}"
                 status, page = client.post("/search", {"query": query, "size": 10,
-                                                       "user_id": f"u{rng.integers(500)}"})
+                                                       "user_id": user})
                 if status != 200:
                     raise RuntimeError(f"/search answered {status}: {page}")
                 ids = [hit["id"] for hit in page["hits"]]
                 labels = np.array([corpus.label(topic, d) for d in ids])
                 for j in np.flatnonzero(users.clicks(labels, rng)):
                     status, answer = client.post("/click", {
-                        "impression_id": page["impression_id"], "doc_id": ids[j]})
+                        "impression_id": page["impression_id"], "doc_id": ids[j],
+                        "user_id": user})
                     if status != 202:
                         raise RuntimeError(f"/click answered {status}: {answer}")
                 advance()

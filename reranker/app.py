@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import threading
 import time
 from importlib import resources
@@ -29,9 +30,18 @@ from flask import Blueprint, Flask, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from .config import Config, config_from_dict
-from .errors import ECHO_LIMIT, BadRequestError, NotFoundError, RerankerError, shorten
+from .errors import (
+    ECHO_LIMIT,
+    BadRequestError,
+    NotFoundError,
+    RerankerError,
+    TooManyRequestsError,
+    UnauthorizedError,
+    shorten,
+)
 from .monitoring import redact, redact_all
 from .service import RerankerService
+from .trust import client_key, rejection
 from .validation import RequestValidator, read_json
 
 log = logging.getLogger(__name__)
@@ -107,18 +117,37 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         validator.check(schema, body)
         return body
 
+    def require_api_key(endpoint: str) -> None:
+        # security.api_keys_env: the application's server calls these, not browsers.
+        with service.trust.counting(endpoint):
+            if not service.trust.api_key_ok(api_key_given()):
+                raise rejection(UnauthorizedError(
+                    "a valid API key is required: send it in the X-API-Key header (or "
+                    "Authorization: Bearer KEY)", field="X-API-Key"), "unauthorized")
+
+    def limit(endpoint: str, body: dict[str, Any], address: str | None) -> None:
+        client = client_key(body.get("user_id"), body.get("session_id"), address)
+        with service.trust.counting(endpoint):
+            service.trust.limit("search" if endpoint == "search" else "click", client)
+
     @bp.post("/search")
     def search():
+        require_api_key("search")
         body = json_body("search")
+        address = client_address(service)
+        limit("search", body, address)
         return jsonify(service.search(body.get("query"), body.get("size"), body.get("user_id"),
                                       body.get("session_id"), filters=body.get("filter"),
-                                      offset=body.get("from"), facets=body.get("facets")))
+                                      offset=body.get("from"), facets=body.get("facets"),
+                                      client_address=address))
 
     @bp.post("/click")
     def click():
         try:
             body = json_body("click")
-            result = service.click(body.get("impression_id"), body.get("doc_id"))
+            limit("click", body, client_address(service))
+            result = service.click(body.get("impression_id"), body.get("doc_id"),
+                                   body.get("user_id"), body.get("session_id"))
         except RerankerError as exc:
             service.metrics.click_rejected(exc)
             raise
@@ -133,7 +162,9 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
     @bp.post("/reward")
     def reward():
         body = json_body("reward")
-        result = service.reward(body.get("impression_id"), body.get("value"))
+        limit("reward", body, client_address(service))
+        result = service.reward(body.get("impression_id"), body.get("value"),
+                                body.get("user_id"), body.get("session_id"))
         return jsonify({"accepted": True, "impression_id": result.impression_id,
                         "value": result.value, "replaced": result.replaced}), 202
 
@@ -141,6 +172,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
     def explain():
         from .explain import explain_impression, explain_search
 
+        require_api_key("explain")
         body = _json_body(policy, limits.max_json_depth)
         # Either of two bodies: the one with an impression_id explains that page.
         if isinstance(body, dict) and "impression_id" in body:
@@ -221,12 +253,18 @@ def create_server(app: Flask, *, host: str, port: int, threads: int, **options):
     byte or another character HTTP forbids, a malformed request line or a body longer than
     the app's ``MAX_CONTENT_LENGTH`` (which waitress is given, so that it stops reading
     there instead of spooling the body to disk). Its answers would be plain text; here they
-    carry the project's error JSON. ``options`` go to ``waitress.create_server``."""
+    carry the project's error JSON. With ``security.trusted_proxy_header`` it keeps the
+    proxy headers it would drop. ``options`` go to ``waitress.create_server``."""
     import waitress
 
     max_body = app.config.get("MAX_CONTENT_LENGTH")
     if max_body is not None:
         options.setdefault("max_request_body_size", max_body)
+    service = app.extensions.get("reranker")
+    if service is not None and service.config.security.trusted_proxy_header:
+        # Waitress drops X-Forwarded-For and its kin unless told to trust a proxy; the app
+        # reads the configured header itself (client_address).
+        options.setdefault("clear_untrusted_proxy_headers", False)
     server = waitress.create_server(app, host=host, port=port, threads=threads, **options)
     server.channel_class = _json_error_channel()
     return server
@@ -313,6 +351,33 @@ class BackgroundServer:
         trigger.del_channel()
 
 
+def client_address(service: RerankerService) -> str | None:
+    """The client's address: the last one in ``security.trusted_proxy_header`` (the one the
+    nearest proxy wrote; earlier ones the client may have made up) when that is configured
+    and sent, else the connection's."""
+    header = service.trust.proxy_header
+    if header:
+        forwarded = request.headers.get(header, "")
+        last = forwarded.rsplit(",", 1)[-1].strip()
+        if last:
+            return last[:ADDRESS_LIMIT]
+    return request.remote_addr
+
+
+#: Characters of a forwarded address kept (an IPv6 address with a zone fits).
+ADDRESS_LIMIT = 64
+
+
+def api_key_given() -> str | None:
+    """The API key the request sends: ``X-API-Key``, else ``Authorization: Bearer KEY``."""
+    key = request.headers.get("X-API-Key")
+    if key is None:
+        scheme, _, rest = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer":
+            key = rest.strip()
+    return key
+
+
 def _json_body(policy: CorsPolicy, max_depth: int) -> Any:
     """The request's JSON body (any JSON value: the schemas say which are accepted), read
     within ``max_depth`` levels of nesting."""
@@ -360,8 +425,14 @@ def _register_errors(app: Flask | Blueprint) -> None:
     def project_error(exc: RerankerError):
         if exc.status >= 500:  # the log keeps the details; the client gets the problem
             log.warning("%s", exc.message)
-            return _error(exc.status, redact(exc.message), exc.field)
-        return _error(exc.status, exc.message, exc.field)
+            response = _error(exc.status, redact(exc.message), exc.field)
+        else:
+            response = _error(exc.status, exc.message, exc.field)
+        if isinstance(exc, TooManyRequestsError):
+            response[0].headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        elif isinstance(exc, UnauthorizedError):
+            response[0].headers["WWW-Authenticate"] = 'Bearer realm="reranker"'
+        return response
 
     @app.errorhandler(RequestEntityTooLarge)
     def too_large(exc: RequestEntityTooLarge):

@@ -226,6 +226,35 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "breaker_cooldown": Key("float", 30.0, "Seconds the backend's order serves before "
                                 "the learner gets another try.", minimum=0.0),
     },
+    "security": {
+        "signing_keys_env": Key("str", "RERANKER_SIGNING_KEYS", "Environment variable that "
+                                "holds the keys impression ids are signed with: kid:secret "
+                                "pairs separated by commas, the first signs, every one "
+                                "verifies (rotation); unset or empty: a secret made once and "
+                                "kept in the event store, shared by every process using it."),
+        "impression_ttl": Key("float", 3600.0, "Seconds after its search that a signed "
+                              "impression id is accepted by /click and /reward.", minimum=1),
+        "clicks_per_impression": Key("int", 10, "Click requests one impression accepts at "
+                                     "most (each process counts its own).", minimum=1),
+        "searches_per_minute": Key("int", 120, "Searches one client (user_id, else "
+                                   "session_id, else address) may make per minute, in bursts "
+                                   "of as many (each process counts its own); 0: no limit.",
+                                   minimum=0),
+        "clicks_per_minute": Key("int", 120, "Clicks and rewards one client may send per "
+                                 "minute, as searches_per_minute; 0: no limit.", minimum=0),
+        "api_keys_env": Key("str", None, "Environment variable that holds the API keys (comma "
+                            "separated) that /search and /explain then require in an "
+                            "X-API-Key or Authorization: Bearer header; null: no key.",
+                            nullable=True),
+        "trusted_proxy_header": Key("str", None, "Header whose last address is the client's "
+                                    "(X-Forwarded-For behind a proxy that sets it); null: "
+                                    "the connection's address.", nullable=True),
+        "client_budget": Key("int", 30, "Clicked impressions of one client per client_window "
+                             "that training learns from; the rest are passed over; 0: no "
+                             "bound.", minimum=0),
+        "client_window": Key("float", 3600.0, "Seconds of the windows client_budget counts "
+                             "in.", minimum=1),
+    },
 }
 
 
@@ -285,6 +314,7 @@ class Config:
     store: Section
     trainer: Section
     server: Section
+    security: Section
     source: Path | None = None  # the YAML file it came from, if any
 
     def to_dict(self) -> dict[str, dict[str, Any]]:

@@ -53,9 +53,15 @@ class Checkpoint:
     backend_ndcg: float  # the backend's own order on the same searches
 
 
+#: Simulated users, each with a session of its own.
+SIMULATED_USERS = 200
+
+
 def demo_config(learner: str) -> dict:
-    """The demo's configuration: the embedded backend over the generated corpus, and a short
-    feedback window because the simulated users click at once."""
+    """The demo's configuration: the embedded backend over the generated corpus, a short
+    feedback window because the simulated users click at once, and no limit on searches and
+    clicks per minute, since they all come from this machine, faster than people (each has
+    a session of its own, which the per-client budget of training counts by)."""
     return {
         "backend": {"type": "embedded", "path": "index", "fields": ["title", "body"],
                     "candidates": 100},
@@ -64,6 +70,7 @@ def demo_config(learner: str) -> dict:
         "store": {"path": "events.sqlite", "models": "models"},
         "trainer": {"enabled": True, "interval": 0.2, "feedback_window": 0.5},
         "server": {"host": "127.0.0.1", "port": 0, "threads": 4},
+        "security": {"searches_per_minute": 0, "clicks_per_minute": 0},
     }
 
 
@@ -155,7 +162,9 @@ def _simulate_users(client: HttpClient, floor: dict[str, float], corpus, searche
     with progress_bar("simulated users searching", searches, console) as advance:
         for t in range(1, searches + 1):
             query, topic = corpus.queries[rng.integers(len(corpus.queries))]
-            status, page = client.post("/search", {"query": query, "size": PAGE_SIZE})
+            session = f"simulated-{t % SIMULATED_USERS}"
+            status, page = client.post("/search", {"query": query, "size": PAGE_SIZE,
+                                                   "session_id": session})
             if status != 200:
                 raise RuntimeError(f"/search answered {status}: {page}")
             ids = [hit["id"] for hit in page["hits"]]
@@ -165,7 +174,8 @@ def _simulate_users(client: HttpClient, floor: dict[str, float], corpus, searche
             version = page["model_version"]
             for j in np.flatnonzero(users.clicks(labels, rng)):
                 status, answer = client.post("/click", {"impression_id": page["impression_id"],
-                                                        "doc_id": ids[j]})
+                                                        "doc_id": ids[j],
+                                                        "session_id": session})
                 if status != 202:
                     raise RuntimeError(f"/click answered {status}: {answer}")
                 clicks += 1

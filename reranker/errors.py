@@ -90,6 +90,36 @@ class ConflictError(RerankerError):
     status = 409
 
 
+class UnauthorizedError(RerankerError):
+    """A request without a valid API key where ``security.api_keys_env`` requires one
+    (HTTP 401)."""
+
+    status = 401
+
+
+class ForbiddenError(RerankerError):
+    """A signed id that is forged, or served to another user or session (HTTP 403)."""
+
+    status = 403
+
+
+class GoneError(RerankerError):
+    """A signed impression id older than ``security.impression_ttl`` (HTTP 410)."""
+
+    status = 410
+
+
+class TooManyRequestsError(RerankerError):
+    """A client over one of the limits of the ``security`` section (HTTP 429); the answer
+    says in ``Retry-After`` how many seconds to wait."""
+
+    status = 429
+
+    def __init__(self, message: str, *, retry_after: float, field: str | None = None):
+        super().__init__(message, field=field)
+        self.retry_after = retry_after
+
+
 class UnprocessableError(RerankerError):
     """The request is well formed but refers to something that does not fit (HTTP 422)."""
 

@@ -32,6 +32,8 @@ class Impression:
     id: str
     created: float
     query: str
+    #: whom the page was served to: the search's user_id, else ``session:<session_id>``, else
+    #: ``address:<keyed hash of the client's address>`` (reranker.trust); None in process
     user_id: str | None
     learner: str
     model_version: int

@@ -70,14 +70,17 @@ class Reranker:
         engine at all."""
         return self.service.rerank(query, candidates, size, user_id, session_id, offset)
 
-    def click(self, impression_id: str, doc_id: str) -> ClickResult:
-        """``POST /click``: durable when this returns."""
-        return self.service.click(impression_id, doc_id)
+    def click(self, impression_id: str, doc_id: str, *, user_id: str | None = None,
+              session_id: str | None = None) -> ClickResult:
+        """``POST /click``: durable when this returns. A page searched with a ``user_id``
+        (or ``session_id``) accepts clicks that give the same one."""
+        return self.service.click(impression_id, doc_id, user_id, session_id)
 
-    def reward(self, impression_id: str, value: float) -> RewardResult:
+    def reward(self, impression_id: str, value: float, *, user_id: str | None = None,
+               session_id: str | None = None) -> RewardResult:
         """``POST /reward``: the application's reward for a page; durable when this
-        returns."""
-        return self.service.reward(impression_id, value)
+        returns. ``user_id`` and ``session_id`` as for :meth:`click`."""
+        return self.service.reward(impression_id, value, user_id, session_id)
 
     def train(self, *, close_all: bool = False) -> TrainReport:
         """One training pass (``reranker train``)."""

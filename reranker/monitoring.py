@@ -13,7 +13,8 @@ Metrics (prometheus_client, one registry per service):
 - read when scraped: ``reranker_model_version{arm, learner}``,
   ``reranker_trainer_lag_impressions{arm}`` (closed impressions not yet applied),
   ``reranker_trainer_lag_seconds{arm}`` (age of the oldest of them),
-  ``reranker_open_impressions`` and ``reranker_store_writable``.
+  ``reranker_open_impressions`` and ``reranker_store_writable``, and
+  ``reranker_refused_total{endpoint, reason}`` (what the trust checks refused, per process).
 
 With several worker processes (``PROMETHEUS_MULTIPROC_DIR`` set, as prometheus_client's
 multiprocess mode asks), the counters and histograms of every worker are summed in each
@@ -37,7 +38,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .errors import RerankerError
 
@@ -48,8 +49,9 @@ BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
            10.0)
 
 #: What a click's error status says about it, for the rejected clicks' ``outcome``.
-CLICK_REJECTIONS = {400: "invalid", 404: "unknown_impression", 409: "closed",
-                    413: "too_large", 429: "rate_limited", 503: "unavailable"}
+CLICK_REJECTIONS = {400: "invalid", 403: "forged_or_foreign", 404: "unknown_impression",
+                    409: "closed", 410: "expired", 413: "too_large", 429: "rate_limited",
+                    503: "unavailable"}
 
 
 class Metrics:
@@ -130,6 +132,15 @@ class _ServiceState:
             open_.add_metric([], open_count)
         writable.add_metric([], 1.0 if service.store_writable() else 0.0)
         yield from (version, lag, age, open_, writable)
+        trust = getattr(service, "trust", None)
+        if trust is not None:  # (this process's count: the guard keeps it in memory)
+            refused = CounterMetricFamily(
+                "reranker_refused", "Requests refused by the trust checks, by endpoint and "
+                "reason (forged, expired, foreign, replayed, impression_limit, rate_limited, "
+                "unauthorized), in this process.", labels=["endpoint", "reason"])
+            for (endpoint, reason), count in sorted(trust.rejected.items()):
+                refused.add_metric([endpoint, reason], count)
+            yield refused
 
 
 # -- public answers -----------------------------------------------------------------------------

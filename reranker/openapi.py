@@ -18,11 +18,16 @@ from .validation import ERROR_SCHEMA
 ERROR_STATUSES = {
     400: "the body is not JSON or not an object, nests too deep, or a field is missing, "
          "unknown, of the wrong type or out of bounds (`field` names it)",
-    401: "the operator view needs 'Authorization: Bearer <server.admin_token>'",
+    401: "no valid API key (security.api_keys_env): send X-API-Key; or, for the operator view "
+         "of /healthz, no 'Authorization: Bearer <server.admin_token>'",
+    403: "an impression_id that is forged, or served to another user_id or session_id",
     404: "an unknown impression_id",
     409: "the impression no longer accepts clicks or rewards (its feedback window passed)",
+    410: "an impression_id older than security.impression_ttl",
     413: "the body is larger than server.max_body_bytes",
     422: "a doc_id that was not shown in that impression",
+    429: "the client is over a limit of the security section (Retry-After says when to "
+         "retry)",
     502: "Elasticsearch refused the search",
     503: "the search backend or the event store cannot answer",
 }
@@ -104,19 +109,20 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
     paths = {
         "/search": {"post": _operation(
             "search", "Rank the engine's candidates for a query; log the page",
-            _body("search"), _json(200, "the page", "SearchAnswer"), 400, 413, 502, 503)},
+            _body("search"), _json(200, "the page", "SearchAnswer"), 400, 401, 413, 429, 502,
+            503)},
         "/click": {"post": _operation(
             "click", "Report a click on a hit of a page; durable when answered",
             _body("click"), _json(202, "the click is recorded", "ClickAnswer"),
-            400, 404, 409, 413, 422, 503)},
+            400, 403, 404, 409, 410, 413, 422, 429, 503)},
         "/reward": {"post": _operation(
             "reward", "Report the application's reward for a page (for eels)",
             _body("reward"), _json(202, "the reward is recorded", "RewardAnswer"),
-            400, 404, 409, 413, 503)},
+            400, 403, 404, 409, 410, 413, 429, 503)},
         "/explain": {"post": _operation(
             "explain", "Explain a search (not logged) or a logged page",
             _body("explain_search", "explain_impression"),
-            _json(200, "the explanation", "Explanation"), 400, 404, 413, 502, 503)},
+            _json(200, "the explanation", "Explanation"), 400, 401, 404, 413, 502, 503)},
         "/healthz": {"get": {**_operation(
             "health", "State of the backend, models, trainer and event store (internal "
             "paths and URLs left out; the operator view has them)", None,

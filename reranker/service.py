@@ -16,7 +16,6 @@ import math
 import re
 import threading
 import time
-import uuid
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ from .backends.filters import filters_key, parse_facets, parse_filters
 from .clicks import query_key
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import Config
-from .errors import BadRequestError, NotFoundError, RerankerError, shorten
+from .errors import BadRequestError, ConflictError, NotFoundError, RerankerError, shorten
 from .events import SHOWN_PROPENSITIES, ClickResult, Impression, RewardResult
 from .experiments.experiment import Decision, Experiment, experiment_from_config
 from .experiments.interleaving import perturb_pairs, perturbed_list_log_probability, team_draft
@@ -41,6 +40,7 @@ from .monitoring import LearnerBreaker, Metrics
 from .plugins import backend_class, get_plugin_manager
 from .stores import EventStore, open_event_store
 from .trainer import Trainer
+from .trust import Binding, TrustGuard, rejection
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,8 @@ class RerankerService:
         self.trainer: Trainer | None = None
         self.models: ModelStore = self.arms[0].models
         self.experiment: Experiment | None = None
+        #: Signed impression ids, limits and the count of refused requests (opened by open()).
+        self.trust: TrustGuard | None = None
         # One generator for every search: its bit generator serialises the threads' draws,
         # and building a generator per search would cost more than ranking does.
         self._rng = np.random.default_rng(config.learner.seed)
@@ -102,6 +104,7 @@ class RerankerService:
         Raises a :class:`reranker.errors.RerankerError` naming the problem."""
         self.backend.open()
         self.events = open_event_store(self.config, self.pm)
+        self.trust = TrustGuard.from_config(self.config, self.events)
         self.trainer = Trainer.from_config(self.config, self.events, self.arms)
         for arm in self.arms:
             arm.prepare()
@@ -137,7 +140,8 @@ class RerankerService:
 
     def search(self, query: Any, size: Any = None, user_id: Any = None,
                session_id: Any = None, *, filters: Any = None, offset: Any = None,
-               facets: Any = None, candidates: Candidates | None = None) -> dict[str, Any]:
+               facets: Any = None, candidates: Candidates | None = None,
+               client_address: str | None = None) -> dict[str, Any]:
         """Rank the backend's candidates for ``query`` (that pass ``filters``); log and
         return the page of ``size`` hits after the first ``offset``, and the ``facets``.
 
@@ -149,7 +153,9 @@ class RerankerService:
         ranking.
 
         ``candidates`` are the application's own (:meth:`rerank`), instead of the
-        backend's."""
+        backend's. The page's ``impression_id`` is signed and bound to ``user_id``, else
+        ``session_id`` (:mod:`reranker.trust`); ``client_address`` (the HTTP client's) stands
+        for the client in the log when neither is given."""
         query, size, user_id, session_id = self._check_search(query, size, user_id,
                                                               session_id)
         window = self.config.backend.candidates
@@ -207,7 +213,8 @@ class RerankerService:
         in_experiment = decision.counted and self.experiment is not None and not offset \
             and page["arm"] != BACKEND_ORDER
         impression = Impression(
-            id=uuid.uuid4().hex, created=time.time(), query=query, user_id=user_id,
+            id=self.trust.signer.sign(Binding.of(user_id, session_id)), created=time.time(),
+            query=query, user_id=self._logged_client(user_id, session_id, client_address),
             learner=page["learner"], model_version=page["model_version"],
             doc_ids=candidates.ids, feature_names=list(self.spec.names), features=X,
             ranking=page["ranking"], n_shown=n_shown, log_prob=page["log_prob"],
@@ -404,25 +411,65 @@ class RerankerService:
                                   f"{limits.max_query_terms} (server.max_query_terms)",
                                   field="query")
 
-    def click(self, impression_id: Any, doc_id: Any) -> ClickResult:
-        """Record a click on a shown result; durable when this returns."""
+    def click(self, impression_id: Any, doc_id: Any, user_id: Any = None,
+              session_id: Any = None) -> ClickResult:
+        """Record a click on a shown result; durable when this returns. ``user_id`` and
+        ``session_id`` are the ones the search gave: a page served to a user or session
+        accepts clicks only with them (:mod:`reranker.trust`)."""
         check_impression_id(impression_id)
         if isinstance(doc_id, int) and not isinstance(doc_id, bool):
             doc_id = str(doc_id)
         if not isinstance(doc_id, str) or not doc_id:
             raise BadRequestError("'doc_id' must be a non-empty string", field="doc_id")
         _check_text("doc_id", doc_id)
-        return self.events.record_click(impression_id, doc_id)
+        with self.trust.counting("click"):
+            self._verify(impression_id, user_id, session_id)
+            self.trust.limit_impression(impression_id)
+            return self._closed_is_replayed(self.events.record_click, impression_id, doc_id)
 
-    def reward(self, impression_id: Any, value: Any) -> RewardResult:
+    def reward(self, impression_id: Any, value: Any, user_id: Any = None,
+               session_id: Any = None) -> RewardResult:
         """Record the application's reward for a page (a purchase, a satisfaction signal),
-        which learners of unknown position weights learn from; durable when this returns."""
+        which learners of unknown position weights learn from; durable when this returns.
+        ``user_id`` and ``session_id`` as for :meth:`click`."""
         check_impression_id(impression_id)
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value):
             raise BadRequestError(f"'value' must be a finite number, got {shorten(value)}",
                                   field="value")
-        return self.events.record_reward(impression_id, float(value))
+        with self.trust.counting("reward"):
+            self._verify(impression_id, user_id, session_id)
+            return self._closed_is_replayed(self.events.record_reward, impression_id,
+                                            float(value))
+
+    # -- trust (reranker.trust) --------------------------------------------------------------
+
+    def _verify(self, impression_id: str, user_id: Any, session_id: Any) -> None:
+        for field, value in (("user_id", user_id), ("session_id", session_id)):
+            if value is not None and not isinstance(value, str):
+                raise BadRequestError(f"'{field}' must be a string, got {shorten(value)}",
+                                      field=field)
+        self.trust.signer.verify(impression_id, user_id, session_id)
+
+    @staticmethod
+    def _closed_is_replayed(write, *args):
+        try:
+            return write(*args)
+        except ConflictError as exc:  # its page was closed and trained on
+            raise rejection(exc, "replayed") from None
+
+    def _logged_client(self, user_id: str | None, session_id: str | None,
+                       address: str | None) -> str | None:
+        """Who the impression is logged as served to (its ``user_id`` in the store, what
+        the trainer bounds per client): the user, else ``session:<session_id>``, else
+        ``address:<keyed hash of the address>``; None for an in-process search with none."""
+        if user_id:
+            return user_id
+        if session_id:
+            return f"session:{session_id}"
+        if address:
+            return f"address:{self.trust.signer.address_key(address)}"
+        return None
 
     def arm_info(self) -> dict[str, dict[str, Any]]:
         """Per arm label: its id, learner, parameters and serving model version."""

@@ -28,6 +28,7 @@ from .events import Impression
 from .model import RankingModel
 from .model_store import ModelStore
 from .stores import EventStore
+from .trust import ClientBudget
 
 if TYPE_CHECKING:
     from .arms import Arm
@@ -44,6 +45,7 @@ class TrainReport:
     clicks: int = 0  # clicks in them
     updates: int = 0  # impressions that changed the model
     skipped: int = 0  # impressions passed over: another feature set, or a failed update
+    bounded: int = 0  # impressions passed over: their client's budget was spent (trust.py)
     versions: list[int] = field(default_factory=list)  # versions saved
     model_errors: list[str] = field(default_factory=list)  # newer versions that failed to load
     arms: dict[str, TrainReport] = field(default_factory=dict)  # by arm label
@@ -56,7 +58,7 @@ class TrainReport:
 
     def add(self, label: str, report: TrainReport) -> None:
         self.arms[label] = report
-        for key in ("applied", "clicks", "updates", "skipped"):
+        for key in ("applied", "clicks", "updates", "skipped", "bounded"):
             setattr(self, key, getattr(self, key) + getattr(report, key))
         self.versions.extend(report.versions)
         self.model_errors.extend(report.model_errors)
@@ -69,8 +71,14 @@ class Trainer:
     from (:meth:`reranker.arms.Arm.feedback`)."""
 
     def __init__(self, arms: list[Arm], events: EventStore, *, feedback_window: float,
-                 batch_size: int = 500, clock: Callable[[], float] = time.time):
+                 batch_size: int = 500, clock: Callable[[], float] = time.time,
+                 client_budget: int = 0, client_window: float = 3600.0):
         self.arms = list(arms)
+        #: Clicked impressions of one client per window learned from (0: no bound).
+        self.client_budget = client_budget
+        self.client_window = client_window
+        #: Per arm id, the per-client bound on what it learns (:class:`ClientBudget`).
+        self.budgets: dict[str, ClientBudget] = {}
         self.events = events
         self.feedback_window = feedback_window
         self.batch_size = batch_size
@@ -99,7 +107,9 @@ class Trainer:
             for arm in arms:
                 arm.prepare()
         return cls(arms, events, feedback_window=config.trainer.feedback_window,
-                   batch_size=config.trainer.batch_size)
+                   batch_size=config.trainer.batch_size,
+                   client_budget=config.security.client_budget,
+                   client_window=config.security.client_window)
 
     def check_store(self, model: RankingModel, models: ModelStore | None = None) -> None:
         """Refuse a model whose cursor belongs to another event log: continuing would skip
@@ -155,6 +165,9 @@ class Trainer:
                 model = arm.factory.new()
             self.check_store(model, arm.models)
             model.progress.store_id = self.events.store_id
+            budget = self.budgets.setdefault(
+                arm.id, ClientBudget(self.client_budget, self.client_window))
+            budget.forget_through(model.progress.cursor)
             names = arm.names()
             updates, skipped, read = 0, 0, 0  # since the last save
             while True:
@@ -163,7 +176,7 @@ class Trainer:
                 if not batch:
                     break
                 for imp in batch:
-                    self._apply(arm, model, imp, report)
+                    self._apply(arm, model, imp, report, budget)
                 read += len(batch)
                 if report.updates == updates and report.skipped == skipped \
                         and read < unsaved_limit:
@@ -175,7 +188,7 @@ class Trainer:
         return report
 
     def _apply(self, arm: Arm, model: RankingModel, imp: Impression,
-               report: TrainReport) -> None:
+               report: TrainReport, budget: ClientBudget) -> None:
         progress = model.progress
         progress.cursor = imp.closed_seq
         learned = arm.feedback(imp)
@@ -190,6 +203,11 @@ class Trainer:
             return
         X, feedback = learned
         clicked = len(feedback.clicked)
+        if not budget.allows(imp.user_id, imp.closed_seq, imp.created, clicked > 0):
+            progress.impressions += 1
+            report.applied += 1
+            report.bounded += 1
+            return
         changed = False
         if len(imp.doc_ids):
             snapshot = model.snapshot()
@@ -230,9 +248,10 @@ class Trainer:
         for label, arm_report in report.arms.items():
             if arm_report.versions:
                 idle = "; ".join(f"{n} {why}" for why, n in arm_report.uninformative.items())
-                log.info("%s: trained on %d impressions (%d clicks, %d updates, %d skipped): "
-                         "model version %d%s", label, arm_report.applied, arm_report.clicks,
-                         arm_report.updates, arm_report.skipped, arm_report.version,
+                log.info("%s: trained on %d impressions (%d clicks, %d updates, %d skipped, "
+                         "%d over their client's budget): model version %d%s", label,
+                         arm_report.applied, arm_report.clicks, arm_report.updates,
+                         arm_report.skipped, arm_report.bounded, arm_report.version,
                          f"; clicks that taught nothing: {idle}" if idle else "")
         return report
 

@@ -31,7 +31,8 @@ from .backends.filters import MAX_TERMS, MAX_VALUE_LENGTH, RANGE_BOUNDS
 from .config import Config
 from .errors import BadRequestError, field_path, quoted_path, shorten
 
-#: Longest impression, user or session id accepted (a served impression id has 32).
+#: Longest impression, user or session id accepted (a served impression id has about 60
+#: characters: :mod:`reranker.trust`).
 MAX_ID_LENGTH = 256
 #: Longest document id accepted in a click.
 MAX_DOC_ID_LENGTH = 1024
@@ -83,19 +84,27 @@ def request_schemas(config: Config) -> dict[str, dict[str, Any]]:
                    "items": {"type": "string", "x-expected": "a field name"},
                    "description": "filter fields to count the values of"},
         "user_id": _string("a string", MAX_ID_LENGTH, "keeps a user's pages and experiment "
-                                                      "arm", min_length=0),
+                                                      "arm; the page is served to this user",
+                           min_length=0),
         "session_id": _string("a string", MAX_ID_LENGTH, "as user_id, when there is none",
                               min_length=0),
     }, required=["query"])
+    # A page served to a user or session accepts clicks and rewards that carry its id.
+    served_to = {
+        "user_id": _string("a string", MAX_ID_LENGTH, "the user_id the search gave",
+                           min_length=0),
+        "session_id": _string("a string", MAX_ID_LENGTH, "the session_id the search gave",
+                              min_length=0)}
     doc_id = {"type": ["string", "integer"], "minLength": 1, "maxLength": MAX_DOC_ID_LENGTH,
               "x-expected": "a non-empty string", "description": "the id of the hit clicked"}
     return {
         "search": search,
-        "click": _body({"impression_id": impression_id, "doc_id": doc_id},
+        "click": _body({"impression_id": impression_id, "doc_id": doc_id, **served_to},
                        required=["impression_id", "doc_id"]),
         "reward": _body({"impression_id": impression_id,
                          "value": {"type": "number", "x-expected": "a finite number",
-                                   "description": "the application's reward for the page"}},
+                                   "description": "the application's reward for the page"},
+                         **served_to},
                         required=["impression_id", "value"]),
         "explain_search": _body({"query": query, "size": size,
                                  "filter": _filter_schema(server.max_filter_clauses)},

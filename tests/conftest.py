@@ -32,17 +32,28 @@ def corpus():
     return generate_corpus(seed=7)
 
 
+#: The tests simulate many users from one address, faster than any person: without limits
+#: per client, nor the per-client budget of training, unless a test sets them (or passes
+#: ``security=None`` for the defaults).
+UNLIMITED = {"searches_per_minute": 0, "clicks_per_minute": 0, "client_budget": 0}
+
+
 def write_config(folder: Path, **sections) -> Path:
-    """A config file in ``folder`` for the generated corpus, with section overrides."""
+    """A config file in ``folder`` for the generated corpus, with section overrides (None:
+    the section's defaults)."""
     data = {
         "backend": {"type": "embedded", "path": "index", "fields": ["title", "body"]},
         "features": {"numeric_fields": ["popularity"]},
         "learner": {"name": "preference_perceptron", "params": {}},
         "store": {"path": "events.sqlite", "models": "models"},
         "trainer": {"feedback_window": 0.0, "interval": 0.1},
+        "security": dict(UNLIMITED),
     }
     for name, values in sections.items():
-        data.setdefault(name, {}).update(values)
+        if values is None:
+            data.pop(name, None)
+        else:
+            data.setdefault(name, {}).update(values)
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path

@@ -77,9 +77,9 @@ def test_malformed_clicks_are_400(live, body, fragments):
     assert_error(live.post("/click", body), 400, *fragments)
 
 
-def test_click_on_unknown_impression_is_404(live):
-    assert_error(live.post("/click", {"impression_id": "feedface", "doc_id": "d0001"}), 404,
-                 "unknown impression_id 'feedface'")
+def test_click_on_an_impression_id_the_service_did_not_sign_is_403(live):
+    assert_error(live.post("/click", {"impression_id": "feedface", "doc_id": "d0001"}), 403,
+                 "'impression_id' is not accepted: it is not a signed impression id")
 
 
 def test_click_on_a_document_not_shown_is_422(live):

@@ -113,7 +113,7 @@ def test_answers_and_errors_carry_the_allow_origin_header(client_for):
     assert click.status_code == 202 and click.headers["Access-Control-Allow-Origin"] == PAGE
     for path, body, status in [("/search", {"query": "tea", "sise": 3}, 400),
                                ("/search", {"query": ""}, 400),
-                               ("/click", {"impression_id": "nope", "doc_id": "d1"}, 404)]:
+                               ("/click", {"impression_id": "nope", "doc_id": "d1"}, 403)]:
         error = client.post(path, json=body, headers={"Origin": PAGE})
         assert error.status_code == status, error.get_json()
         assert error.get_json()["error"]["status"] == status  # the page can read why

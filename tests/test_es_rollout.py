@@ -156,12 +156,14 @@ def test_shadow_mode_serves_the_engines_order_and_logs_it(tmp_path, es8, corpus)
             assert [h["id"] for h in later["hits"]] == expected[10:20]
             if len(page["hits"]) > 3:
                 answer = server.post("/click", {"impression_id": page["impression_id"],
-                                                "doc_id": page["hits"][3]["id"]})
+                                                "doc_id": page["hits"][3]["id"],
+                                                "user_id": "u1"})
                 assert answer.status_code == 202
                 clicked += 1
         # a click carries the hit's id, the Elasticsearch _id; anything else is refused
         wrong = server.post("/click", {"impression_id": page["impression_id"],
-                                       "doc_id": page["hits"][0]["source"]["title"]})
+                                       "doc_id": page["hits"][0]["source"]["title"],
+                                       "user_id": "u1"})
         assert wrong.status_code == 422
         # a page after the clicks: still the engine's order
         query = corpus.queries[0][0]

@@ -50,8 +50,9 @@ def users_search(server, corpus, searches, seed=0, model="navigational", **body)
         ids = [hit["id"] for hit in page["hits"]]
         labels = np.array([corpus.label(topic, d) for d in ids])
         for j in np.flatnonzero(users.clicks(labels, rng)):
+            served_to = {"user_id": request["user_id"]} if "user_id" in request else {}
             answer = server.post("/click", {"impression_id": page["impression_id"],
-                                            "doc_id": ids[j]})
+                                            "doc_id": ids[j], **served_to})
             assert answer.status_code == 202, answer.text
         pages.append((page, topic))
     return pages

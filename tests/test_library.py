@@ -89,7 +89,7 @@ def test_the_blueprint_mounts_in_an_existing_flask_app(tmp_path):
         assert client.get("/rr/reranker.js").status_code == 200
         # reranker's JSON errors stay on its routes; the shop's own 404 is the shop's
         bad = client.post("/rr/click", json={"impression_id": "nope", "doc_id": "x"})
-        assert bad.status_code == 404 and bad.get_json()["error"]["status"] == 404
+        assert bad.status_code == 403 and bad.get_json()["error"]["status"] == 403
         assert client.get("/nowhere").status_code == 404
         assert not client.get("/nowhere").is_json
     finally:
@@ -107,7 +107,8 @@ def test_the_endpoints_mount_in_a_fastapi_app(tmp_path):
             page = client.get("/products", params={"q": "tea", "uid": "u7"}).json()
             assert {hit["id"] for hit in page["hits"]} == {"p0", "p1", "p2"}
             click = client.post("/rr/click", json={"impression_id": page["impression_id"],
-                                                   "doc_id": page["hits"][0]["id"]})
+                                                   "doc_id": page["hits"][0]["id"],
+                                                   "user_id": "u7"})
             assert click.status_code == 202
             assert client.get("/rr/healthz").json()["status"] == "ok"
     finally:

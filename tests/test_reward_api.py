@@ -32,7 +32,7 @@ def test_rewards_are_validated_like_clicks(eels_live):
             ({"impression_id": imp}, 400, "'value' must be a finite number"),
             ({"value": 1.0}, 400, "'impression_id' must be a non-empty string"),
             ({"impression_id": imp, "value": 1, "extra": 1}, 400, "extra"),
-            ({"impression_id": "nope", "value": 1}, 404, "unknown impression_id 'nope'")):
+            ({"impression_id": "nope", "value": 1}, 403, "not a signed impression id")):
         answer = eels_live.post("/reward", body)
         assert answer.status_code == status, (body, answer.text)
         assert words in answer.json()["error"]["message"]

@@ -127,10 +127,10 @@ def test_pages_continue_the_first_without_repeating_or_losing_a_hit(shop_server)
     assert later.offset == 10 and later.page_key == first.page_key
     # a click on page 2 is at its rank in the whole ranking; the trainer learns first pages
     answer = server.post("/click", {"impression_id": pages[1]["impression_id"],
-                                    "doc_id": pages[1]["hits"][2]["id"]})
+                                    "doc_id": pages[1]["hits"][2]["id"], "user_id": "ann"})
     assert answer.status_code == 202 and answer.json()["position"] == 13
     server.post("/click", {"impression_id": pages[0]["impression_id"],
-                           "doc_id": pages[0]["hits"][4]["id"]})
+                           "doc_id": pages[0]["hits"][4]["id"], "user_id": "ann"})
     report = server.service.trainer.run_once(close_all=True)
     assert report.applied == 1 and report.clicks == 1, report
 

@@ -118,7 +118,8 @@ def test_steps_2_to_6_serve_filter_page_click_train_and_change_the_features(shop
             shown = [h["id"] for h in page["hits"]]
             if target in shown:
                 assert server.post("/click", {"impression_id": page["impression_id"],
-                                              "doc_id": target}).status_code == 202
+                                              "doc_id": target,
+                                              "user_id": f"shopper-{i}"}).status_code == 202
         explained = server.post("/explain", {"impression_id": page["impression_id"]}).json()
         assert "learns" in explained["training"] and explained["hits"][0]["features"]
     finally:

@@ -27,7 +27,8 @@ def create_app(config) -> FastAPI:
         hits = [{"id": f"p{i}", "score": float(10 - i), "source": {"title": title}}
                 for i, title in enumerate(["green tea", "black tea", "tea kettle"])
                 if set(q.split()) & set(title.split())]
-        # reranker's calls block (SQLite, the model): keep them off the event loop
+        # reranker's calls block (SQLite, the model): keep them off the event loop. The page
+        # is served to uid: its clicks (POST /rr/click) carry the same user_id.
         return await run_in_threadpool(reranker.rerank, q, hits, size=10, user_id=uid)
 
     return app

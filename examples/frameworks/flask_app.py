@@ -26,7 +26,8 @@ def create_shop(config) -> Flask:
 
     @app.get("/products")
     def products():
-        # The shop's own search gives the candidates; reranker orders them and logs the page.
+        # The shop's own search gives the candidates; reranker orders them and logs the page,
+        # served to the uid cookie's user: its clicks (POST /rr/click) carry that user_id.
         query = request.args.get("q", "")
         hits = [{"id": p["id"], "score": p["score"], "source": p}
                 for p in own_search(query)]

@@ -2,9 +2,11 @@
  * <script src="https://SERVICE/reranker.js" [data-endpoint="URL"] [data-track]></script>
  * The service is the folder of this script's URL, or data-endpoint.
  * reranker.search(query, options): Promise of the /search answer (options: size, ...)
- * reranker.click(impressionId, docId): reports a click, even as the page unloads
+ * reranker.click(impressionId, docId[, ids]): reports a click, even as the page unloads,
+ *   with the user_id / session_id its page was searched with (from search(), or ids)
  * reranker.track(container): reports clicks on [data-doc-id] elements under a
- *   [data-impression-id] one; returns stop(). data-track: track(document). */
+ *   [data-impression-id] one (and its data-user-id, data-session-id); returns stop().
+ *   data-track: track(document). */
 (() => {
   "use strict";
   const script = document.currentScript;
@@ -17,10 +19,25 @@
     fetch(new URL(path, base).href,
           {method: "POST", body, keepalive, headers: {"Content-Type": type}});
 
+  // The ids the latest pages were searched with: their clicks must carry them.
+  const servedTo = new Map();
+  const remember = (page, options) => {
+    const ids = {};
+    for (const key of ["user_id", "session_id"]) {
+      if (options && options[key]) ids[key] = options[key];
+    }
+    if (!page.impression_id || !Object.keys(ids).length) return;
+    servedTo.set(page.impression_id, ids);
+    if (servedTo.size > 100) servedTo.delete(servedTo.keys().next().value);
+  };
+
   const search = (query, options) =>
     post("search", JSON.stringify(Object.assign({}, options, {query})), "application/json")
       .then((response) => response.json().catch(() => ({})).then((body) => {
-        if (response.ok) return body;
+        if (response.ok) {
+          remember(body, options);
+          return body;
+        }
         const message = (body.error && body.error.message) || `HTTP ${response.status}`;
         throw Object.assign(new Error(message), {status: response.status});
       }), () => {
@@ -30,8 +47,9 @@
 
   // Same origin: a JSON beacon. Cross-origin: a keepalive fetch with a text/plain body,
   // which needs no preflight and carries this page's Origin (see the README).
-  const click = (impressionId, docId) => {
-    const body = JSON.stringify({impression_id: impressionId, doc_id: docId});
+  const click = (impressionId, docId, ids) => {
+    const body = JSON.stringify(Object.assign({}, servedTo.get(impressionId), ids,
+                                              {impression_id: impressionId, doc_id: docId}));
     const type = sameOrigin ? "application/json" : "text/plain";
     if (!sameOrigin || !navigator.sendBeacon ||
         !navigator.sendBeacon(new URL("click", base).href, new Blob([body], {type}))) {
@@ -45,7 +63,11 @@
       if (event.type === "auxclick" && event.button !== 1) return;
       const doc = event.target.closest && event.target.closest("[data-doc-id]");
       const page = doc && doc.closest("[data-impression-id]");
-      if (page && root.contains(doc)) click(page.dataset.impressionId, doc.dataset.docId);
+      if (!page || !root.contains(doc)) return;
+      const ids = {};
+      if (page.dataset.userId) ids.user_id = page.dataset.userId;
+      if (page.dataset.sessionId) ids.session_id = page.dataset.sessionId;
+      click(page.dataset.impressionId, doc.dataset.docId, ids);
     };
     root.addEventListener("click", listener, true);
     root.addEventListener("auxclick", listener, true);

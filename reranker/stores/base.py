@@ -215,3 +215,15 @@ class Leadership:
     def release(self) -> None:
         """Give it up (harmless twice)."""
 
+
+    # -- signing ----------------------------------------------------------------------------
+
+    def signing_secret(self) -> str:
+        """A secret made once for this store and kept in it, the same for every process that
+        opens it: the default key that impression ids are signed with
+        (:mod:`reranker.trust`) when no key is configured. A store that cannot keep one
+        raises a :class:`reranker.errors.ConfigError` asking for a configured key."""
+        from ..errors import ConfigError
+
+        raise ConfigError(f"the {self.name} event store keeps no signing secret: set the "
+                          f"environment variable that security.signing_keys_env names")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -421,6 +422,14 @@ class SQLEventStore(EventStore):
         with self._reading() as conn:
             return int(self._run(conn, "SELECT value FROM meta WHERE key = 'closed_seq'")
                        .fetchone()[0])
+
+    def signing_secret(self) -> str:
+        # Made by the first process to ask; the others read the one it kept.
+        with self._write(durable=True) as conn:
+            self._run(conn, "INSERT INTO meta (key, value) VALUES ('signing_secret', ?) "
+                      "ON CONFLICT DO NOTHING", (secrets.token_urlsafe(32),))
+            return self._run(conn, "SELECT value FROM meta WHERE key = 'signing_secret'"
+                             ).fetchone()[0]
 
     def pending(self, cursor: int) -> dict[str, Any]:
         with self._reading() as conn:

@@ -1,0 +1,449 @@
+"""Trust no client: signed impression ids bound to whom they were served, limits per client
+and per impression, API keys, the client's address behind a proxy, and the per-client bound
+on what training learns (README, "Security").
+
+An impression id is a token the service signs (:class:`ImpressionSigner`)::
+
+    <kid>.<base64url of: 16 random bytes, issue time (4 bytes), binding tag (8), MAC (16)>
+
+The MAC is HMAC-SHA256 (truncated to 128 bits) over the rest, under the key named by
+``kid``; the binding tag is a keyed hash of the user (``user_id``) or, without one, the
+session (``session_id``) the page was served to, or of no one for a page served without
+either. The token is the impression's id in the event store too, so nothing else changes
+there. A click or reward is refused, and counted by reason (:attr:`TrustGuard.rejected`),
+when its id is
+
+* ``forged``: not a token, a key id no configured key has, or a MAC that does not verify;
+* ``expired``: issued more than ``security.impression_ttl`` seconds ago;
+* ``foreign``: served to a user or session other than the ``user_id`` / ``session_id`` the
+  click carries;
+* ``replayed``: its page was already closed and trained on (the store refuses it);
+
+or when the client is over its limits (``rate_limited``) or the impression has had
+``security.clicks_per_impression`` click requests (``impression_limit``). Repeating a click
+already recorded stays harmless and is answered 202 with ``duplicate: true`` (a browser's
+beacon may be sent twice): the store keeps one click per result and page.
+
+Keys come from the environment variable that ``security.signing_keys_env`` names
+(``kid:secret,kid:secret``: the first signs, all verify, so a new key is added first and
+the old one dropped after ``impression_ttl``). Without it, a secret made once and kept in
+the event store signs (:meth:`reranker.stores.EventStore.signing_secret`): every process and
+machine sharing the store signs and verifies with the same key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import contextlib
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from .errors import (
+    ConfigError,
+    ForbiddenError,
+    GoneError,
+    RerankerError,
+    TooManyRequestsError,
+)
+
+#: Bytes of a token: random id, issue time, binding tag, MAC.
+_ID, _TIME, _BIND, _MAC = 16, 4, 8, 16
+_PAYLOAD = _ID + _TIME + _BIND
+_TOKEN_BYTES = _PAYLOAD + _MAC
+#: A key id: what a token starts with, before the dot.
+KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,16}")
+#: Shortest secret accepted from the environment, in characters.
+MIN_SECRET = 16
+#: The key id of the secret kept in the event store.
+STORE_KEY_ID = "s"
+#: Seconds a token's issue time may lie in the future (clocks of machines sharing a store).
+CLOCK_SKEW = 300.0
+#: Domain separation of the MAC and of the binding tag.
+_MAC_LABEL, _BIND_LABEL, _ADDRESS_LABEL = b"reranker impression\0", b"reranker bind\0", \
+    b"reranker address\0"
+
+#: Reasons a click, reward or search is refused, as :attr:`TrustGuard.rejected` counts them.
+REASONS = ("forged", "expired", "foreign", "replayed", "impression_limit", "rate_limited",
+           "unauthorized")
+
+
+def rejection(error, reason: str):
+    """``error`` tagged with the ``reason`` it is counted under."""
+    error.reason = reason
+    return error
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Whom a page was served to: its user, else its session, else no one."""
+
+    kind: str  # "user", "session" or ""
+    value: str
+
+    @classmethod
+    def of(cls, user_id: str | None, session_id: str | None) -> Binding:
+        if user_id:
+            return cls("user", user_id)
+        if session_id:
+            return cls("session", session_id)
+        return cls("", "")
+
+
+class ImpressionSigner:
+    """Signs impression ids and verifies them: ``keys`` is a list of ``(kid, secret)``, the
+    first signing."""
+
+    def __init__(self, keys: list[tuple[str, bytes]], ttl: float,
+                 clock: Callable[[], float] = time.time):
+        if not keys:
+            raise ValueError("at least one signing key is needed")
+        self.keys = dict(keys)
+        self.kid, self._secret = keys[0]
+        self.ttl = ttl
+        self.clock = clock
+
+    @classmethod
+    def from_config(cls, config, events, environ: Mapping[str, str] | None = None
+                    ) -> ImpressionSigner:
+        """The keys of ``security.signing_keys_env``, else the event store's secret."""
+        security = config.security
+        environ = os.environ if environ is None else environ
+        name = security.signing_keys_env
+        text = environ.get(name, "").strip()
+        if text:
+            return cls(parse_keys(text, name), security.impression_ttl)
+        secret = events.signing_secret()
+        return cls([(STORE_KEY_ID, secret.encode("utf-8"))], security.impression_ttl)
+
+    def sign(self, binding: Binding, now: float | None = None) -> str:
+        """A new impression id, issued now to ``binding``."""
+        issued = int(self.clock() if now is None else now)
+        payload = (secrets.token_bytes(_ID) + struct.pack(">I", issued)
+                   + self._tag(self._secret, binding))
+        return f"{self.kid}.{_b64(payload + self._mac(self._secret, payload))}"
+
+    def verify(self, token: str, user_id: str | None, session_id: str | None,
+               now: float | None = None) -> None:
+        """Raise the error a click or reward with ``token`` and these ids gets, tagged with
+        its reason (``forged``, ``expired``, ``foreign``); return when all is well."""
+        secret, payload = self._open(token)
+        issued = struct.unpack(">I", payload[_ID:_ID + _TIME])[0]
+        now = self.clock() if now is None else now
+        if issued > now + CLOCK_SKEW:
+            raise _forged("its issue time lies in the future")
+        if now - issued > self.ttl:
+            raise rejection(GoneError(
+                f"'impression_id' has expired: it was issued {now - issued:.0f} s ago, and "
+                f"clicks and rewards are accepted for {self.ttl:g} s "
+                f"(security.impression_ttl)", field="impression_id"), "expired")
+        tag = payload[_ID + _TIME:]
+        offered = {Binding("", "")}
+        if user_id:
+            offered.add(Binding("user", user_id))
+        if session_id:
+            offered.add(Binding("session", session_id))
+        if not any(hmac.compare_digest(tag, self._tag(secret, b)) for b in offered):
+            field = "user_id" if user_id or not session_id else "session_id"
+            raise rejection(ForbiddenError(
+                "'impression_id' was served to another user or session: send the user_id "
+                "(or, without one, the session_id) that the search gave", field=field),
+                "foreign")
+
+    def check(self, token: str) -> None:
+        """Raise a ``forged`` error unless ``token`` is a genuine impression id (whatever
+        its age and binding)."""
+        self._open(token)
+
+    def address_key(self, address: str) -> str:
+        """A keyed hash of a client address: what the event store keeps instead of it."""
+        digest = hmac.new(self._secret, _ADDRESS_LABEL + address.encode("utf-8"),
+                          hashlib.sha256).digest()
+        return _b64(digest[:12])
+
+    def _open(self, token: str) -> tuple[bytes, bytes]:
+        """The secret and payload of a token whose MAC verifies."""
+        kid, dot, data = token.partition(".")
+        if not dot or not KEY_ID.fullmatch(kid):
+            raise _forged("it is not a signed impression id")
+        secret = self.keys.get(kid)
+        if secret is None:
+            raise _forged("no configured key has its key id (was the key removed?)")
+        try:
+            raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
+        except (binascii.Error, ValueError):
+            raise _forged("it is not a signed impression id") from None
+        if len(raw) != _TOKEN_BYTES or _b64(raw) != data:
+            raise _forged("it is not a signed impression id")
+        payload, mac = raw[:_PAYLOAD], raw[_PAYLOAD:]
+        if not hmac.compare_digest(mac, self._mac(secret, payload)):
+            raise _forged("its signature does not verify")
+        return secret, payload
+
+    @staticmethod
+    def _mac(secret: bytes, payload: bytes) -> bytes:
+        return hmac.new(secret, _MAC_LABEL + payload, hashlib.sha256).digest()[:_MAC]
+
+    @staticmethod
+    def _tag(secret: bytes, binding: Binding) -> bytes:
+        text = f"{binding.kind}\0{binding.value}".encode("utf-8")
+        return hmac.new(secret, _BIND_LABEL + text, hashlib.sha256).digest()[:_BIND]
+
+
+def _forged(why: str) -> ForbiddenError:
+    return rejection(ForbiddenError(f"'impression_id' is not accepted: {why}",
+                                    field="impression_id"), "forged")
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def parse_keys(text: str, name: str) -> list[tuple[str, bytes]]:
+    """``kid:secret,kid:secret`` from the environment variable ``name``; a
+    :class:`ConfigError` naming the variable (never the secret) when malformed."""
+    keys: list[tuple[str, bytes]] = []
+    for number, item in enumerate(text.split(","), start=1):
+        kid, colon, secret = item.strip().partition(":")
+        if not colon or not KEY_ID.fullmatch(kid):
+            raise ConfigError(f"environment variable {name}: entry {number} must be "
+                              f"kid:secret with a key id of 1-16 letters, digits, '-' or '_'")
+        if len(secret) < MIN_SECRET:
+            raise ConfigError(f"environment variable {name}: the secret of key {kid!r} is "
+                              f"shorter than {MIN_SECRET} characters (make one with "
+                              f"`python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+        if kid in dict(keys):
+            raise ConfigError(f"environment variable {name}: key id {kid!r} is given twice")
+        keys.append((kid, secret.encode("utf-8")))
+    return keys
+
+
+class RateLimiter:
+    """Token buckets per key: ``per_minute`` requests a minute, in bursts of as many.
+
+    Kept in this process: with several worker processes each one limits separately (a
+    client spread over N workers gets up to N times the rate). At most ``max_keys`` buckets
+    are kept; full buckets are dropped first (a full bucket is the same as none)."""
+
+    def __init__(self, per_minute: int, *, clock: Callable[[], float] = time.monotonic,
+                 max_keys: int = 100_000):
+        self.capacity = float(per_minute)
+        self.rate = per_minute / 60.0
+        self.clock = clock
+        self.max_keys = max_keys
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, when)
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> float:
+        """Take one request for ``key``: 0 when allowed, else the seconds until it would be."""
+        with self._lock:
+            now = self.clock()
+            tokens, when = self._buckets.get(key, (self.capacity, now))
+            tokens = min(self.capacity, tokens + (now - when) * self.rate)
+            if tokens < 1.0:
+                self._buckets[key] = (tokens, now)
+                return (1.0 - tokens) / self.rate
+            if len(self._buckets) >= self.max_keys and key not in self._buckets:
+                self._prune(now)
+            self._buckets[key] = (tokens - 1.0, now)
+            return 0.0
+
+    def _prune(self, now: float) -> None:
+        full = [k for k, (tokens, when) in self._buckets.items()
+                if tokens + (now - when) * self.rate >= self.capacity]
+        for key in full:
+            del self._buckets[key]
+        if len(self._buckets) >= self.max_keys:  # a flood of new clients: forget the oldest
+            for key in list(self._buckets)[: len(self._buckets) // 2]:
+                del self._buckets[key]
+
+
+class ImpressionCounter:
+    """Click requests per impression id in this process, each kept until its id expires."""
+
+    def __init__(self, limit: int, ttl: float, *, clock: Callable[[], float] = time.monotonic,
+                 max_keys: int = 200_000):
+        self.limit = limit
+        self.ttl = ttl
+        self.clock = clock
+        self.max_keys = max_keys
+        self._counts: dict[str, tuple[int, float]] = {}  # id -> (count, forget after)
+        self._lock = threading.Lock()
+
+    def take(self, impression_id: str) -> float:
+        """Count one request: 0 when within the limit, else the seconds until it is
+        forgotten (the id has expired by then)."""
+        with self._lock:
+            now = self.clock()
+            count, until = self._counts.get(impression_id, (0, now + self.ttl))
+            if count >= self.limit:
+                return max(1.0, until - now)
+            if len(self._counts) >= self.max_keys and impression_id not in self._counts:
+                self._counts = {k: v for k, v in self._counts.items() if v[1] > now}
+                if len(self._counts) >= self.max_keys:
+                    for key in list(self._counts)[: len(self._counts) // 2]:
+                        del self._counts[key]
+            self._counts[impression_id] = (count + 1, until)
+            return 0.0
+
+
+def client_key(user_id: str | None, session_id: str | None, address: str | None) -> str | None:
+    """Who a request comes from, for its limits: its user, else its session, else its
+    address (None: none of them, an in-process call)."""
+    if user_id:
+        return f"user:{user_id}"
+    if session_id:
+        return f"session:{session_id}"
+    if address:
+        return f"address:{address}"
+    return None
+
+
+def api_keys_from(config, environ: Mapping[str, str] | None = None) -> tuple[bytes, ...]:
+    """The API keys of ``security.api_keys_env`` (none when it is null); a
+    :class:`ConfigError` when it names a variable that is unset or empty."""
+    name = config.security.api_keys_env
+    if name is None:
+        return ()
+    environ = os.environ if environ is None else environ
+    keys = tuple(k.strip().encode("utf-8") for k in environ.get(name, "").split(",")
+                 if k.strip())
+    if not keys:
+        raise ConfigError(f"security.api_keys_env names the environment variable {name}, "
+                          f"which is unset or empty: set it to the API keys (comma separated)")
+    return keys
+
+
+class TrustGuard:
+    """A service's signer, limits and API keys, and the count of what they refused."""
+
+    def __init__(self, config, signer: ImpressionSigner, api_keys: tuple[bytes, ...] = ()):
+        security = config.security
+        self.signer = signer
+        self.api_keys = api_keys
+        self.proxy_header: str | None = security.trusted_proxy_header
+        self.searches = (RateLimiter(security.searches_per_minute)
+                         if security.searches_per_minute else None)
+        self.clicks = (RateLimiter(security.clicks_per_minute)
+                       if security.clicks_per_minute else None)
+        self.per_impression = ImpressionCounter(security.clicks_per_impression,
+                                                security.impression_ttl)
+        #: Requests refused, by ``(endpoint, reason)``: ``("click", "forged")``, ...
+        self.rejected: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config, events) -> TrustGuard:
+        return cls(config, ImpressionSigner.from_config(config, events), api_keys_from(config))
+
+    def count(self, endpoint: str, reason: str) -> None:
+        with self._lock:
+            self.rejected[(endpoint, reason)] += 1
+
+    def rejected_by_reason(self, endpoint: str) -> collections.Counter[str]:
+        """What ``endpoint`` refused, by reason."""
+        with self._lock:
+            return collections.Counter({reason: n for (where, reason), n in
+                                        self.rejected.items() if where == endpoint})
+
+    @contextlib.contextmanager
+    def counting(self, endpoint: str) -> Iterator[None]:
+        """Count a refusal raised in the block under its reason (see :func:`rejection`)."""
+        try:
+            yield
+        except RerankerError as exc:
+            reason = getattr(exc, "reason", None)
+            if reason is not None:
+                self.count(endpoint, reason)
+            raise
+
+    def api_key_ok(self, given: str | None) -> bool:
+        """Whether ``given`` is one of the API keys (always, when none is configured)."""
+        if not self.api_keys:
+            return True
+        if not given:
+            return False
+        given_bytes = given.encode("utf-8")
+        # Compare with every key, so the time taken says nothing about which one is close.
+        return sum(hmac.compare_digest(given_bytes, key) for key in self.api_keys) > 0
+
+    def limit(self, endpoint: str, client: str | None) -> None:
+        """Raise a 429 when ``client`` is over its rate for ``endpoint`` (``search``, or
+        ``click`` for clicks and rewards)."""
+        limiter = self.searches if endpoint == "search" else self.clicks
+        if limiter is None or client is None:
+            return
+        wait = limiter.take(client)
+        if wait:
+            per = "searches_per_minute" if endpoint == "search" else "clicks_per_minute"
+            raise rejection(TooManyRequestsError(
+                f"too many requests from this client: at most {int(limiter.capacity)} a "
+                f"minute (security.{per}); retry in {wait:.0f} s", retry_after=wait),
+                "rate_limited")
+
+    def limit_impression(self, impression_id: str) -> None:
+        wait = self.per_impression.take(impression_id)
+        if wait:
+            raise rejection(TooManyRequestsError(
+                f"'impression_id' has had {self.per_impression.limit} click requests, the "
+                f"most one page accepts (security.clicks_per_impression)",
+                retry_after=wait, field="impression_id"), "impression_limit")
+
+
+
+class ClientBudget:
+    """The per-client bound on what training learns (``security.client_budget``): of each
+    client's impressions with clicks, at most ``budget`` per window of ``window`` seconds
+    (fixed windows of the impressions' times) are learned from; the rest are passed over.
+
+    A client is who the impression was logged as served to (its ``user_id``: the user, the
+    session or a keyed hash of the address, :meth:`RerankerService._logged_client
+    <reranker.service.RerankerService._logged_client>`); impressions of none (in-process
+    searches without a user or session) are not bounded. Passing over whole impressions,
+    rather than scaling their updates, works the same for every learner: a client's
+    impressions beyond its budget change no model, whatever the learner does with one.
+
+    The decisions are made in ``closed_seq`` order and remembered for impressions after the
+    saved cursor, so a pass that reads them again (after one that saved no version) decides
+    the same way. The counts live in the trainer's process: a trainer that starts anew
+    (a restart, another process taking the lead) counts the current window from zero."""
+
+    def __init__(self, budget: int, window: float):
+        self.budget = budget
+        self.window = window
+        self._counts: dict[str, tuple[int, int]] = {}  # client -> (window number, count)
+        self._denied: set[int] = set()  # closed_seq of impressions passed over
+        self._through = 0  # the highest closed_seq decided
+
+    def allows(self, client: str | None, closed_seq: int, created: float,
+               clicked: bool) -> bool:
+        """Whether training may learn from this impression."""
+        if not self.budget or client is None or not clicked:
+            return True
+        if closed_seq <= self._through:  # decided before: the same answer
+            return closed_seq not in self._denied
+        self._through = closed_seq
+        window = int(created // self.window)
+        start, count = self._counts.get(client, (window, 0))
+        if window > start:
+            start, count = window, 0
+        if count >= self.budget:
+            self._denied.add(closed_seq)
+            return False
+        if len(self._counts) >= 100_000 and client not in self._counts:
+            self._counts = {c: v for c, v in self._counts.items() if v[0] >= window}
+        self._counts[client] = (start, count + 1)
+        return True
+
+    def forget_through(self, cursor: int) -> None:
+        """Forget the decisions up to ``cursor``, the saved model's (never read again)."""
+        self._denied = {seq for seq in self._denied if seq > cursor}

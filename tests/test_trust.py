@@ -1,0 +1,318 @@
+"""Trust no client (README, "Security"), through real HTTP against the real app on a real
+embedded index and event store: signed impression ids bound to whom they were served,
+refusals counted by reason, limits per client and per impression, API keys, the address
+behind a trusted proxy, key rotation, and the per-client budget of the trainer."""
+
+import time
+
+import pytest
+from conftest import LiveServer, write_config
+
+from reranker.config import load_config
+from reranker.errors import ConfigError
+from reranker.service import RerankerService
+from reranker.trust import Binding, ClientBudget, ImpressionSigner, parse_keys
+
+KEYS = "RERANKER_SIGNING_KEYS"
+OLD = "old:" + "o" * 32
+NEW = "new:" + "n" * 32
+
+
+def served(live, **ids):
+    page = live.post("/search", {"query": "espresso grinder", **ids})
+    assert page.status_code == 200, page.text
+    return page.json()
+
+
+def click(live, page, rank=0, **ids):
+    return live.post("/click", {"impression_id": page["impression_id"],
+                                "doc_id": page["hits"][rank]["id"], **ids})
+
+
+def error_of(response, status):
+    assert response.status_code == status, response.text
+    assert response.headers["Content-Type"].startswith("application/json")
+    error = response.json()["error"]
+    assert error["status"] == status
+    return error
+
+
+@pytest.fixture
+def server_for(workdir):
+    """``server_for(**sections)``: a live server over the workdir's index and store."""
+    servers = []
+
+    def start(**sections):
+        servers.append(LiveServer(write_config(workdir, **sections)))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def rejected(live, endpoint="click"):
+    return dict(live.service.trust.rejected_by_reason(endpoint))
+
+
+def test_an_impression_id_is_a_compact_signed_token(live):
+    page = served(live)
+    token = page["impression_id"]
+    kid, _, data = token.partition(".")
+    assert kid and len(data) == 59 and len(token) < 80
+    assert set(data) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    assert click(live, page).status_code == 202
+    # the token is the impression's id in the store as well
+    assert live.service.events.get_impression(token).clicked == [page["hits"][0]["id"]]
+
+
+def test_forged_ids_are_refused_and_counted(live):
+    page = served(live)
+    token = page["impression_id"]
+    doc = page["hits"][0]["id"]
+    last = "A" if token[-1] != "A" else "B"
+    forgeries = [token[:-1] + last,  # a changed signature
+                 token[:10] + ("x" if token[10] != "x" else "y") + token[11:],  # changed data
+                 "zz" + token[token.index("."):],  # a key id nobody has
+                 token.partition(".")[2],  # no key id
+                 "0123456789abcdef0123456789abcdef"]  # an id of the old, unsigned kind
+    for forged in forgeries:
+        error = error_of(live.post("/click", {"impression_id": forged, "doc_id": doc}), 403)
+        assert error["field"] == "impression_id"
+        assert "'impression_id' is not accepted" in error["message"]
+        error = error_of(live.post("/reward", {"impression_id": forged, "value": 1}), 403)
+        assert error["field"] == "impression_id"
+    assert rejected(live) == {"forged": len(forgeries)}
+    assert rejected(live, "reward") == {"forged": len(forgeries)}
+    assert live.service.events.get_impression(token).clicked == []
+
+
+def test_a_page_served_to_a_user_accepts_only_that_users_clicks(live):
+    page = served(live, user_id="alice", session_id="s-a")
+    for ids, field in [({}, "user_id"), ({"user_id": "mallory"}, "user_id"),
+                       ({"session_id": "s-a"}, "session_id"),  # the user decides
+                       ({"user_id": "mallory", "session_id": "s-a"}, "user_id")]:
+        error = error_of(click(live, page, **ids), 403)
+        assert error["field"] == field
+        assert "served to another user or session" in error["message"]
+    reward = live.post("/reward", {"impression_id": page["impression_id"], "value": 1.0,
+                                   "user_id": "mallory"})
+    assert error_of(reward, 403)["field"] == "user_id"
+    assert rejected(live) == {"foreign": 4} and rejected(live, "reward") == {"foreign": 1}
+    assert click(live, page, user_id="alice").status_code == 202
+    assert live.post("/reward", {"impression_id": page["impression_id"], "value": 1.0,
+                                 "user_id": "alice"}).status_code == 202
+
+
+def test_a_page_served_to_a_session_accepts_that_sessions_clicks(live):
+    page = served(live, session_id="s-1")
+    assert error_of(click(live, page, session_id="s-2"), 403)["field"] == "session_id"
+    assert error_of(click(live, page), 403)["field"] == "user_id"
+    assert click(live, page, session_id="s-1").status_code == 202
+    # extra ids do not hurt: the page was served to the session
+    assert click(live, page, 1, session_id="s-1", user_id="later-login").status_code == 202
+
+
+def test_an_anonymous_page_accepts_anyones_clicks(live):
+    page = served(live)
+    assert click(live, page, 0).status_code == 202
+    assert click(live, page, 1, user_id="someone").status_code == 202
+
+
+def test_expired_ids_are_refused_with_410(live):
+    page = served(live, session_id="s")
+    signer = live.service.trust.signer
+    signer.clock = lambda: time.time() + signer.ttl + 5  # an hour and more later
+    error = error_of(click(live, page, session_id="s"), 410)
+    assert error["field"] == "impression_id"
+    assert "expired" in error["message"] and "security.impression_ttl" in error["message"]
+    assert rejected(live) == {"expired": 1}
+
+
+def test_a_click_replayed_on_a_page_already_trained_on_is_refused(live):
+    page = served(live)
+    assert click(live, page).status_code == 202
+    again = click(live, page)  # a repeated beacon while the page is open: harmless
+    assert again.status_code == 202 and again.json()["duplicate"] is True
+    live.service.trainer.run_once(close_all=True)
+    error = error_of(click(live, page, 1), 409)
+    assert "no longer accepts clicks" in error["message"]
+    assert rejected(live) == {"replayed": 1}
+
+
+def test_per_impression_click_limit(server_for):
+    live = server_for(security={"clicks_per_impression": 2})
+    page = served(live)
+    assert click(live, page, 0).status_code == 202
+    assert click(live, page, 1).status_code == 202
+    response = click(live, page, 2)
+    error = error_of(response, 429)
+    assert error["field"] == "impression_id"
+    assert "security.clicks_per_impression" in error["message"]
+    assert int(response.headers["Retry-After"]) >= 1
+    assert rejected(live) == {"impression_limit": 1}
+    assert click(live, served(live), 0).status_code == 202  # another page has its own
+
+
+def test_per_client_search_and_click_limits(server_for):
+    live = server_for(security={"searches_per_minute": 3, "clicks_per_minute": 2})
+    pages = [served(live, user_id="u1") for _ in range(3)]
+    response = live.post("/search", {"query": "tea", "user_id": "u1"})
+    error = error_of(response, 429)
+    assert "security.searches_per_minute" in error["message"]
+    assert 1 <= int(response.headers["Retry-After"]) <= 20  # a token comes back every 20 s
+    served(live, user_id="u2")  # another user has a budget of its own
+    served(live, session_id="s")  # and so has a session ...
+    served(live)  # ... and an anonymous client, by its address
+    assert click(live, pages[0], user_id="u1").status_code == 202
+    assert click(live, pages[1], user_id="u1").status_code == 202
+    assert error_of(click(live, pages[2], user_id="u1"), 429)["message"].endswith(" s")
+    assert rejected(live, "search") == {"rate_limited": 1}
+    assert rejected(live, "click") == {"rate_limited": 1}
+
+
+def test_the_address_behind_a_trusted_proxy(server_for):
+    live = server_for(security={"searches_per_minute": 1,
+                                "trusted_proxy_header": "X-Forwarded-For"})
+
+    def search(forwarded):
+        return live.post("/search", {"query": "tea"},
+                         headers={"X-Forwarded-For": forwarded})
+
+    assert search("203.0.113.7").status_code == 200
+    # the nearest proxy appends the address it saw: the client cannot choose it
+    assert search("198.51.100.1, 203.0.113.7").status_code == 429
+    third = search("203.0.113.8")
+    assert third.status_code == 200, third.text
+
+
+def test_without_a_trusted_proxy_the_header_is_ignored(server_for):
+    live = server_for(security={"searches_per_minute": 1})
+    assert live.post("/search", {"query": "tea"},
+                     headers={"X-Forwarded-For": "203.0.113.7"}).status_code == 200
+    assert live.post("/search", {"query": "tea"},
+                     headers={"X-Forwarded-For": "203.0.113.8"}).status_code == 429
+
+
+def test_an_api_key_guards_search_and_explain(server_for, monkeypatch):
+    monkeypatch.setenv("SHOP_RERANKER_KEYS", "key-one, key-two")
+    live = server_for(security={"api_keys_env": "SHOP_RERANKER_KEYS"})
+    body = {"query": "espresso grinder"}
+    for headers in [{}, {"X-API-Key": "key-three"}, {"Authorization": "Bearer key"}]:
+        response = live.post("/search", body, headers=headers)
+        error = error_of(response, 401)
+        assert error["field"] == "X-API-Key" and "API key" in error["message"]
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert error_of(live.post("/explain", body), 401)["field"] == "X-API-Key"
+    assert rejected(live, "search") == {"unauthorized": 3}
+    page = live.post("/search", body, headers={"X-API-Key": "key-two"}).json()
+    assert live.post("/search", body,
+                     headers={"Authorization": "Bearer key-one"}).status_code == 200
+    assert live.post("/explain", body, headers={"X-API-Key": "key-one"}).status_code == 200
+    # the page's clicks come from the browser, with the signed id and no key
+    assert click(live, page).status_code == 202
+
+
+def test_an_api_key_variable_that_is_not_set_stops_start_up(workdir, monkeypatch):
+    monkeypatch.delenv("SHOP_RERANKER_KEYS", raising=False)
+    config = load_config(write_config(workdir, security={"api_keys_env": "SHOP_RERANKER_KEYS"}))
+    with pytest.raises(ConfigError, match="SHOP_RERANKER_KEYS, which is unset or empty"):
+        RerankerService(config).open()
+
+
+def test_keys_rotate_the_new_one_signs_and_the_old_one_still_verifies(server_for,
+                                                                      monkeypatch):
+    monkeypatch.setenv(KEYS, OLD)
+    before = server_for()
+    old_page = served(before, session_id="s")
+    assert old_page["impression_id"].startswith("old.")
+    monkeypatch.setenv(KEYS, f"{NEW},{OLD}")
+    during = server_for()
+    new_page = served(during, session_id="s")
+    assert new_page["impression_id"].startswith("new.")
+    assert click(during, old_page, session_id="s").status_code == 202
+    assert click(during, new_page, session_id="s").status_code == 202
+    monkeypatch.setenv(KEYS, NEW)  # the old key dropped, impression_ttl later
+    after = server_for()
+    error = error_of(click(after, old_page, 1, session_id="s"), 403)
+    assert "no configured key has its key id" in error["message"]
+    assert click(after, new_page, 1, session_id="s").status_code == 202
+
+
+def test_without_a_configured_key_processes_sharing_a_store_agree(server_for, monkeypatch):
+    monkeypatch.delenv(KEYS, raising=False)
+    one, two = server_for(), server_for()  # two services on one event store
+    page = served(one, user_id="u")
+    assert click(two, page, user_id="u").status_code == 202
+    assert served(two)["impression_id"].split(".")[0] == page["impression_id"].split(".")[0]
+
+
+def test_the_store_keeps_one_signing_secret(open_store):
+    first, second = open_store(), open_store()
+    secret = first.signing_secret()
+    assert len(secret) >= 32 and second.signing_secret() == secret == first.signing_secret()
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("nocolon", "entry 1 must be kid:secret"),
+    ("a b:" + "x" * 20, "entry 1 must be kid:secret"),
+    ("k1:short", "shorter than 16 characters"),
+    (f"k1:{'x' * 20},k1:{'y' * 20}", "key id 'k1' is given twice"),
+])
+def test_malformed_signing_keys_name_the_variable_not_the_secret(text, fragment):
+    with pytest.raises(ConfigError) as caught:
+        parse_keys(text, KEYS)
+    assert KEYS in caught.value.message and fragment in caught.value.message
+    assert "y" * 20 not in caught.value.message
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("client_budget", -1, "security.client_budget must be at least 0"),
+    ("impression_ttl", 0, "security.impression_ttl must be at least 1"),
+    ("searches_per_minute", "many", "security.searches_per_minute must be an integer"),
+    ("trusted_proxy_header", "", "security.trusted_proxy_header must be a non-empty string"),
+])
+def test_security_settings_are_validated(tmp_path, key, value, expected):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"security: {{{key}: {value!r}}}\n")
+    with pytest.raises(ConfigError, match=f"{path}: {expected}"):
+        load_config(path)
+
+
+def test_a_tokens_binding_is_checked_with_the_key_that_signed_it():
+    signer = ImpressionSigner(parse_keys(f"{NEW},{OLD}", KEYS), ttl=60)
+    old = ImpressionSigner(parse_keys(OLD, KEYS), ttl=60)
+    token = old.sign(Binding.of("alice", None))
+    signer.verify(token, "alice", None)
+    with pytest.raises(Exception) as caught:
+        signer.verify(token, "bob", None)
+    assert caught.value.reason == "foreign"
+
+
+def test_the_budget_decides_each_impression_once():
+    budget = ClientBudget(2, window=100.0)
+    decisions = [budget.allows("c", seq, created=seq, clicked=True) for seq in range(1, 5)]
+    assert decisions == [True, True, False, False]
+    # read again (a pass that saved no version): the same decisions, nothing counted twice
+    assert [budget.allows("c", seq, seq, True) for seq in range(1, 5)] == decisions
+    assert budget.allows("c", 5, created=150.0, clicked=True)  # a new window
+    assert budget.allows("other", 6, created=150.0, clicked=True)
+    assert budget.allows(None, 7, created=150.0, clicked=True)  # no client: not bounded
+    assert budget.allows("c", 8, created=150.0, clicked=False)  # no clicks: nothing to bound
+
+
+def test_the_trainer_passes_over_a_clients_impressions_beyond_its_budget(workdir):
+    config = load_config(write_config(workdir, security={"client_budget": 3},
+                                      trainer={"enabled": False, "feedback_window": 0.0}))
+    service = RerankerService(config).open()
+    try:
+        for n in range(5):
+            for who in ({"session_id": "heavy"}, {"user_id": f"light-{n}"}):
+                page = service.search("espresso grinder", **who)
+                for rank in (5, 2):
+                    service.click(page["impression_id"], page["hits"][rank]["id"], **who)
+        report = service.trainer.run_once(close_all=True)
+    finally:
+        service.close()
+    assert report.applied == 10 and report.bounded == 2  # the heavy session's 4th and 5th
+    assert report.clicks == 16
