@@ -83,8 +83,9 @@ class VCEE(OracleLearner):
         self._mixed = (self.policies_, self.theta_, self.policy_weights_, mixture)
         return mixture
 
-    def _lists(self, X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Each policy's top ``k`` (rows) and its chance."""
+    def _policy_scores(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every policy with a chance: its scores of the candidates (a column each) and its
+        chance."""
         policies, weights = self._mixture()
         keep = np.flatnonzero(weights > 0)
         if self.oracle == "linear":  # every policy scored in one product
@@ -92,9 +93,16 @@ class VCEE(OracleLearner):
         else:
             oracle = self._oracle()
             scores = np.stack([oracle.scores(policies[i], X) for i in keep], axis=1)
+        return scores, weights[keep]
+
+    def _lists(self, X: np.ndarray, k: int,
+               scored: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Each policy's top ``k`` (rows) and its chance."""
+        scores, weights = scored if scored is not None else self._policy_scores(X)
         # argmax_ranking of every column: best first, ties in the backend's order
         tops = (-scores).argsort(axis=0, kind="stable")[:k].T
-        return np.ascontiguousarray(tops), weights[keep]
+        return np.ascontiguousarray(tops), weights
 
     def _mu(self, n: int) -> float:
         return smoothing(self.smoothing, n, self.rounds_)
@@ -113,18 +121,16 @@ class VCEE(OracleLearner):
               rng: np.random.Generator | None) -> RankResult:
         n = X.shape[0]
         k = min(n_shown, n)
-        scores = self._leader_scores(X)
+        scored = self._policy_scores(X)
         if rng.random() < self._mu(n):
             ranking = rng.permutation(n)
-        else:
-            policies, weights = self._mixture()
+        else:  # a policy drawn by its chance; its list from the very scores the chances use
+            scores, weights = scored
             pick = rng.choice(len(weights), p=weights / weights.sum())
-            ranking = scores if pick == len(weights) - 1 else \
-                self._oracle().scores(policies[pick], X)
-            ranking = argmax_ranking(ranking)
-        lists = self._lists(X, k)
+            ranking = argmax_ranking(scores[:, pick])
+        lists = self._lists(X, k, scored)
         at = self._position_chances(X, k, lists)
-        return RankResult(ranking=ranking, scores=scores,
+        return RankResult(ranking=ranking, scores=self._leader_scores(X),
                           log_prob=self._list_log_prob(X, ranking[:k], lists),
                           propensities=np.clip(at.sum(axis=1), 0.0, 1.0),
                           shown_propensities=at[ranking[:k], np.arange(k)])
