@@ -46,7 +46,7 @@ def test_metrics_count_requests_clicks_versions_and_the_trainers_lag(workdir):
         server.post("/click", {"impression_id": pages[0]["impression_id"],
                                "doc_id": pages[0]["hits"][4]["id"]})  # again: a duplicate
         assert server.post("/click", {"impression_id": "nope", "doc_id": "1"}).status_code \
-            == 404
+            == 403  # not an id this service signed
         assert server.post("/click", {"impression_id": 7}).status_code == 400
         server.service.events.close_impressions(before=float("inf"))
         before = samples(server)
@@ -54,7 +54,9 @@ def test_metrics_count_requests_clicks_versions_and_the_trainers_lag(workdir):
                        (("endpoint", "/search"), ("status", "200")))] == 3
         assert before[("reranker_clicks_total", (("outcome", "accepted"),))] == 3
         assert before[("reranker_clicks_total", (("outcome", "duplicate"),))] == 1
-        assert before[("reranker_clicks_total", (("outcome", "unknown_impression"),))] == 1
+        assert before[("reranker_clicks_total", (("outcome", "forged_or_foreign"),))] == 1
+        assert before[("reranker_refused_total", (("endpoint", "click"),
+                                                  ("reason", "forged")))] == 1
         assert before[("reranker_clicks_total", (("outcome", "invalid"),))] == 1
         label = server.service.arms[0].labels[0]
         assert before[("reranker_trainer_lag_impressions", (("arm", label),))] == 3
@@ -193,10 +195,11 @@ def test_redaction_keeps_the_problem_and_drops_locations():
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 3 MB file system (tmpfs) to fill up; skipped where mounting is not allowed."""
+    """A real 16 MB file system (tmpfs) to fill up (room for SQLite's write-ahead log, which
+    grows to a few MB before a checkpoint); skipped where mounting is not allowed."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
                           capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small file system here: {done.stderr.strip()}")
@@ -208,13 +211,16 @@ def small_disk(tmp_path):
 
 def fill(folder: Path) -> Path:
     filler = folder / "filler"
-    with open(filler, "wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-        except OSError:
-            pass
+    handle = open(filler, "wb", buffering=0)  # noqa: SIM115 -- closed below, full or not
+    try:
+        for size in (65536, 4096, 512):  # to the last block
+            try:
+                while True:
+                    handle.write(b"\0" * size)
+            except OSError:
+                continue
+    finally:
+        handle.close()
     return filler
 
 
@@ -274,6 +280,6 @@ def test_json_log_lines_carry_each_requests_fields(workdir):
         access.setLevel(old_level)
     entries = [json.loads(line) for line in lines]
     assert [(e["method"], e["path"], e["status"]) for e in entries] == [
-        ("POST", "/search", 200), ("POST", "/click", 404)]
+        ("POST", "/search", 200), ("POST", "/click", 403)]
     assert all(e["ms"] >= 0 and e["level"] == "info" and e["time"].endswith("Z")
                for e in entries)
