@@ -130,7 +130,9 @@ class VCEE(OracleLearner):
             ranking = argmax_ranking(scores[:, pick])
         lists = self._lists(X, k, scored)
         at = self._position_chances(X, k, lists)
-        return RankResult(ranking=ranking, scores=self._leader_scores(X),
+        leader_kept = self._mixture()[1][-1] > 0  # then the leader is the last column
+        return RankResult(ranking=ranking,
+                          scores=scored[0][:, -1] if leader_kept else self._leader_scores(X),
                           log_prob=self._list_log_prob(X, ranking[:k], lists),
                           propensities=np.clip(at.sum(axis=1), 0.0, 1.0),
                           shown_propensities=at[ranking[:k], np.arange(k)])
@@ -179,8 +181,8 @@ class VCEE(OracleLearner):
         if len(sizes) == 0:
             return 0.0
         position = page_lists(self._oracle().scores(policy, X), sizes, self.positions)
-        return _reward(position, _estimates(y, q),
-                       position_weights(self.position_weights, self.positions), len(sizes))
+        return float(_page_rewards(position, _estimates(y, q), position_weights(
+            self.position_weights, self.positions), sizes).mean())
 
     def _solve(self) -> None:
         """Find ``Q`` satisfying OP by coordinate descent (appendix E), warm-started from the
@@ -202,15 +204,11 @@ class VCEE(OracleLearner):
         def placed(policy: np.ndarray) -> np.ndarray:
             return page_lists(oracle.scores(policy, X), sizes, L)
 
-        page = np.repeat(np.arange(n_pages), sizes)
-
         def per_page(position: np.ndarray) -> np.ndarray:  # a policy's estimated rewards
-            on = position >= 0
-            return np.bincount(page[on], weights=w[position[on]] * y_hat[on],
-                               minlength=n_pages)
+            return _page_rewards(position, y_hat, w, sizes)
 
         def reward(position: np.ndarray) -> float:
-            return _reward(position, y_hat, w, n_pages)
+            return float(per_page(position).mean())
 
         def beats(position: np.ndarray, leader_position: np.ndarray) -> bool:
             # The paper's fix for an imperfect oracle (appendix C.1) lets a policy that looks
@@ -276,11 +274,13 @@ def _estimates(y: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.where(shown, y / np.where(shown, q, 1.0), 0.0)
 
 
-def _reward(position: np.ndarray, y_hat: np.ndarray, w: np.ndarray, n_pages: int) -> float:
-    """A policy's estimated reward per page, ``sum_l w_l yhat(a_l)`` averaged over the pages,
-    from each candidate's position on its list (-1: not on it)."""
+def _page_rewards(position: np.ndarray, y_hat: np.ndarray, w: np.ndarray,
+                  sizes: np.ndarray) -> np.ndarray:
+    """A policy's estimated reward on each page, ``sum_l w_l yhat(a_l)``, from each
+    candidate's position on its page's list (-1: not on it); pages are runs of ``sizes``."""
     on = position >= 0
-    return float((w[position[on]] * y_hat[on]).sum()) / n_pages
+    page = np.repeat(np.arange(len(sizes)), sizes)
+    return np.bincount(page[on], weights=w[position[on]] * y_hat[on], minlength=len(sizes))
 
 
 @hookimpl

@@ -190,6 +190,8 @@ class LearnerBreaker:
 
     def timed(self, arm: str, seconds: float) -> None:
         """Record a ranking's duration."""
+        if seconds <= self.budget and self._state.get(arm, (0, 0.0))[0] == 0:
+            return  # the usual case, on every search: nothing to record, no lock
         with self._lock:
             count, until = self._state.get(arm, (0, 0.0))
             if seconds <= self.budget:
