@@ -40,11 +40,13 @@ def test_metrics_count_requests_clicks_versions_and_the_trainers_lag(workdir):
                                                        "feedback_window": 0.0}))
     try:
         pages = [server.post("/search", {"query": "tea kettle"}).json() for _ in range(3)]
-        for page in pages:
-            assert server.post("/click", {"impression_id": page["impression_id"],
-                                          "doc_id": page["hits"][4]["id"]}).status_code == 202
+        for page in pages:  # ranks 6 and 3: one is the lower result of its randomised pair
+            for position in (5, 2):  # whichever pairing the page used, so the pass learns
+                assert server.post("/click", {"impression_id": page["impression_id"],
+                                              "doc_id": page["hits"][position]["id"]}
+                                   ).status_code == 202
         server.post("/click", {"impression_id": pages[0]["impression_id"],
-                               "doc_id": pages[0]["hits"][4]["id"]})  # again: a duplicate
+                               "doc_id": pages[0]["hits"][5]["id"]})  # again: a duplicate
         assert server.post("/click", {"impression_id": "nope", "doc_id": "1"}).status_code \
             == 403  # not an id this service signed
         assert server.post("/click", {"impression_id": 7}).status_code == 400
@@ -52,7 +54,7 @@ def test_metrics_count_requests_clicks_versions_and_the_trainers_lag(workdir):
         before = samples(server)
         assert before[("reranker_request_seconds_count",
                        (("endpoint", "/search"), ("status", "200")))] == 3
-        assert before[("reranker_clicks_total", (("outcome", "accepted"),))] == 3
+        assert before[("reranker_clicks_total", (("outcome", "accepted"),))] == 6
         assert before[("reranker_clicks_total", (("outcome", "duplicate"),))] == 1
         assert before[("reranker_clicks_total", (("outcome", "forged_or_foreign"),))] == 1
         assert before[("reranker_refused_total", (("endpoint", "click"),

@@ -255,8 +255,11 @@ def test_vcee_serves_learns_and_saves_its_pages_through_the_http_api(workdir):
         np.testing.assert_array_equal(saved.pages_X_, learner.pages_X_)
         np.testing.assert_array_equal(saved.policy_weights_, learner.policy_weights_)
         np.testing.assert_array_equal(saved.theta_, learner.theta_)
+        # the leader, the policy most pages come from, now puts the clicked result first
+        explained = server.post("/explain", {"query": "tea kettle", "size": 5}).json()
+        assert explained["hits"][0]["id"] == favourite
         top = [server.post("/search", {"query": "tea kettle", "size": 5}).json()["hits"][0]
                for _ in range(20)]
-        assert sum(hit["id"] == favourite for hit in top) >= 12
+        assert sum(hit["id"] == favourite for hit in top) >= 5  # (and other policies explore)
     finally:
         server.stop()
