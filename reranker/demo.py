@@ -226,7 +226,7 @@ def _report(console: Console, checkpoints: list[Checkpoint], baseline: float, fi
         learned, start = weights
         console.print("Learned weights: " + ", ".join(f"{k} {v:+.2f}" for k, v in learned.items()))
         if start:
-            console.print("Starting ranking (the engine's order and the query's click lift, "
+            console.print("Starting ranking (the engine's score and the query's click lift, "
                           "worth learner.params.prior_steps average steps): "
                           + ", ".join(f"{k} {v:+.2f}" for k, v in start.items()))
     change = final - baseline

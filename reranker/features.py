@@ -21,8 +21,11 @@ import numpy as np
 
 from .clicks import CLICK_FEATURES
 
-#: The feature that carries the search engine's own order.
+#: The feature that carries the search engine's own order, as a reciprocal rank.
 ENGINE_ORDER = "backend_reciprocal_rank"
+
+#: The engine's own score: the feature the starting ranking follows (:func:`engine_prior`).
+ENGINE_SCORE = "backend_score"
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backends import Candidates
@@ -76,17 +79,17 @@ class FeatureSpec:
         """Raw feature matrix, shape ``(n, m)``, from a backend's candidates and, when the
         click features are on, their click features ``clicks`` (shape ``(n, 2)``).
 
-        Columns: the backend's overall score, ``1 / backend rank``, each field's score, each
-        numeric field (missing or non-finite values replaced by ``missing_value``), then the
-        click features. Values are clipped to +-``LIMIT`` so that no normalisation can
-        overflow. The result is finite (a NaN score or click feature is a ``ValueError``),
-        which lets the ranking skip checking it again.
+        Columns: the backend's overall score (:func:`engine_scores`), ``1 / backend rank``,
+        each field's score, each numeric field (missing or non-finite values replaced by
+        ``missing_value``), then the click features. Values are clipped to +-``LIMIT`` so
+        that no normalisation can overflow. The result is finite (a NaN score or click
+        feature is a ``ValueError``), which lets the ranking skip checking it again.
         """
         n = len(candidates.ids)
         # Column-major: every step here and in the normalisation works on whole columns,
         # which are then contiguous (the reductions over the hits cost half as much).
         X = np.empty((n, len(self.names)), order="F")
-        X[:, 0] = candidates.scores
+        X[:, 0] = engine_scores(candidates.scores)
         X[:, 1] = _reciprocal_ranks(n)
         nf = len(self.query_names)
         X[:, 2:2 + nf] = candidates.field_scores
@@ -108,6 +111,22 @@ class FeatureSpec:
         return X
 
 
+def engine_scores(scores: np.ndarray) -> np.ndarray:
+    """The ``backend_score`` column: the engine's scores when its hits come in the order of
+    their scores, as a search by relevance answers them; otherwise (the engine sorted on
+    another key, or the application passed scores out of order) scores falling with the
+    rank, ``n - rank``, so that the column always carries the engine's order, which the
+    starting ranking follows (:func:`engine_prior`). A rise smaller than a millionth of the
+    largest score is rounding (an engine that sums float32 scores), not another order."""
+    scores = np.asarray(scores, dtype=np.float64)
+    n = len(scores)
+    if n > 1:
+        tolerance = 1e-6 * max(1.0, float(np.max(np.abs(scores))))
+        if np.any(scores[1:] - scores[:-1] > tolerance):
+            return np.arange(n, 0, -1, dtype=np.float64)
+    return scores
+
+
 @functools.lru_cache(maxsize=16)
 def _reciprocal_ranks(n: int) -> np.ndarray:
     """``1 / rank`` of ``n`` hits, shape ``(n,)`` (read-only, shared by every search)."""
@@ -125,11 +144,12 @@ def raw_columns(names: tuple[str, ...] | list[str]) -> np.ndarray:
 
 
 def engine_prior(names: tuple[str, ...] | list[str],
-                 engine_feature: str = ENGINE_ORDER) -> np.ndarray | None:
+                 engine_feature: str = ENGINE_SCORE) -> np.ndarray | None:
     """The starting ranking as a weight vector (docs/algorithms.md, "Safe start"): weight 1
-    on the feature that carries the engine's order, and 1 on ``click_lift:query_doc``, so
-    that a document users clearly prefer for a query rises past the ones the engine put
-    just above it. None when the engine's feature is not among ``names``."""
+    on the engine's own score (min-max normalised over the candidates by default), and 1
+    on ``click_lift:query_doc``, so that a document users clearly prefer for a query rises
+    past the ones the engine scored just above it, by as much as the engine's margin. None
+    when the engine's feature is not among ``names``."""
     names = list(names)
     if engine_feature not in names:
         return None

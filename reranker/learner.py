@@ -501,9 +501,10 @@ class LinearLearner(Learner):
 
     **Starting from the search engine** (docs/algorithms.md, "Safe start"). The weights
     used for ranking are the learned weights plus a fixed starting ranking, ``prior_``
-    (:func:`reranker.features.engine_prior`: weight on the feature that carries the engine's
-    order and on the query's click lift), scaled to ``prior_steps`` times the learner's
-    average step: ``weights() = learned_weights() + prior_steps * s * prior_`` with
+    (:func:`reranker.features.engine_prior`: weight on the engine's own score and on the
+    query's click lift; a saved model keeps the starting ranking it was created with),
+    scaled to ``prior_steps`` times the learner's average step:
+    ``weights() = learned_weights() + prior_steps * s * prior_`` with
     ``s = (1 + sum of step norms) / (1 + steps)``, a step being the change of the learned
     weights per informative feedback (a batch learner's held-back feedbacks count as steps of
     0). The first search is ranked in the engine's order, and the learned weights take over

@@ -455,7 +455,10 @@ class ElasticsearchBackend(Backend):
         hits = response.get("hits", {}).get("hits", [])
         n = len(hits)
         ids = [str(hit["_id"]) for hit in hits]
-        scores = np.array([float(hit.get("_score") or 0.0) for hit in hits])
+        # A sorted search answers no _score: then scores falling with the rank carry the
+        # engine's order, as for application candidates without scores.
+        scores = np.array([float(n - i if hit.get("_score") is None else hit["_score"])
+                           for i, hit in enumerate(hits)])
         field_scores = np.zeros((n, len(self.feature_names)))
         ltr = bool(self.config.backend.ltr_featureset)
         for i, hit in enumerate(hits):
