@@ -43,8 +43,12 @@ def explain_search(service: RerankerService, query: Any, size: Any = None,
 
 
 def explain_impression(service: RerankerService, impression_id: Any) -> dict[str, Any]:
-    """A logged page as it was shown, with its clicks and what they taught."""
+    """A logged page as it was shown, with its clicks and what they taught. Only an id the
+    service signed is looked up (403 otherwise, counted as ``forged``): ids cannot be guessed
+    to read other users' pages; its age and binding do not matter here."""
     check_impression_id(impression_id)
+    with service.trust.counting("explain"):
+        service.trust.signer.check(impression_id)
     imp = service.events.get_impression(impression_id)
     arm = next((a for a in service.arms if imp.arm in a.names()), service.arms[0])
     shown = imp.shown().tolist()

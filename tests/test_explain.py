@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from reranker.trust import Binding
+
 
 def test_explain_a_search_gives_features_scores_and_parts(live):
     answer = live.post("/explain", {"query": "tea kettle", "size": 5})
@@ -56,7 +58,7 @@ def test_explain_an_impression_says_what_its_clicks_taught(live):
 
 
 @pytest.mark.parametrize("body, status, message", [
-    ({"impression_id": "nope"}, 404, "unknown impression_id 'nope'"),
+    ({"impression_id": "nope"}, 403, "'impression_id' is not accepted"),
     ({"impression_id": 3}, 400, "'impression_id' must be a non-empty string"),
     ({"query": ""}, 400, "'query' must be a non-empty string"),
     ({"query": "tea", "from": 3}, 400, "unknown field 'from'"),
@@ -64,6 +66,13 @@ def test_explain_an_impression_says_what_its_clicks_taught(live):
 def test_explain_refuses_bad_requests(live, body, status, message):
     answer = live.post("/explain", body)
     assert answer.status_code == status and message in answer.json()["error"]["message"]
+
+
+def test_a_signed_id_of_no_logged_page_is_404(live):
+    token = live.service.trust.signer.sign(Binding.of(None, None))
+    answer = live.post("/explain", {"impression_id": token})
+    assert answer.status_code == 404 and "unknown impression_id" in answer.json()["error"][
+        "message"]
 
 
 def test_explain_numbers_are_finite(live):

@@ -82,8 +82,13 @@ def test_forged_ids_are_refused_and_counted(live):
         assert "'impression_id' is not accepted" in error["message"]
         error = error_of(live.post("/reward", {"impression_id": forged, "value": 1}), 403)
         assert error["field"] == "impression_id"
+        error = error_of(live.post("/explain", {"impression_id": forged}), 403)
+        assert error["field"] == "impression_id"
     assert rejected(live) == {"forged": len(forgeries)}
     assert rejected(live, "reward") == {"forged": len(forgeries)}
+    assert rejected(live, "explain") == {"forged": len(forgeries)}
+    # the genuine id still explains its page, whoever asks
+    assert live.post("/explain", {"impression_id": token}).json()["impression_id"] == token
     assert live.service.events.get_impression(token).clicked == []
 
 
