@@ -1,7 +1,7 @@
-"""Slow and idle clients against the real `reranker serve`: connections that trickle their
-headers in are closed by the request read deadline, silent ones by the idle timeout, and
-meanwhile everyone else's searches answer at once; the connection limit, and the limit on
-open files that makes room for it."""
+"""Slow and idle clients against the real `reranker serve`, from one process and from two
+gunicorn workers: connections that trickle their headers in are closed by the request read
+deadline, silent ones by the idle timeout, and meanwhile everyone else's searches answer at
+once; the connection limit, and the limit on open files that makes room for it."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def timed_search(url: str, query: str = "tea kettle") -> float:
     return time.monotonic() - started
 
 
-@pytest.mark.parametrize("workers", [0])
+@pytest.mark.parametrize("workers", [0, 2])
 def test_trickling_and_idle_connections_do_not_shut_other_clients_out(workdir, workers):
     """200 connections trickle a header byte every half second and 50 stay silent (a
     slowloris, beyond waitress's old limit of 100 connections and past the old timeout of
