@@ -245,43 +245,120 @@ def start_trainer(service: RerankerService, interval: float, *, lead: bool = Fal
     return thread, stop
 
 
-def create_server(app: Flask, *, host: str, port: int, threads: int, **options):
-    """A waitress server for ``app`` (not yet running: call its ``run()``) whose own error
-    answers are JSON like the app's.
+def create_server(app: Flask, **options):
+    """A waitress server for ``app`` (not yet running: call its ``run()``) that holds its
+    connections as the app's ``server`` section says, and whose own error answers are JSON
+    like the app's.
+
+    Waitress reads every request whole in its event loop before a thread runs the app, so a
+    slow client holds a socket, never a thread. Each server holds ``server.connection_limit``
+    connections at most (more wait in the listen queue), closes one that has no request
+    under way for ``server.idle_timeout`` seconds, and answers 408 and closes one whose
+    request has not arrived whole ``server.request_read_timeout`` seconds after its first
+    byte, however steadily the bytes trickle in (:func:`_channel_class`). An app without a
+    reranker service gets these keys' defaults.
 
     Waitress answers some requests itself, before the app sees them: a header with a NUL
     byte or another character HTTP forbids, a malformed request line or a body longer than
     the app's ``MAX_CONTENT_LENGTH`` (which waitress is given, so that it stops reading
     there instead of spooling the body to disk). Its answers would be plain text; here they
     carry the project's error JSON. With ``security.trusted_proxy_header`` it keeps the
-    proxy headers it would drop. ``options`` go to ``waitress.create_server``."""
+    proxy headers it would drop. ``options`` go to ``waitress.create_server`` (``host`` and
+    ``port``, or ``sockets``; ``threads`` defaults to ``server.threads``)."""
     import waitress
+    from waitress.server import BaseWSGIServer
 
+    service = app.extensions.get("reranker")
+    settings = service.config.server if service is not None else config_from_dict({}).server
+    limit = fit_open_files(settings.connection_limit)
+    options.setdefault("threads", settings.threads)
+    options.setdefault("channel_timeout", settings.idle_timeout)
+    options.setdefault("cleanup_interval", 1)  # look for idle connections every second
+    options.setdefault("asyncore_use_poll", True)  # select() fails past descriptor 1023
     max_body = app.config.get("MAX_CONTENT_LENGTH")
     if max_body is not None:
         options.setdefault("max_request_body_size", max_body)
-    service = app.extensions.get("reranker")
     if service is not None and service.config.security.trusted_proxy_header:
         # Waitress drops X-Forwarded-For and its kin unless told to trust a proxy; the app
         # reads the configured header itself (client_address).
         options.setdefault("clear_untrusted_proxy_headers", False)
-    server = waitress.create_server(app, host=host, port=port, threads=threads, **options)
-    server.channel_class = _json_error_channel()
+    socket_map = options.setdefault("map", {})
+    server = waitress.create_server(app, **options)
+    # Waitress counts its listening sockets and its wake-up pipe among the connections.
+    server.adj.connection_limit = limit + len(socket_map)
+    channel_class = _channel_class(settings.request_read_timeout)
+    for listener in socket_map.values():  # one per listening socket
+        if isinstance(listener, BaseWSGIServer):
+            listener.channel_class = channel_class
     return server
 
 
-@functools.lru_cache(maxsize=1)
-def _json_error_channel():
-    """Waitress's connection class with its error task answering JSON (built on first use:
-    waitress is imported only by what serves)."""
+#: Open files a serving process needs beside its client connections: the index, the event
+#: store (a few per thread), the model folder, database connections, logs, pipes.
+SPARE_FILES = 256
+
+
+def fit_open_files(connections: int) -> int:
+    """How many client connections this process can hold, at most ``connections``.
+
+    Each connection is an open file. When the soft limit on open files (``RLIMIT_NOFILE``,
+    often 1024) leaves too little room for ``connections`` and :data:`SPARE_FILES` others,
+    it is raised toward the hard limit (processes forked later inherit it). When even the
+    hard limit is too low, fewer connections are held, with a warning: a server that runs
+    out of descriptors cannot accept a connection, nor open a file."""
+    try:
+        import resource
+    except ImportError:  # no such limit to raise (Windows)
+        return connections
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = connections + SPARE_FILES
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return connections
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        log.info("raised the limit on open files from %d to %d for server.connection_limit "
+                 "%d", soft, target, connections)
+        soft = target
+    except (ValueError, OSError) as exc:  # a system maximum below the hard limit (macOS)
+        log.warning("could not raise the limit on open files from %d to %d: %s", soft,
+                    target, exc)
+    if soft >= needed:
+        return connections
+    fitting = max(soft - SPARE_FILES, soft // 2)  # half of a limit below twice the spare
+    log.warning("server.connection_limit %d does not fit in the limit of %d open files: "
+                "holding %d connections; raise the hard limit (ulimit -Hn, or LimitNOFILE= "
+                "in a systemd unit)", connections, soft, fitting)
+    return fitting
+
+
+@functools.lru_cache(maxsize=None)
+def _channel_class(read_timeout: float):
+    """Waitress's connection class with a deadline on reading each request and its error
+    task answering JSON (built on first use: waitress is imported only by what serves).
+
+    A request must arrive whole (request line, headers and body) within ``read_timeout``
+    seconds of its first byte. Waitress itself only closes a connection that has been
+    silent for ``channel_timeout`` seconds, which a client sending a byte now and then
+    never is: it could hold a connection for ever, and enough of them would shut every
+    other client out. The loop asks each connection whether it is readable on every turn
+    (at least once a second); past its deadline, a connection stops reading and answers
+    408, then closes."""
     from waitress.channel import HTTPChannel
     from waitress.task import ErrorTask
+    from waitress.utilities import Error
+
+    class RequestTimeout(Error):
+        code = 408
+        reason = "Request Timeout"
 
     class JsonErrorTask(ErrorTask):
         def execute(self):
             error = self.request.error
             if error.code == 413:
                 message = body_too_large(self.channel.adj.max_request_body_size)
+            elif error.code == 408:
+                message = error.body
             elif error.code >= 500:
                 message = "internal error; the server log has the details"
             else:
@@ -293,10 +370,39 @@ def _json_error_channel():
             self.content_length = len(body)
             self.write(body)
 
-    class JsonErrorChannel(HTTPChannel):
+    class Channel(HTTPChannel):
         error_task_class = JsonErrorTask
+        request_started: float | None = None  # first byte of the request being read
 
-    return JsonErrorChannel
+        def received(self, data):
+            if self.request is None and data:
+                self.request_started = time.monotonic()
+            try:
+                return super().received(data)
+            finally:
+                if self.request is None:  # read whole (or nothing begun after it)
+                    self.request_started = None
+
+        def readable(self):
+            if (self.request_started is not None and not self.requests
+                    and not (self.will_close or self.close_when_flushed)
+                    and time.monotonic() - self.request_started > read_timeout):
+                self._time_out()
+            return super().readable()
+
+        def _time_out(self):
+            """Answer the request being read with 408 (the error task closes the
+            connection), as waitress answers one it cannot parse."""
+            with self.requests_lock:
+                request, self.request, self.request_started = self.request, None, None
+                request.error = RequestTimeout(
+                    f"the request did not arrive whole within {read_timeout:g} seconds of "
+                    f"its first byte")
+                request.completed = True
+                self.requests.append(request)
+            self.server.add_task(self)
+
+    return Channel
 
 
 class BackgroundServer:

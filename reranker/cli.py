@@ -126,8 +126,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
     if config.trainer.enabled and not no_trainer:
         _, stop = start_trainer(service, config.trainer.interval)
     try:
-        server = create_server(app, host=config.server.host, port=config.server.port,
-                               threads=config.server.threads)
+        server = create_server(app, host=config.server.host, port=config.server.port)
     except (OSError, ValueError) as exc:
         if stop is not None:
             stop.set()

@@ -191,6 +191,17 @@ SCHEMA: dict[str, dict[str, Key]] = {
                        "process (waitress); N runs gunicorn with N worker processes sharing the "
                        "event store and the model folder, one of which runs the trainer.",
                        minimum=0, maximum=256),
+        "connection_limit": Key("int", 1000, "Client connections each serving process holds "
+                                "open at most (kept alive, idle or still sending); more wait "
+                                "in the listen queue until one closes. The limit on open "
+                                "files is raised to fit them.", minimum=1, maximum=1000000),
+        "idle_timeout": Key("int", 30, "Seconds a connection may stay open without a request "
+                            "under way (kept alive after an answer, or silent since it "
+                            "opened) before the server closes it.", minimum=1),
+        "request_read_timeout": Key("float", 10.0, "Seconds a request (line, headers and "
+                                    "body) may take to arrive from its first byte; later, "
+                                    "it is answered 408 and the connection closed, however "
+                                    "steadily its bytes trickle in.", minimum=0.5),
         "default_size": Key("int", 10, "Hits returned when a search gives no size.",
                             minimum=1),
         "max_size": Key("int", 100, "Largest size a search may ask for.", minimum=1),

@@ -10,10 +10,14 @@ new model version within a second (:class:`reranker.arms.Arm`).
 
 Every worker starts the background trainer in leader mode: only the one holding the event
 store's trainer leadership runs passes, and when it dies another takes over within
-``trainer.interval`` (:meth:`reranker.trainer.Trainer.run_forever`). With gunicorn itself::
+``trainer.interval`` (:meth:`reranker.trainer.Trainer.run_forever`).
 
-    gunicorn --workers 4 --worker-class gthread --threads 8 --bind 127.0.0.1:8000 \\
-        'reranker.wsgi:app("config.yaml")'
+Each worker serves with waitress (:class:`WaitressWorker`), which reads every request whole
+before a thread runs the app, so slow clients cannot hold the threads. With gunicorn
+itself::
+
+    gunicorn --workers 4 --worker-class reranker.wsgi.WaitressWorker \\
+        --bind 127.0.0.1:8000 'reranker.wsgi:app("config.yaml")'
 """
 
 from __future__ import annotations
@@ -21,10 +25,15 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask
+from gunicorn.workers.base import Worker
+from waitress import wasyncore
+from waitress.channel import HTTPChannel
+from waitress.server import BaseWSGIServer
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +57,8 @@ def app(config_path: str | None = None, overrides: Mapping[str, Any] | None = No
 
 def serve_workers(config_path: str | None, overrides: Mapping[str, Any], *,
                   trainer: bool = True) -> None:
-    """``reranker serve`` with ``server.workers`` gunicorn worker processes (threaded, with
-    ``server.threads`` threads each, keep-alive connections) on ``server.host`` and
+    """``reranker serve`` with ``server.workers`` gunicorn worker processes (each a
+    :class:`WaitressWorker` with ``server.threads`` threads) on ``server.host`` and
     ``server.port``; returns when gunicorn stops (SIGTERM or SIGINT)."""
     from gunicorn.app.base import BaseApplication
 
@@ -72,9 +81,9 @@ def serve_workers(config_path: str | None, overrides: Mapping[str, Any], *,
     class Gunicorn(BaseApplication):
         def load_config(self) -> None:
             settings = {"bind": f"{server.host}:{server.port}", "workers": server.workers,
-                        "worker_class": "gthread", "threads": server.threads,
-                        "keepalive": 5, "graceful_timeout": 30, "when_ready": when_ready,
-                        "child_exit": child_exit, "accesslog": None, "proc_name": "reranker"}
+                        "worker_class": WaitressWorker, "graceful_timeout": 30,
+                        "when_ready": when_ready, "child_exit": child_exit,
+                        "accesslog": None, "proc_name": "reranker"}
             if "control_socket_disable" in self.cfg.settings:  # gunicorn 25+
                 settings["control_socket_disable"] = True  # no socket in the home folder
             for key, value in settings.items():
@@ -84,3 +93,54 @@ def serve_workers(config_path: str | None, overrides: Mapping[str, Any], *,
             return app(config_path, overrides, trainer=trainer)
 
     Gunicorn().run()
+
+
+class WaitressWorker(Worker):
+    """A gunicorn worker process that serves its app with waitress, as ``reranker serve``
+    does from a single process (:func:`reranker.app.create_server`): the ``server``
+    section's ``threads``, ``connection_limit``, ``idle_timeout`` and
+    ``request_read_timeout`` hold in each worker.
+
+    Gunicorn's threaded worker (gthread) gives each new connection to a thread, which then
+    reads the request from it: clients that send their headers a byte at a time hold every
+    thread, and the searches of everyone else wait. Waitress reads requests in its event
+    loop and gives a thread only a request that has arrived whole. Gunicorn still binds the
+    socket, forks, watches and restarts the workers; its own settings for threads,
+    keep-alive and worker connections do not apply here.
+    """
+
+    def run(self) -> None:
+        from .app import create_server
+
+        socket_map: dict = {}  # waitress's: listening sockets, wake-up pipe, connections
+        server = create_server(self.wsgi, sockets=[listener.sock for listener in self.sockets],
+                               backlog=self.cfg.backlog, map=socket_map)
+        while self.alive and os.getppid() == self.ppid:  # SIGTERM clears alive
+            self.notify()  # the arbiter replaces a worker silent for its timeout
+            self._turn(server, socket_map, server.adj.asyncore_loop_timeout)
+        self._stop(server, socket_map)
+
+    @staticmethod
+    def _turn(server, socket_map: dict, timeout: float) -> None:
+        """One turn of waitress's loop: wait up to ``timeout`` seconds for the sockets and
+        serve what they are ready for."""
+        wasyncore.loop(timeout=timeout, use_poll=server.adj.asyncore_use_poll, map=socket_map,
+                       count=1)
+
+    def _stop(self, server, socket_map: dict) -> None:
+        """Stop accepting, finish the requests under way and send their answers within
+        gunicorn's ``graceful_timeout``, then close every connection."""
+
+        def busy() -> bool:
+            return any(isinstance(c, HTTPChannel) and (c.requests or c.total_outbufs_len)
+                       for c in list(socket_map.values()))
+
+        for listener in socket_map.values():
+            if isinstance(listener, BaseWSGIServer):
+                listener.accepting = False  # the other workers take the new connections
+        deadline = time.monotonic() + self.cfg.graceful_timeout
+        while busy() and time.monotonic() < deadline:
+            self.notify()
+            self._turn(server, socket_map, 0.1)
+        server.task_dispatcher.shutdown(timeout=1.0)
+        wasyncore.close_all(socket_map)
