@@ -122,7 +122,7 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
         "/explain": {"post": _operation(
             "explain", "Explain a search (not logged) or a logged page",
             _body("explain_search", "explain_impression"),
-            _json(200, "the explanation", "Explanation"), 400, 401, 404, 413, 502, 503)},
+            _json(200, "the explanation", "Explanation"), 400, 401, 403, 404, 413, 502, 503)},
         "/healthz": {"get": {**_operation(
             "health", "State of the backend, models, trainer and event store (internal "
             "paths and URLs left out; the operator view has them)", None,
