@@ -14,7 +14,8 @@ Metrics (prometheus_client, one registry per service):
   ``reranker_trainer_lag_impressions{arm}`` (closed impressions not yet applied),
   ``reranker_trainer_lag_seconds{arm}`` (age of the oldest of them),
   ``reranker_open_impressions`` and ``reranker_store_writable``, and
-  ``reranker_refused_total{endpoint, reason}`` (what the trust checks refused, per process).
+  ``reranker_refused_total{endpoint, reason}`` (what the trust checks refused, summed over
+  worker processes).
 
 With several worker processes (``PROMETHEUS_MULTIPROC_DIR`` set, as prometheus_client's
 multiprocess mode asks), the counters and histograms of every worker are summed in each
@@ -38,7 +39,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 
 from .errors import RerankerError
 
@@ -69,6 +70,10 @@ class Metrics:
         self.backend_errors = Counter("reranker_backend_errors", "Searches the backend "
                                       "failed or could not be reached for.",
                                       registry=self.registry)
+        self.refused = Counter("reranker_refused", "Requests refused by the trust checks, by "
+                               "endpoint and reason (forged, expired, foreign, replayed, "
+                               "impression_limit, rate_limited, unauthorized).",
+                               ["endpoint", "reason"], registry=self.registry)
         self.fallbacks = Counter("reranker_learner_fallbacks", "Searches served in the "
                                  "backend's order because the learner failed (error) or was "
                                  "too slow (slow).", ["arm", "reason"], registry=self.registry)
@@ -132,15 +137,6 @@ class _ServiceState:
             open_.add_metric([], open_count)
         writable.add_metric([], 1.0 if service.store_writable() else 0.0)
         yield from (version, lag, age, open_, writable)
-        trust = getattr(service, "trust", None)
-        if trust is not None:  # (this process's count: the guard keeps it in memory)
-            refused = CounterMetricFamily(
-                "reranker_refused", "Requests refused by the trust checks, by endpoint and "
-                "reason (forged, expired, foreign, replayed, impression_limit, rate_limited, "
-                "unauthorized), in this process.", labels=["endpoint", "reason"])
-            for (endpoint, reason), count in sorted(trust.rejected.items()):
-                refused.add_metric([endpoint, reason], count)
-            yield refused
 
 
 # -- public answers -----------------------------------------------------------------------------

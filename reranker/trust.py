@@ -339,6 +339,9 @@ class TrustGuard:
                                                 security.impression_ttl)
         #: Requests refused, by ``(endpoint, reason)``: ``("click", "forged")``, ...
         self.rejected: collections.Counter[tuple[str, str]] = collections.Counter()
+        #: Called with ``(endpoint, reason)`` on every refusal (the service counts it in its
+        #: metrics, which several worker processes sum).
+        self.on_refused: Callable[[str, str], None] | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -348,6 +351,8 @@ class TrustGuard:
     def count(self, endpoint: str, reason: str) -> None:
         with self._lock:
             self.rejected[(endpoint, reason)] += 1
+        if self.on_refused is not None:
+            self.on_refused(endpoint, reason)
 
     def rejected_by_reason(self, endpoint: str) -> collections.Counter[str]:
         """What ``endpoint`` refused, by reason."""

@@ -62,6 +62,9 @@ def test_two_workers_share_the_store_and_one_trains(workdir, store_section):
             assert search("tea kettle")["model_version"] == 0
             learn(search, click, pages=3)
             impressions += 4
+            forged = session.post(server.url + "/click", json={"impression_id": "nope",
+                                                               "doc_id": "1"}, timeout=30)
+            assert forged.status_code == 403  # refused on each worker
         deadline = time.monotonic() + 90
         while True:
             health = {leading: session.get(server.url + "/healthz", timeout=30).json()
@@ -82,6 +85,7 @@ def test_two_workers_share_the_store_and_one_trains(workdir, store_section):
         for session in sessions.values():  # either worker's /metrics counts both workers'
             metrics = session.get(server.url + "/metrics", timeout=30).text
             assert f'reranker_clicks_total{{outcome="accepted"}} {float(clicks)}' in metrics
+            assert 'reranker_refused_total{endpoint="click",reason="forged"} 2.0' in metrics
             assert f'reranker_model_version{{arm="{health[True]["learner"]}",learner="' \
                    f'{health[True]["learner"]}"}} {float(model["version"])}' in metrics
     finally:
