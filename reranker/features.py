@@ -21,10 +21,8 @@ import numpy as np
 
 from .clicks import CLICK_FEATURES
 
-#: The feature that carries the search engine's own order, as a reciprocal rank.
-ENGINE_ORDER = "backend_reciprocal_rank"
-
-#: The engine's own score: the feature the starting ranking follows (:func:`engine_prior`).
+#: The engine's own score, which carries its order: the feature the starting ranking
+#: follows (:func:`engine_prior`).
 ENGINE_SCORE = "backend_score"
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,7 +69,7 @@ class FeatureSpec:
     def names(self) -> tuple[str, ...]:
         """Feature names, in column order: the same whichever backend serves, so that a
         model is refused where its features would mean something else."""
-        return (("backend_score", ENGINE_ORDER) + self.query_names
+        return ((ENGINE_SCORE,) + self.query_names
                 + tuple(f"field_value:{f}" for f in self.numeric_fields)
                 + (CLICK_FEATURES if self.click_features else ()))
 
@@ -79,9 +77,11 @@ class FeatureSpec:
         """Raw feature matrix, shape ``(n, m)``, from a backend's candidates and, when the
         click features are on, their click features ``clicks`` (shape ``(n, 2)``).
 
-        Columns: the backend's overall score (:func:`engine_scores`), ``1 / backend rank``,
-        each field's score, each numeric field (missing or non-finite values replaced by
-        ``missing_value``), then the click features. Values are clipped to +-``LIMIT`` so
+        Columns: the backend's overall score (:func:`engine_scores`), each field's score,
+        each numeric field (missing or non-finite values replaced by ``missing_value``), then
+        the click features. There is no feature of the engine's rank: the score carries the
+        engine's order, and a rank feature learns from clicks what the click lifts have
+        already moved (docs/algorithms.md, "Safe start"). Values are clipped to +-``LIMIT`` so
         that no normalisation can overflow. The result is finite (a NaN score or click
         feature is a ``ValueError``), which lets the ranking skip checking it again.
         """
@@ -90,13 +90,12 @@ class FeatureSpec:
         # which are then contiguous (the reductions over the hits cost half as much).
         X = np.empty((n, len(self.names)), order="F")
         X[:, 0] = engine_scores(candidates.scores)
-        X[:, 1] = _reciprocal_ranks(n)
         nf = len(self.query_names)
-        X[:, 2:2 + nf] = candidates.field_scores
+        X[:, 1:1 + nf] = candidates.field_scores
         if self.numeric_fields:
             values = candidates.numeric
-            end = 2 + nf + len(self.numeric_fields)
-            X[:, 2 + nf:end] = np.where(np.isfinite(values), values, self.missing_value)
+            end = 1 + nf + len(self.numeric_fields)
+            X[:, 1 + nf:end] = np.where(np.isfinite(values), values, self.missing_value)
         if self.click_features:
             if clicks is None:
                 raise ValueError("the click features are on but no click counts were given")
@@ -125,14 +124,6 @@ def engine_scores(scores: np.ndarray) -> np.ndarray:
         if np.any(scores[1:] - scores[:-1] > tolerance):
             return np.arange(n, 0, -1, dtype=np.float64)
     return scores
-
-
-@functools.lru_cache(maxsize=16)
-def _reciprocal_ranks(n: int) -> np.ndarray:
-    """``1 / rank`` of ``n`` hits, shape ``(n,)`` (read-only, shared by every search)."""
-    out = 1.0 / np.arange(1, n + 1)
-    out.setflags(write=False)
-    return out
 
 
 def raw_columns(names: tuple[str, ...] | list[str]) -> np.ndarray:

@@ -15,7 +15,7 @@ def test_explain_a_search_gives_features_scores_and_parts(live):
     body = answer.json()
     assert body["learner"] == "preference_perceptron" and len(body["hits"]) == 5
     names = list(body["weights"])
-    assert names[:2] == ["backend_score", "backend_reciprocal_rank"]
+    assert names[:3] == ["backend_score", "field_score:title", "field_score:body"]
     scores = [hit["score"] for hit in body["hits"]]
     assert scores == sorted(scores, reverse=True)  # the model's own order
     for hit in body["hits"]:

@@ -35,7 +35,7 @@ def test_rerank_ranks_logs_and_learns_from_the_applications_candidates(tmp_path)
         imp = reranker.service.events.get_impression(page["impression_id"])
         assert imp.doc_ids == [c["id"] for c in CANDIDATES]
         assert imp.features[:, 0].tolist() == [c["score"] for c in CANDIDATES]
-        assert imp.features[:, 3].tolist() == [float(i) for i in range(12)]  # popularity
+        assert imp.features[:, 2].tolist() == [float(i) for i in range(12)]  # popularity
         # clicks come back the same way, and the trainer learns from them
         for _ in range(3):
             page = reranker.rerank("tea", CANDIDATES, size=10)

@@ -96,7 +96,6 @@ def test_a_preferred_result_rises_past_a_small_engine_margin_first():
     model = factory.new()
     X = np.zeros((4, len(names)))
     X[:, names.index("backend_score")] = [10.0, 9.8, 5.0, 0.0]
-    X[:, names.index("backend_reciprocal_rank")] = 1.0 / np.arange(1, 5)
     X[:, names.index("click_lift:query_doc")] = 1.0
     assert model.rank(X, 4).scores.argsort()[::-1].tolist() == [0, 1, 2, 3]
     lifted = X.copy()
