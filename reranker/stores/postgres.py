@@ -37,6 +37,10 @@ _TRAINER_LOCK = "SELECT pg_advisory_lock(%s, hashtext(%s))"
 _LEADER_LOCK = 1
 _TRY_LEADER = "SELECT pg_try_advisory_lock(%s, %s)"
 
+#: The tables of the event store.
+TABLES = ("meta", "feature_sets", "impressions", "clicks", "click_stats", "experiment_state",
+          "rewards", "position_bias")
+
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS meta (
         key TEXT PRIMARY KEY,
@@ -252,6 +256,23 @@ class PostgresStore(SQLEventStore):
             conn.close()
             return None
         return ConnectionLeadership(conn)
+
+    def vacuum(self) -> None:
+        """A plain ``VACUUM`` of the tables retention deletes from, which autovacuum runs by
+        itself too: the space of deleted rows becomes free for new ones (and empty pages at
+        a table's end go back to the file system). It runs beside searches and clicks, on a
+        connection of its own without ``store.timeout``'s limit on statements."""
+        psycopg, _ = _driver()
+        with self._errors(), psycopg.connect(self.dsn, **self._connect_args) as conn:
+            conn.execute("VACUUM impressions, clicks, rewards")
+
+    def disk_bytes(self) -> int:
+        """The event tables with their indexes and TOAST (large values) tables."""
+        with self._reading() as conn:
+            return int(conn.execute(
+                "SELECT SUM(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND n.nspname = "
+                "current_schema() AND c.relname = ANY(%s)", (list(TABLES),)).fetchone()[0])
 
     def close(self) -> None:
         if self._pool is not None:

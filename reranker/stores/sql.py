@@ -32,7 +32,7 @@ from ..clicks import PositionBias, lifts_from_counts, query_key
 from ..clicks.position_bias import randomized_pairs
 from ..errors import ConflictError, NotFoundError, RerankerError, StoreError, UnprocessableError
 from ..events import ClickResult, Impression, RewardResult
-from .base import EventStore
+from .base import EventStore, Reader, Retained
 from .encoding import pack_candidates, pack_features, unpack_candidates, unpack_features
 from .group_commit import GroupCommit
 
@@ -52,7 +52,7 @@ LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_open ON impressions (cre
                 "WHERE page_key IS NOT NULL AND page_offset = 0")
 
 #: Clicks written in one transaction at most (also bounds the ``IN (...)`` list of the
-#: impressions they are on).
+#: impressions they are on); also the impressions retention removes per transaction.
 CLICK_BATCH = 500
 _GROUP_LOCK = threading.Lock()
 
@@ -331,6 +331,57 @@ class SQLEventStore(EventStore):
             self._run(conn, "UPDATE experiment_state SET state = ?, updated = ? WHERE name = ?",
                       (json.dumps(state), now, name))
         return state
+
+    # -- retention --------------------------------------------------------------------------
+
+    def retain(self, before: float, readers: Sequence[Reader],
+               keep_experiment: str | None = None) -> Retained:
+        """In transactions of at most :data:`CLICK_BATCH` impressions, oldest first, each
+        short enough that searches and clicks hardly wait for it. Only impressions logged
+        before the first one (in logging order) that is recent or still open are looked at,
+        so that a pass reads no more than the impressions it may remove (and those of
+        ``keep_experiment`` compacted already)."""
+        applied, applied_args = [], []
+        for reader in readers:  # applied by the reader, or not one it reads
+            marks = ",".join("?" * len(reader.arms))
+            applied.append(f" AND (closed_seq <= ? OR (arm IS NOT NULL AND arm NOT IN "
+                           f"({marks})))")
+            applied_args += [reader.cursor, *reader.arms]
+        with self._reading() as conn:
+            end = self._run(conn, "SELECT COALESCE((SELECT seq FROM impressions WHERE "
+                            "created >= ? OR closed_seq IS NULL ORDER BY seq LIMIT 1), "
+                            "(SELECT MAX(seq) + 1 FROM impressions), 0)", (before,)
+                            ).fetchone()[0]
+        deleted = compacted = 0
+        after = 0
+        while True:
+            with self._write(durable=False) as conn:
+                rows = self._run(
+                    conn, "SELECT seq, id, experiment, features IS NULL FROM impressions "
+                    "WHERE seq > ? AND seq < ? AND created < ? AND closed_seq IS NOT NULL"
+                    + "".join(applied) + " ORDER BY seq LIMIT ?",
+                    (after, end, before, *applied_args, CLICK_BATCH)).fetchall()
+                gone, emptied = [], []
+                for seq, id_, experiment, bare in rows:
+                    if keep_experiment is None or experiment != keep_experiment:
+                        gone.append((seq, id_))
+                    elif not bare:
+                        emptied.append(seq)
+                if gone:
+                    marks = ",".join("?" * len(gone))
+                    ids = [id_ for _, id_ in gone]
+                    self._run(conn, f"DELETE FROM clicks WHERE impression_id IN ({marks})", ids)
+                    self._run(conn, f"DELETE FROM rewards WHERE impression_id IN ({marks})", ids)
+                    self._run(conn, f"DELETE FROM impressions WHERE seq IN ({marks})",
+                              [seq for seq, _ in gone])
+                if emptied:
+                    self._run(conn, f"UPDATE impressions SET features = NULL WHERE seq IN "
+                              f"({','.join('?' * len(emptied))})", emptied)
+            deleted += len(gone)
+            compacted += len(emptied)
+            if len(rows) < CLICK_BATCH:
+                return Retained(deleted, compacted)
+            after = rows[-1][0]
 
     # -- migrating ----------------------------------------------------------------------------
 

@@ -314,6 +314,20 @@ class SQLiteStore(SQLEventStore):
             finally:
                 conn.execute("COMMIT")
 
+    def vacuum(self) -> None:
+        """``VACUUM``: rewrite the file without the free pages that removed impressions left,
+        then empty the write-ahead log into it and truncate it. Holds the write lock while it
+        rewrites the file (searches and clicks wait, up to ``store.timeout``)."""
+        conn = self._conn()
+        with self._errors(), self._writer_turn():
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def disk_bytes(self) -> int:
+        """The database file and its write-ahead log."""
+        return sum(path.stat().st_size for path in
+                   (self.path, self.path.with_name(self.path.name + "-wal")) if path.exists())
+
     def trainer_leadership(self) -> Leadership | None:
         """An exclusive ``flock`` on ``<store.path>.trainer``, held until released or until
         the process ends (the kernel drops it then, also after SIGKILL)."""
