@@ -21,8 +21,8 @@ from reranker.stores.sql import SCHEMA_VERSION
 def served_like(n: int, rng: np.random.Generator) -> np.ndarray:
     """Features as a search with click features makes them: engine scores in float32 (as
     Lucene and Tantivy score) and of a few distinct values (documents alike in term counts
-    and length score alike), 1/rank, a field with one decimal, and two click lifts, most of
-    them the prior's (the documents without clicks)."""
+    and length score alike), 1/rank, a field with one decimal, and two click lifts in
+    float32, most of them the prior's (the documents without clicks)."""
     def scores(zeros: float) -> np.ndarray:
         levels = rng.gamma(2.0, 3.0, 12).astype(np.float32)
         return rng.choice(levels, n) * (rng.random(n) >= zeros)
@@ -35,6 +35,7 @@ def served_like(n: int, rng: np.random.Generator) -> np.ndarray:
     X[:, 4] = np.round(rng.uniform(0, 100, n), 1)
     X[:, 5] = np.where(rng.random(n) < 0.9, 0.4836, rng.uniform(0.2, 3.0, n))
     X[:, 6] = np.where(rng.random(n) < 0.8, 0.5217, rng.uniform(0.2, 3.0, n))
+    X[:, 5:] = X[:, 5:].astype(np.float32)  # as reranker.clicks.lifts_from_counts rounds them
     return X
 
 

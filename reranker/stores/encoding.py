@@ -79,14 +79,13 @@ def _pack_columns(X: np.ndarray) -> bytes:
     that give it back exactly: every column's header, then every column's values."""
     n, m = X.shape
     bits = X.view(np.int64)
+    reciprocal = (bits == _reciprocal_ranks(n).view(np.int64)[:, None]).all(axis=0)
     # Values too large for a float32 (or for a decimal's integer) fail the comparisons.
     with np.errstate(over="ignore", invalid="ignore"):
         exact32 = (X.astype(np.float32).astype(np.float64).view(np.int64) == bits).all(axis=0)
-        # Per scale k and column: does round(x * 10**k) / 10**k give x back, bit for bit?
-        scaled = np.round(X[None, :, :] * _SCALES[:, None, None])
-        decimal = ((scaled / _SCALES[:, None, None]).view(np.int64) == bits[None]).all(axis=1) \
-            & (np.abs(scaled) <= _EXACT_INTEGERS).all(axis=1)
-    reciprocal = (bits == _reciprocal_ranks(n).view(np.int64)[:, None]).all(axis=0)
+        whole = np.round(X)
+        integral = (whole.view(np.int64) == bits).all(axis=0) \
+            & (np.abs(whole) <= _EXACT_INTEGERS).all(axis=0)
     heads, bodies = [], []
     for j in range(m):
         if reciprocal[j]:  # (also every column of a page without candidates)
@@ -95,15 +94,30 @@ def _pack_columns(X: np.ndarray) -> bytes:
         column = X[:, j]
         forms = [((FLOAT32, 0, 4), column.astype(np.float32)) if exact32[j] else
                  ((FLOAT64, 0, 8), column)]
-        if decimal[:, j].any():
-            places = int(decimal[:, j].argmax())  # the fewest decimal places
-            values = scaled[places, :, j]
+        places, values = (0, whole[:, j]) if integral[j] else \
+            (None, None) if exact32[j] else _decimal(column)
+        if places is not None:
             kind = _narrowest(int(values.min()), int(values.max()), _SIGNED)
             forms.append(((DECIMAL, places, np.dtype(kind).itemsize), values.astype(kind)))
         head, values = min(forms, key=lambda form: form[0][2])
         heads.append(_COLUMN.pack(*head))
         bodies.append(values.tobytes())
     return b"".join(heads + bodies)
+
+
+def _decimal(column: np.ndarray) -> tuple[int | None, np.ndarray | None]:
+    """The fewest decimal places ``k`` (1 to 6) such that ``round(x * 10**k) / 10**k`` gives
+    every value of ``column`` back bit for bit, with those integers; ``(None, None)`` when
+    there is none."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = np.round(column[None, :] * _SCALES[1:, None])
+        exact = ((scaled / _SCALES[1:, None]).view(np.int64) == column.view(np.int64)) \
+            & (np.abs(scaled) <= _EXACT_INTEGERS)
+    found = exact.all(axis=1)
+    if not found.any():
+        return None, None
+    k = int(found.argmax())
+    return k + 1, scaled[k]
 
 
 def _unpack_columns(data: memoryview, n: int, m: int) -> tuple[np.ndarray, int]:

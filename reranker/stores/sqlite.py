@@ -229,6 +229,10 @@ class SQLiteStore(SQLEventStore):
             try:
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout,
                                        isolation_level=None, check_same_thread=False)
+                # For a new file only (a store's page size is fixed once it has content):
+                # pages of 8 KiB hold three or four impressions of 100 candidates (about 2 KB
+                # each, stores/encoding.py) where 4 KiB pages fit one, leaving half empty.
+                conn.execute("PRAGMA page_size=8192")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA foreign_keys=ON")
             except sqlite3.Error as exc:
