@@ -211,6 +211,49 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
                    f"window ({config.trainer.feedback_window:g}s); use --close-all to include them")
 
 
+@cli.command()
+@config_option
+@click.option("--older-than", "age", type=click.FloatRange(min=1.0), default=None,
+              metavar="SECONDS", help="Remove impressions older than this many seconds "
+              "(default: store.retention).")
+@click.option("--vacuum", is_flag=True,
+              help="Then give the freed space back to the file system (SQLite: VACUUM, which "
+                   "rewrites the file while searches and clicks wait); without it, new "
+                   "impressions reuse the space.")
+def prune(config_path: str | None, age: float | None, vacuum: bool) -> None:
+    """Remove the impressions older than store.retention that every arm has learned from.
+
+    They are deleted with their clicks and rewards, except those of the running experiment,
+    which are compacted: their features dropped, their pages kept for its report. The counts
+    of the click features stay. Safe to run while `reranker serve` is running, whose trainer
+    does the same every store.retention_interval seconds.
+    """
+    from .stores import open_event_store
+    from .trainer import Trainer
+
+    config = load_config(config_path)
+    age = config.store.retention if age is None else age
+    if age is None:
+        raise click.UsageError("set store.retention in the config, or pass --older-than")
+    events = open_event_store(config)
+    try:
+        size = events.disk_bytes()
+        retained = Trainer.from_config(config, events).retain(age)
+        if vacuum:
+            events.vacuum()
+        now = events.disk_bytes()
+    finally:
+        events.close()
+    done = (f"deleted {retained.deleted} impressions older than {age:g}s that every arm has "
+            f"learned from")
+    if config.experiment.mode:
+        done += f"; compacted {retained.compacted} of experiment {config.experiment.name!r}"
+    click.echo(done)
+    if size is not None:
+        click.echo(f"the event store takes {now / 1e6:.1f} MB on disk (before: "
+                   f"{size / 1e6:.1f} MB)")
+
+
 def _follow(config: Config) -> None:
     """``reranker train --follow``: the leader-mode training loop until SIGTERM or SIGINT."""
     import threading

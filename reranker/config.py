@@ -171,6 +171,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "models": Key("str", "models", "Folder of saved model versions.", path=True),
         "keep_models": Key("int", 20, "How many model versions to keep per learner.",
                            minimum=1),
+        "retention": Key("float", None, "Seconds after its search that an impression every "
+                         "arm has learned from is deleted, with its clicks (those of the "
+                         "running experiment are compacted instead: their features dropped, "
+                         "the page kept for its report); null keeps every impression.",
+                         minimum=1.0, nullable=True),
+        "retention_interval": Key("float", 600.0, "Seconds between two retention passes of "
+                                  "the trainer (with store.retention).", minimum=0.01),
     },
     "trainer": {
         "enabled": Key("bool", True, "Run the background trainer inside `reranker serve`."),

@@ -39,7 +39,7 @@ class Impression:
     model_version: int
     doc_ids: list[str]
     feature_names: list[str]
-    features: np.ndarray  # (n, m) raw
+    features: np.ndarray | None  # (n, m) raw; None once retention compacted it
     ranking: np.ndarray  # (n,) candidate indices as presented
     n_shown: int
     log_prob: float | None = None

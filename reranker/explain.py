@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .coactive import CoactiveLearner
+from .errors import GoneError
 from .events import Impression
 from .feedback import skip_above_pairs
 from .learner import LinearLearner
@@ -50,6 +51,10 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
     with service.trust.counting("explain"):
         service.trust.signer.check(impression_id)
     imp = service.events.get_impression(impression_id)
+    if imp.features is None:
+        raise GoneError(f"impression {impression_id!r} is older than store.retention: its "
+                        f"features were dropped, so it cannot be explained any more (its page "
+                        f"and clicks still count in its experiment's report)")
     arm = next((a for a in service.arms if imp.arm in a.names()), service.arms[0])
     shown = imp.shown().tolist()
     hits = _hits(arm, imp.features, imp.doc_ids, imp.feature_names)

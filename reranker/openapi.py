@@ -23,7 +23,8 @@ ERROR_STATUSES = {
     403: "an impression_id that is forged, or served to another user_id or session_id",
     404: "an unknown impression_id",
     409: "the impression no longer accepts clicks or rewards (its feedback window passed)",
-    410: "an impression_id older than security.impression_ttl",
+    410: "an impression_id older than security.impression_ttl; for /explain, an impression "
+         "whose features retention dropped (store.retention)",
     413: "the body is larger than server.max_body_bytes",
     422: "a doc_id that was not shown in that impression",
     429: "the client is over a limit of the security section (Retry-After says when to "
@@ -122,7 +123,7 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
         "/explain": {"post": _operation(
             "explain", "Explain a search (not logged) or a logged page",
             _body("explain_search", "explain_impression"),
-            _json(200, "the explanation", "Explanation"), 400, 401, 403, 404, 413, 502, 503)},
+            _json(200, "the explanation", "Explanation"), 400, 401, 403, 404, 410, 413, 502, 503)},
         "/healthz": {"get": {**_operation(
             "health", "State of the backend, models, trainer and event store (internal "
             "paths and URLs left out; the operator view has them)", None,

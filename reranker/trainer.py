@@ -10,6 +10,10 @@ nothing. A file lock keeps two trainers of one machine (``serve``'s and ``rerank
 from racing, the event store's lock (:meth:`reranker.stores.EventStore.trainer_lock`) does
 the same for trainers on several machines sharing a PostgreSQL store, and the model store
 refuses to overwrite a version as a second line of defence.
+
+Retention (``store.retention``): every ``store.retention_interval`` seconds the background
+trainer removes the impressions older than the retention age that every arm's newest saved
+version has applied (:meth:`Trainer.retain`); ``reranker prune`` does the same on demand.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from .errors import StoreError
 from .events import Impression
 from .model import RankingModel
 from .model_store import ModelStore
-from .stores import EventStore
+from .stores import EventStore, Reader, Retained
 from .trust import ClientBudget
 
 if TYPE_CHECKING:
@@ -72,8 +76,17 @@ class Trainer:
 
     def __init__(self, arms: list[Arm], events: EventStore, *, feedback_window: float,
                  batch_size: int = 500, clock: Callable[[], float] = time.time,
-                 client_budget: int = 0, client_window: float = 3600.0):
+                 client_budget: int = 0, client_window: float = 3600.0,
+                 retention: float | None = None, retention_interval: float = 600.0,
+                 keep_experiment: str | None = None):
         self.arms = list(arms)
+        #: Seconds after which applied impressions are removed (None: never), how often the
+        #: background loop does it, and the experiment whose impressions are compacted
+        #: instead (:meth:`retain`).
+        self.retention = retention
+        self.retention_interval = retention_interval
+        self.keep_experiment = keep_experiment
+        self.last_retained: float | None = None
         #: Clicked impressions of one client per window learned from (0: no bound).
         self.client_budget = client_budget
         self.client_window = client_window
@@ -109,7 +122,10 @@ class Trainer:
         return cls(arms, events, feedback_window=config.trainer.feedback_window,
                    batch_size=config.trainer.batch_size,
                    client_budget=config.security.client_budget,
-                   client_window=config.security.client_window)
+                   client_window=config.security.client_window,
+                   retention=config.store.retention,
+                   retention_interval=config.store.retention_interval,
+                   keep_experiment=config.experiment.name if config.experiment.mode else None)
 
     def check_store(self, model: RankingModel, models: ModelStore | None = None) -> None:
         """Refuse a model whose cursor belongs to another event log: continuing would skip
@@ -202,6 +218,12 @@ class Trainer:
             report.skipped += 1
             return
         X, feedback = learned
+        if X is None:  # an arm added after retention compacted the impression
+            log.warning("impression %s skipped: retention dropped its features before this "
+                        "arm learned from it", imp.id)
+            progress.skipped += 1
+            report.skipped += 1
+            return
         clicked = len(feedback.clicked)
         if not budget.allows(imp.user_id, imp.closed_seq, imp.created, clicked > 0):
             progress.impressions += 1
@@ -232,13 +254,40 @@ class Trainer:
             reason = uninformative_reason(model.learner, feedback)
             report.uninformative[reason] = report.uninformative.get(reason, 0) + clicked
 
+    def retain(self, age: float | None = None) -> Retained:
+        """Remove the impressions created more than ``age`` seconds ago (default
+        ``store.retention``) that every arm's newest saved version has applied: deleted with
+        their clicks and rewards, or, those of the running experiment, compacted
+        (:meth:`reranker.stores.EventStore.retain`). An arm without a saved version, or whose
+        version was trained from another event store, has applied none."""
+        age = self.retention if age is None else age
+        if age is None:
+            raise ValueError("no retention age: store.retention is not set")
+        readers = []
+        for arm in self.arms:
+            model, _ = arm.models.load_latest(arm.factory)
+            applied = model is not None and model.progress.store_id == self.events.store_id
+            readers.append(Reader(tuple(arm.names()), model.progress.cursor if applied else 0))
+        retained = self.events.retain(self.clock() - age, readers, self.keep_experiment)
+        self.last_retained = self.clock()
+        if retained.deleted or retained.compacted:
+            log.info("retention: deleted %d impressions older than %gs, compacted %d",
+                     retained.deleted, age, retained.compacted)
+        return retained
+
     def run_pass(self) -> TrainReport | None:
-        """One background pass: :meth:`run_once`, with any error logged and kept in
-        :attr:`last_error` (reported by ``/healthz``) instead of raised."""
+        """One background pass: :meth:`run_once`, then, with ``store.retention``, a
+        retention pass every ``store.retention_interval`` seconds (:meth:`retain`); any
+        error logged and kept in :attr:`last_error` (reported by ``/healthz``) instead of
+        raised."""
         try:
             report = self.run_once()
             if self.after_pass is not None:
                 self.after_pass(report)
+            if self.retention is not None and (
+                    self.last_retained is None
+                    or self.clock() - self.last_retained >= self.retention_interval):
+                self.retain()
         except Exception as exc:  # noqa: BLE001 -- the background loop must survive
             self.last_error = str(getattr(exc, "message", exc))
             self.last_run = self.clock()

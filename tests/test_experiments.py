@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import legacy_stores
 import numpy as np
 import pytest
 from conftest import LiveServer, run_cli, write_config
@@ -149,9 +150,9 @@ def test_the_model_folder_of_an_earlier_version_is_taken_over(workdir):
         service.click(page["impression_id"], page["hits"][2]["id"])
         with sqlite3.connect(workdir / "events.sqlite") as conn:
             conn.execute("INSERT INTO impressions SELECT seq + 100, id || 'x', created, query, "
-                         "user_id, learner, model_version, doc_ids, feature_names, features, "
-                         "ranking, n_shown, log_prob, propensities, teams, NULL, context, "
-                         "'preference_perceptron', NULL, 0, NULL FROM impressions WHERE seq = 1")
+                         "user_id, learner, model_version, feature_set, candidates, features, "
+                         "n_shown, log_prob, teams, NULL, context, 'preference_perceptron', "
+                         "NULL, 0, NULL FROM impressions WHERE seq = 1")
         assert service.trainer.run_once(close_all=True).applied == 2
     finally:
         service.close()
@@ -168,10 +169,8 @@ def test_the_model_folder_of_an_earlier_version_is_taken_over(workdir):
 
 def test_an_event_store_of_schema_2_is_migrated(tmp_path):
     path = tmp_path / "events.sqlite"
-    SQLiteStore(path).close()
-    with sqlite3.connect(path) as conn:  # the schema the previous version wrote
-        conn.execute("DROP INDEX impressions_experiment")
-        conn.execute("DROP INDEX impressions_page")
+    legacy_stores.sqlite_store(path, [])
+    with sqlite3.connect(path) as conn:  # from schema 3, the schema the version before wrote
         for column in ("arm", "experiment", "page_offset", "page_key"):
             conn.execute(f"ALTER TABLE impressions DROP COLUMN {column}")
         conn.execute("DROP TABLE experiment_state")

@@ -58,10 +58,14 @@ def lifts_from_counts(counts: np.ndarray, total_clicks: float, total_exposure: f
                       smoothing: float) -> np.ndarray:
     """Click features from per-candidate counts ``(n, 4)``: clicks and exposure per (query,
     document), then per document over all queries (this query's own are taken out here);
-    returns the lifts ``(n, 2)`` in :data:`CLICK_FEATURES` order."""
+    returns the lifts ``(n, 2)`` in :data:`CLICK_FEATURES` order.
+
+    The lifts are rounded to float32's precision (about seven significant digits, more than
+    a smoothed click rate carries): a logged impression then keeps each in four bytes,
+    exactly as it was served (:mod:`reranker.stores.encoding`)."""
     mean = overall_rate(total_clicks, total_exposure)
     out = np.empty((counts.shape[0], 2))
     out[:, 0] = click_rates(counts[:, 0], counts[:, 1], mean, smoothing)
     other = np.maximum(counts[:, 2:] - counts[:, :2], 0.0)  # rounding never goes below 0
     out[:, 1] = click_rates(other[:, 0], other[:, 1], mean, smoothing)
-    return out / mean
+    return (out / mean).astype(np.float32).astype(np.float64)

@@ -25,8 +25,9 @@ class LoggedPages:
 def pages_from_log(events: EventStore, model: RankingModel, batch: int = 2000) -> LoggedPages:
     """Every closed first page the target ``model`` can read (the same features), with the
     logging policy's position propensities: logged by a stochastic policy, or 1 for a
-    deterministic one (``log_prob`` 0). Pages of mixed lists, later pages and pages logged
-    with other features are counted in ``skipped``."""
+    deterministic one (``log_prob`` 0). Pages of mixed lists, later pages, pages logged
+    with other features and pages compacted by retention are counted in ``skipped`` (those
+    retention deleted are not there to count)."""
     out = LoggedPages([])
     cursor = 0
     names = tuple(model.feature_names)
@@ -45,6 +46,9 @@ def pages_from_log(events: EventStore, model: RankingModel, batch: int = 2000) -
                 continue
             if tuple(imp.feature_names) != names:
                 out.skipped["pages logged with other features"] += 1
+                continue
+            if imp.features is None:
+                out.skipped["pages whose features retention dropped (store.retention)"] += 1
                 continue
             shown = np.asarray(imp.ranking[:k], dtype=np.intp)
             logged = (imp.context or {}).get(SHOWN_PROPENSITIES)

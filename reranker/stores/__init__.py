@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pluggy
 
-from .base import EventStore
+from .base import EventStore, Reader, Retained
 
 
 def open_event_store(config, pm: pluggy.PluginManager | None = None) -> EventStore:
@@ -17,4 +17,4 @@ def open_event_store(config, pm: pluggy.PluginManager | None = None) -> EventSto
     return cls.from_config(config)
 
 
-__all__ = ["EventStore", "open_event_store"]
+__all__ = ["EventStore", "Reader", "Retained", "open_event_store"]

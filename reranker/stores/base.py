@@ -15,6 +15,8 @@ What every store must guarantee (the shared store tests check it for the built-i
   and a reader never sees a number before every lower one is visible too: the trainer follows
   them by a cursor and would skip an impression otherwise.
 * A closed impression's clicks and reward never change again.
+* Retention (:meth:`retain`) removes only impressions that every reader it is given has
+  applied: an impression the trainer has yet to learn from is never deleted nor compacted.
 * Errors of the storage itself (unreachable, locked for too long, disk full) raise
   :class:`reranker.errors.StoreError` (503: nothing was written, the client may retry),
   naming the store without secrets; errors of the request raise the errors each method names.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,6 +35,25 @@ import numpy as np
 from ..clicks import PositionBias
 from ..errors import RerankerError, StoreError
 from ..events import ClickResult, Impression, RewardResult
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One reader of the closed impressions, for retention: the arm ids whose impressions it
+    learns from (it also reads the mixed lists, ``arm`` None, as
+    :meth:`EventStore.closed_since` gives them), and the ``closed_seq`` through which its
+    newest saved model has applied them."""
+
+    arms: tuple[str, ...]
+    cursor: int
+
+
+@dataclass(frozen=True)
+class Retained:
+    """What one :meth:`EventStore.retain` did."""
+
+    deleted: int = 0  # impressions deleted, with their clicks and rewards
+    compacted: int = 0  # impressions whose features were dropped
 
 
 class EventStore(abc.ABC):
@@ -175,6 +197,32 @@ class EventStore(abc.ABC):
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:
         """``{"impressions", "open_impressions", "clicks", "closed_seq"}``."""
+
+    # -- retention --------------------------------------------------------------------------
+
+    def retain(self, before: float, readers: Sequence[Reader],
+               keep_experiment: str | None = None) -> Retained:
+        """Remove the closed impressions created before ``before`` that every reader in
+        ``readers`` has applied (or does not read): delete them, with their clicks and
+        rewards, except those of experiment ``keep_experiment``, whose features are dropped
+        (``features`` None when read) while the page as shown stays for the experiment's
+        report. The counts the click features and the position-bias estimate read stay as
+        they are. A store that cannot remove impressions raises
+        :class:`~reranker.errors.ConfigError`."""
+        from ..errors import ConfigError
+
+        raise ConfigError(f"the {self.name} event store cannot remove impressions: unset "
+                          f"store.retention")
+
+    def vacuum(self) -> None:
+        """Reclaim the space of removed impressions at once (SQLite gives it back to the file
+        system; a store reuses it for new impressions in any case). The default does
+        nothing: right for a store that reclaims space by itself."""
+        return None
+
+    def disk_bytes(self) -> int | None:
+        """Bytes the store takes on disk (None when it cannot say)."""
+        return None
 
     # -- training ---------------------------------------------------------------------------
 

@@ -37,10 +37,17 @@ _TRAINER_LOCK = "SELECT pg_advisory_lock(%s, hashtext(%s))"
 _LEADER_LOCK = 1
 _TRY_LEADER = "SELECT pg_try_advisory_lock(%s, %s)"
 
+#: The tables of the event store.
+TABLES = ("meta", "feature_sets", "impressions", "clicks", "click_stats", "experiment_state",
+          "rewards", "position_bias")
+
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS meta (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS feature_sets (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        names TEXT NOT NULL UNIQUE)""",
     """CREATE TABLE IF NOT EXISTS impressions (
         seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         id TEXT NOT NULL UNIQUE,
@@ -49,13 +56,11 @@ _SCHEMA = (
         user_id TEXT,
         learner TEXT NOT NULL,
         model_version INTEGER NOT NULL,
-        doc_ids TEXT NOT NULL,
-        feature_names TEXT NOT NULL,
-        features BYTEA NOT NULL,
-        ranking BYTEA NOT NULL,
+        feature_set BIGINT NOT NULL REFERENCES feature_sets (id),
+        candidates BYTEA NOT NULL,
+        features BYTEA,
         n_shown INTEGER NOT NULL,
         log_prob DOUBLE PRECISION,
-        propensities BYTEA,
         teams TEXT,
         closed_seq BIGINT UNIQUE,
         context TEXT,
@@ -63,8 +68,6 @@ _SCHEMA = (
         experiment TEXT,
         page_offset INTEGER NOT NULL DEFAULT 0,
         page_key TEXT)""",
-    "CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) "
-    "WHERE closed_seq IS NULL",
     """CREATE TABLE IF NOT EXISTS clicks (
         seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         impression_id TEXT NOT NULL REFERENCES impressions (id),
@@ -119,6 +122,7 @@ class PostgresStore(SQLEventStore):
     name = "postgresql"
     FOR_UPDATE = " FOR UPDATE"
     CLICK_POSITIONS = "string_agg(position::text, ',' ORDER BY seq)"
+    BINARY = "BYTEA"
 
     @classmethod
     def from_config(cls, config) -> PostgresStore:
@@ -153,13 +157,21 @@ class PostgresStore(SQLEventStore):
                                  "('closed_seq', '0'), ('store_id', %s) ON CONFLICT DO NOTHING",
                                  (str(SCHEMA_VERSION), uuid.uuid4().hex))
                     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+                    if int(meta["schema_version"]) == 3:
+                        self._migrate_from_3(conn)
+                        conn.execute("ALTER TABLE impressions ALTER COLUMN feature_set SET NOT "
+                                     "NULL, ALTER COLUMN candidates SET NOT NULL")
+                        conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'",
+                                     (str(SCHEMA_VERSION),))
+                        meta["schema_version"] = str(SCHEMA_VERSION)
         except psycopg.Error as exc:
             raise StoreError(f"store.dsn: the event tables cannot be created or read in "
                              f"{self.location}: {self._error_text(exc)}") from None
         if int(meta["schema_version"]) != SCHEMA_VERSION:
             raise StoreError(f"store.dsn: {self.location} has event schema version "
                              f"{meta['schema_version']}, this version of reranker reads "
-                             f"{SCHEMA_VERSION}; it was written by a newer reranker: upgrade "
+                             f"{SCHEMA_VERSION} (and migrates 3); it was written by a newer "
+                             f"reranker: upgrade "
                              f"reranker, or point store.dsn at a new database")
         self.store_id: str = meta["store_id"]
         self._pool = psycopg_pool.ConnectionPool(
@@ -244,6 +256,23 @@ class PostgresStore(SQLEventStore):
             conn.close()
             return None
         return ConnectionLeadership(conn)
+
+    def vacuum(self) -> None:
+        """A plain ``VACUUM`` of the tables retention deletes from, which autovacuum runs by
+        itself too: the space of deleted rows becomes free for new ones (and empty pages at
+        a table's end go back to the file system). It runs beside searches and clicks, on a
+        connection of its own without ``store.timeout``'s limit on statements."""
+        psycopg, _ = _driver()
+        with self._errors(), psycopg.connect(self.dsn, **self._connect_args) as conn:
+            conn.execute("VACUUM impressions, clicks, rewards")
+
+    def disk_bytes(self) -> int:
+        """The event tables with their indexes and TOAST (large values) tables."""
+        with self._reading() as conn:
+            return int(conn.execute(
+                "SELECT SUM(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND n.nspname = "
+                "current_schema() AND c.relname = ANY(%s)", (list(TABLES),)).fetchone()[0])
 
     def close(self) -> None:
         if self._pool is not None:

@@ -4,6 +4,9 @@ The subclasses (:mod:`.sqlite`, :mod:`.postgres`) create the schema and say how 
 connection, run a write transaction and read a consistent snapshot; the statements are
 written once here, with ``?`` placeholders.
 
+An impression's candidates (ids, ranking, propensities) and their features are kept packed
+and compressed (:mod:`.encoding`), each feature set's names once in ``feature_sets``.
+
 The store also keeps what the click features are computed from (:mod:`reranker.clicks`):
 every logged impression adds its shown documents' position-weighted exposures, and every
 click adds one click and, when it fell in a pair the learner randomised, the counts of the
@@ -20,7 +23,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,10 +32,11 @@ from ..clicks import PositionBias, lifts_from_counts, query_key
 from ..clicks.position_bias import randomized_pairs
 from ..errors import ConflictError, NotFoundError, RerankerError, StoreError, UnprocessableError
 from ..events import ClickResult, Impression, RewardResult
-from .base import EventStore
+from .base import EventStore, Reader, Retained
+from .encoding import pack_candidates, pack_features, unpack_candidates, unpack_features
 from .group_commit import GroupCommit
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: ``click_stats.query_key`` of the counts over all queries (a normalised query never holds
 #: '*'), and ``doc_id`` of the counts over all documents.
@@ -40,13 +44,15 @@ ALL_QUERIES = "*"
 ALL_DOCS = ""
 
 #: Indexes on columns that a migration adds: created after the migrations ran.
-LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_experiment ON impressions "
+LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) "
+                "WHERE closed_seq IS NULL",
+                "CREATE INDEX IF NOT EXISTS impressions_experiment ON impressions "
                 "(experiment, closed_seq) WHERE experiment IS NOT NULL",
                 "CREATE INDEX IF NOT EXISTS impressions_page ON impressions (page_key, created) "
                 "WHERE page_key IS NOT NULL AND page_offset = 0")
 
 #: Clicks written in one transaction at most (also bounds the ``IN (...)`` list of the
-#: impressions they are on).
+#: impressions they are on); also the impressions retention removes per transaction.
 CLICK_BATCH = 500
 _GROUP_LOCK = threading.Lock()
 
@@ -71,6 +77,8 @@ class SQLEventStore(EventStore):
     FOR_UPDATE = ""
     #: The clicked positions of an impression, comma-separated, as a SQL aggregate.
     CLICK_POSITIONS = "group_concat(position)"
+    #: The column type of bytes.
+    BINARY = "BLOB"
 
     _bias: tuple[float, PositionBias] | None = None
 
@@ -126,38 +134,57 @@ class SQLEventStore(EventStore):
         impression written before it. Concurrent calls share one transaction, as clicks do
         (:meth:`record_click`): with several worker processes logging every search, the
         turns at the store's write lock, not the CPU, would otherwise bound the searches."""
-        features = np.ascontiguousarray(imp.features, dtype=np.float64)
         theta = self.position_bias().weights(imp.offset + imp.n_shown)[imp.offset:]
         row = (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
-               json.dumps(imp.doc_ids), json.dumps(imp.feature_names), features.tobytes(),
-               np.asarray(imp.ranking, dtype=np.int32).tobytes(), imp.n_shown, imp.log_prob,
-               None if imp.propensities is None
-               else np.asarray(imp.propensities, dtype=np.float64).tobytes(),
+               pack_candidates(imp.doc_ids, imp.ranking, imp.propensities),
+               pack_features(imp.features), imp.n_shown, imp.log_prob,
                None if imp.teams is None else json.dumps(imp.teams),
                None if imp.context is None else json.dumps(imp.context), imp.arm,
                imp.experiment, imp.offset, imp.page_key)
         self._commits("_impression_group", self._log_impressions).submit(
-            (row, exposure_rows(query_key(imp.query), imp.shown_ids(), theta)))
+            (json.dumps(imp.feature_names), row,
+             exposure_rows(query_key(imp.query), imp.shown_ids(), theta)))
 
-    def _log_impressions(self, items: Sequence[tuple[tuple, list[tuple]]]) -> list[None]:
-        """Impression rows and their exposure rows in one transaction; the exposures of the
-        same document added up, and written sorted (one order for every writer: two
-        transactions upserting the same rows in different orders could deadlock where the
-        database locks rows, PostgreSQL)."""
+    def _log_impressions(self, items: Sequence[tuple[str, tuple, list[tuple]]]) -> list[None]:
+        """Impression rows (each with its feature names) and their exposure rows in one
+        transaction; the exposures of the same document added up, and written sorted (one
+        order for every writer: two transactions upserting the same rows in different orders
+        could deadlock where the database locks rows, PostgreSQL)."""
         exposures: dict[tuple[str, str], float] = {}
-        for _, rows in items:
+        for _, _, rows in items:
             for key, doc_id, weight in rows:
                 exposures[key, doc_id] = exposures.get((key, doc_id), 0.0) + weight
         with self._write(durable=False) as conn:
+            sets = self._feature_set_ids(conn, {names for names, _, _ in items})
             self._run_many(
                 conn,
-                "INSERT INTO impressions (id, created, query, user_id, learner, model_version, "
-                "doc_ids, feature_names, features, ranking, n_shown, log_prob, propensities, "
-                "teams, context, arm, experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, "
-                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [row for row, _ in items])
+                "INSERT INTO impressions (feature_set, id, created, query, user_id, learner, "
+                "model_version, candidates, features, n_shown, log_prob, teams, context, arm, "
+                "experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?)", [(sets[names], *row) for names, row, _ in items])
             self._run_many(conn, UPSERT_STATS, sorted(
                 (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
+        self._known_sets.update(sets)  # committed: other processes see them too
         return [None] * len(items)
+
+    @property
+    def _known_sets(self) -> dict[str, int]:
+        """The ids of the feature sets this object has seen committed, by their names."""
+        return self.__dict__.setdefault("_feature_sets", {})
+
+    def _feature_set_ids(self, conn, names: Iterable[str]) -> dict[str, int]:
+        """The id of each feature set (its names as a JSON list) in ``feature_sets``, added
+        in the caller's transaction when it is new."""
+        ids = {}
+        for text in names:
+            known = self._known_sets.get(text)
+            if known is None:
+                self._run(conn, "INSERT INTO feature_sets (names) VALUES (?) ON CONFLICT "
+                          "DO NOTHING", (text,))
+                known = self._run(conn, "SELECT id FROM feature_sets WHERE names = ?",
+                                  (text,)).fetchone()[0]
+            ids[text] = known
+        return ids
 
     def record_click(self, impression_id: str, doc_id: str,
                      now: float | None = None) -> ClickResult:
@@ -200,7 +227,7 @@ class SQLEventStore(EventStore):
         bias: dict[int, list[float]] = {}
         with self._write(durable=True) as conn:
             rows = {row[0]: row for row in self._run(
-                conn, f"SELECT id, doc_ids, ranking, n_shown, closed_seq, query, context, "
+                conn, f"SELECT id, candidates, n_shown, closed_seq, query, context, "
                 f"page_offset FROM impressions WHERE id IN ({marks}) ORDER BY created, seq"
                 + self.FOR_UPDATE, ids).fetchall()}
             shown_of: dict[str, list[str]] = {}
@@ -209,11 +236,10 @@ class SQLEventStore(EventStore):
                 if row is None:
                     outcomes.append(NotFoundError(f"unknown impression_id {impression_id!r}"))
                     continue
-                offset, n_shown = row[7], row[3]
+                offset, n_shown = row[6], row[2]
                 shown = shown_of.get(impression_id)
                 if shown is None:
-                    doc_ids = json.loads(row[1])
-                    ranking = np.frombuffer(row[2], dtype=np.int32)
+                    doc_ids, ranking, _ = unpack_candidates(row[1])
                     shown = shown_of[impression_id] = [doc_ids[i] for i in
                                                        ranking[offset: offset + n_shown]]
                 if doc_id not in shown:
@@ -221,7 +247,7 @@ class SQLEventStore(EventStore):
                                                        f"impression {impression_id!r}"))
                     continue
                 position = offset + shown.index(doc_id) + 1  # its rank in the whole ranking
-                if row[4] is not None:
+                if row[3] is not None:
                     existing = self._run(conn, "SELECT 1 FROM clicks WHERE impression_id = ? "
                                          "AND doc_id = ?", (impression_id, doc_id)).fetchone()
                     outcomes.append(
@@ -238,9 +264,9 @@ class SQLEventStore(EventStore):
                 outcomes.append(ClickResult(impression_id, doc_id, position, duplicate))
                 if duplicate:
                     continue
-                for cell in stat_cells(query_key(row[5]), doc_id):
+                for cell in stat_cells(query_key(row[4]), doc_id):
                     stats[cell] = stats.get(cell, 0.0) + 1.0
-                pairs, p = randomized_pairs(json.loads(row[6]) if row[6] and not offset
+                pairs, p = randomized_pairs(json.loads(row[5]) if row[5] and not offset
                                             else None, n_shown)
                 for upper, top, bottom in PositionBias.pair_counts(pairs, p, [position - 1]):
                     entry = bias.setdefault(upper, [0.0, 0.0])
@@ -305,6 +331,88 @@ class SQLEventStore(EventStore):
             self._run(conn, "UPDATE experiment_state SET state = ?, updated = ? WHERE name = ?",
                       (json.dumps(state), now, name))
         return state
+
+    # -- retention --------------------------------------------------------------------------
+
+    def retain(self, before: float, readers: Sequence[Reader],
+               keep_experiment: str | None = None) -> Retained:
+        """In transactions of at most :data:`CLICK_BATCH` impressions, oldest first, each
+        short enough that searches and clicks hardly wait for it. Only impressions logged
+        before the first one (in logging order) that is recent or still open are looked at,
+        so that a pass reads no more than the impressions it may remove (and those of
+        ``keep_experiment`` compacted already)."""
+        applied, applied_args = [], []
+        for reader in readers:  # applied by the reader, or not one it reads
+            marks = ",".join("?" * len(reader.arms))
+            applied.append(f" AND (closed_seq <= ? OR (arm IS NOT NULL AND arm NOT IN "
+                           f"({marks})))")
+            applied_args += [reader.cursor, *reader.arms]
+        with self._reading() as conn:
+            end = self._run(conn, "SELECT COALESCE((SELECT seq FROM impressions WHERE "
+                            "created >= ? OR closed_seq IS NULL ORDER BY seq LIMIT 1), "
+                            "(SELECT MAX(seq) + 1 FROM impressions), 0)", (before,)
+                            ).fetchone()[0]
+        deleted = compacted = 0
+        after = 0
+        while True:
+            with self._write(durable=False) as conn:
+                rows = self._run(
+                    conn, "SELECT seq, id, experiment, features IS NULL FROM impressions "
+                    "WHERE seq > ? AND seq < ? AND created < ? AND closed_seq IS NOT NULL"
+                    + "".join(applied) + " ORDER BY seq LIMIT ?",
+                    (after, end, before, *applied_args, CLICK_BATCH)).fetchall()
+                gone, emptied = [], []
+                for seq, id_, experiment, bare in rows:
+                    if keep_experiment is None or experiment != keep_experiment:
+                        gone.append((seq, id_))
+                    elif not bare:
+                        emptied.append(seq)
+                if gone:
+                    marks = ",".join("?" * len(gone))
+                    ids = [id_ for _, id_ in gone]
+                    self._run(conn, f"DELETE FROM clicks WHERE impression_id IN ({marks})", ids)
+                    self._run(conn, f"DELETE FROM rewards WHERE impression_id IN ({marks})", ids)
+                    self._run(conn, f"DELETE FROM impressions WHERE seq IN ({marks})",
+                              [seq for seq, _ in gone])
+                if emptied:
+                    self._run(conn, f"UPDATE impressions SET features = NULL WHERE seq IN "
+                              f"({','.join('?' * len(emptied))})", emptied)
+            deleted += len(gone)
+            compacted += len(emptied)
+            if len(rows) < CLICK_BATCH:
+                return Retained(deleted, compacted)
+            after = rows[-1][0]
+
+    # -- migrating ----------------------------------------------------------------------------
+
+    def _migrate_from_3(self, conn) -> None:
+        """Schema 3 -> 4, in the caller's transaction: every impression's ids, ranking,
+        propensities and features packed (:mod:`.encoding`), and its feature names replaced
+        by its feature set's id. The space the old rows took is reused for new ones."""
+        self._run(conn, "ALTER TABLE impressions RENAME COLUMN features TO features_3")
+        for column in ("feature_set BIGINT REFERENCES feature_sets (id)",
+                       f"candidates {self.BINARY}", f"features {self.BINARY}"):
+            self._run(conn, f"ALTER TABLE impressions ADD COLUMN {column}")
+        after = 0
+        while True:
+            rows = self._run(conn, "SELECT seq, feature_names, doc_ids, ranking, propensities, "
+                             "features_3 FROM impressions WHERE seq > ? ORDER BY seq LIMIT 1000",
+                             (after,)).fetchall()
+            if not rows:
+                break
+            sets = self._feature_set_ids(conn, {row[1] for row in rows})
+            self._run_many(conn, "UPDATE impressions SET feature_set = ?, candidates = ?, "
+                           "features = ? WHERE seq = ?", [
+                               (sets[names], pack_candidates(
+                                   json.loads(doc_ids), np.frombuffer(ranking, dtype=np.int32),
+                                   None if propensities is None
+                                   else np.frombuffer(propensities, dtype=np.float64)),
+                                pack_features(np.frombuffer(features, dtype=np.float64).reshape(
+                                    -1, len(json.loads(names)))), seq)
+                               for seq, names, doc_ids, ranking, propensities, features in rows])
+            after = rows[-1][0]
+        for column in ("feature_names", "doc_ids", "ranking", "propensities", "features_3"):
+            self._run(conn, f"ALTER TABLE impressions DROP COLUMN {column}")
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -472,22 +580,22 @@ def stat_cells(key: str, doc_id: str) -> tuple[tuple[str, str], ...]:
     return (key, doc_id), (ALL_QUERIES, doc_id), (ALL_QUERIES, ALL_DOCS)
 
 
-COLUMNS = ("id, created, query, user_id, learner, model_version, doc_ids, feature_names, "
-           "features, ranking, n_shown, log_prob, propensities, teams, closed_seq, context, "
-           "arm, experiment, page_offset, page_key, "
+COLUMNS = ("id, created, query, user_id, learner, model_version, (SELECT names FROM "
+           "feature_sets WHERE feature_sets.id = impressions.feature_set), candidates, "
+           "features, n_shown, log_prob, teams, closed_seq, context, arm, experiment, "
+           "page_offset, page_key, "
            "(SELECT value FROM rewards WHERE rewards.impression_id = impressions.id)")
 
 
 def impression_from_row(row: Sequence) -> Impression:
-    """An :class:`Impression` from a row of :data:`COLUMNS`."""
-    names = json.loads(row[7])
-    features = np.frombuffer(row[8], dtype=np.float64).reshape(-1, len(names))
+    """An :class:`Impression` from a row of :data:`COLUMNS` (``features`` None when
+    retention compacted it)."""
+    doc_ids, ranking, propensities = unpack_candidates(row[7])
     return Impression(
         id=row[0], created=row[1], query=row[2], user_id=row[3], learner=row[4],
-        model_version=row[5], doc_ids=json.loads(row[6]), feature_names=names,
-        features=features, ranking=np.frombuffer(row[9], dtype=np.int32).astype(np.intp),
-        n_shown=row[10], log_prob=row[11],
-        propensities=None if row[12] is None else np.frombuffer(row[12], dtype=np.float64),
-        teams=None if row[13] is None else json.loads(row[13]), closed_seq=row[14],
-        context=None if row[15] is None else json.loads(row[15]), arm=row[16],
-        experiment=row[17], offset=row[18], page_key=row[19], reward=row[20])
+        model_version=row[5], doc_ids=doc_ids, feature_names=json.loads(row[6]),
+        features=None if row[8] is None else unpack_features(row[8]), ranking=ranking,
+        n_shown=row[9], log_prob=row[10], propensities=propensities,
+        teams=None if row[11] is None else json.loads(row[11]), closed_seq=row[12],
+        context=None if row[13] is None else json.loads(row[13]), arm=row[14],
+        experiment=row[15], offset=row[16], page_key=row[17], reward=row[18])

@@ -3,7 +3,7 @@
 Safe to share between the threads and processes of one machine (each thread gets its own
 connection; write transactions are ``BEGIN IMMEDIATE``, so they exclude each other). A click
 is durable (``synchronous=FULL``) before ``/click`` answers. Stores written by earlier
-versions (schema 1 and 2) are migrated when opened.
+versions (schema 1 to 3) are migrated when opened.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,10 @@ CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS feature_sets (
+    id INTEGER PRIMARY KEY,
+    names TEXT NOT NULL UNIQUE     -- JSON list of the feature names, in column order
+);
 CREATE TABLE IF NOT EXISTS impressions (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -41,13 +45,12 @@ CREATE TABLE IF NOT EXISTS impressions (
     user_id TEXT,
     learner TEXT NOT NULL,
     model_version INTEGER NOT NULL,
-    doc_ids TEXT NOT NULL,         -- JSON list, the candidates in backend order
-    feature_names TEXT NOT NULL,   -- JSON list
-    features BLOB NOT NULL,        -- float64 (candidates x features), raw
-    ranking BLOB NOT NULL,         -- int32 candidate indices, as presented
+    feature_set INTEGER NOT NULL REFERENCES feature_sets (id),
+    candidates BLOB NOT NULL,      -- packed (stores/encoding.py): ids in backend order, the
+                                   -- ranking as presented, propensities when logged
+    features BLOB,                 -- packed raw features; NULL once retention compacted it
     n_shown INTEGER NOT NULL,
     log_prob REAL,
-    propensities BLOB,             -- float64 per candidate, when logged
     teams TEXT,                    -- JSON list: which learner contributed each shown hit
     closed_seq INTEGER UNIQUE,
     context TEXT,                  -- JSON: what the learner (or the experiment) logged
@@ -56,7 +59,6 @@ CREATE TABLE IF NOT EXISTS impressions (
     page_offset INTEGER NOT NULL DEFAULT 0,  -- ranks before the shown ones (page 2: 10)
     page_key TEXT                  -- query, filters and user or session, for later pages
 );
-CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) WHERE closed_seq IS NULL;
 CREATE TABLE IF NOT EXISTS clicks (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     impression_id TEXT NOT NULL REFERENCES impressions (id),
@@ -124,12 +126,11 @@ class SQLiteStore(SQLEventStore):
                                "meta VALUES ('closed_seq', '0'); INSERT OR IGNORE INTO meta "
                                f"VALUES ('store_id', '{uuid.uuid4().hex}'); COMMIT;")
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            if int(meta["schema_version"]) == 1:
-                self._migrate_from_1(conn)
-                meta["schema_version"] = "2"
-            if int(meta["schema_version"]) == 2:
-                self._migrate_from_2(conn)
-                meta["schema_version"] = str(SCHEMA_VERSION)
+            for version, step in ((1, self._migrate_from_1), (2, self._migrate_from_2),
+                                  (3, self._migrate_from_3)):
+                if int(meta["schema_version"]) == version:
+                    self._migrate(conn, version, step)
+                    meta["schema_version"] = str(version + 1)
             if int(meta["schema_version"]) == SCHEMA_VERSION:
                 conn.executescript(";".join(LATE_INDEXES))
         except sqlite3.Error as exc:
@@ -140,7 +141,7 @@ class SQLiteStore(SQLEventStore):
             self.close()
             raise StoreError(f"store.path: {self.path} has event schema version "
                              f"{meta['schema_version']}, this version of reranker reads "
-                             f"{SCHEMA_VERSION} (and migrates 1 and 2); it was written by a "
+                             f"{SCHEMA_VERSION} (and migrates 1 to 3); it was written by a "
                              f"newer reranker: upgrade reranker, or point store.path at a new "
                              f"file to start a new event log")
         self.store_id: str = meta["store_id"]
@@ -159,67 +160,66 @@ class SQLiteStore(SQLEventStore):
             raise StoreError(f"event store {self.location} cannot grow: "
                              f"{exc.strerror or exc}") from exc
 
-    def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
-        """Schema 1 -> 2, in one transaction: the impressions' context column, and the click
-        counts rebuilt from the log (exposures weighted by the prior position weights, since
-        schema 1 kept no randomisation to estimate them from)."""
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection, version: int,
+                 step: Callable[[sqlite3.Connection], None]) -> None:
+        """Run ``step``, the migration from schema ``version`` to the next, in one
+        transaction with the new version number, unless another process has migrated the
+        store meanwhile."""
         conn.execute("BEGIN IMMEDIATE")
         try:
             if int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
-                   .fetchone()[0]) == 1:  # another process may have migrated meanwhile
-                conn.execute("ALTER TABLE impressions ADD COLUMN context TEXT")
-                # Added up in memory and written once: the write lock is held for as short
-                # a time as the log allows.
-                bias = PositionBias()
-                counts: dict[tuple[str, str], list[float]] = {}
-
-                def count(key: str, doc_id: str, clicks: float, exposure: float) -> None:
-                    for cell in stat_cells(key, doc_id):
-                        entry = counts.setdefault(cell, [0.0, 0.0])
-                        entry[0] += clicks
-                        entry[1] += exposure
-
-                for query, doc_ids, ranking, n_shown in conn.execute(
-                        "SELECT query, doc_ids, ranking, n_shown FROM impressions"):
-                    ids = json.loads(doc_ids)
-                    key = query_key(query)
-                    shown = np.frombuffer(ranking, dtype=np.int32)[:n_shown].tolist()
-                    for i, weight in zip(shown, bias.weights(n_shown).tolist(), strict=True):
-                        count(key, ids[i], 0.0, weight)
-                for query, doc_id in conn.execute(
-                        "SELECT i.query, c.doc_id FROM clicks c JOIN impressions i ON "
-                        "i.id = c.impression_id"):
-                    count(query_key(query), doc_id, 1.0, 0.0)
-                conn.executemany(UPSERT_STATS, [(key, doc_id, clicks, exposure) for
-                                                (key, doc_id), (clicks, exposure)
-                                                in counts.items()])
-                conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-
-    def _migrate_from_2(self, conn: sqlite3.Connection) -> None:
-        """Schema 2 -> 3, in one transaction: which arm showed an impression (the impressions
-        logged before arms existed keep their learner's name, which the arm that takes over
-        that learner's model folder answers to: :meth:`reranker.arms.Arm.prepare`), the
-        experiment, and the experiments' state."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
-                   .fetchone()[0]) == 2:
-                conn.execute("ALTER TABLE impressions ADD COLUMN arm TEXT")
-                conn.execute("ALTER TABLE impressions ADD COLUMN experiment TEXT")
-                conn.execute("ALTER TABLE impressions ADD COLUMN page_offset INTEGER NOT NULL "
-                             "DEFAULT 0")
-                conn.execute("ALTER TABLE impressions ADD COLUMN page_key TEXT")
-                conn.execute("UPDATE impressions SET arm = learner")
+                   .fetchone()[0]) == version:
+                step(conn)
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
-                             (str(SCHEMA_VERSION),))
+                             (str(version + 1),))
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    @staticmethod
+    def _migrate_from_1(conn: sqlite3.Connection) -> None:
+        """Schema 1 -> 2: the impressions' context column, and the click counts rebuilt from
+        the log (exposures weighted by the prior position weights, since schema 1 kept no
+        randomisation to estimate them from)."""
+        conn.execute("ALTER TABLE impressions ADD COLUMN context TEXT")
+        # Added up in memory and written once: the write lock is held for as short a time as
+        # the log allows.
+        bias = PositionBias()
+        counts: dict[tuple[str, str], list[float]] = {}
+
+        def count(key: str, doc_id: str, clicks: float, exposure: float) -> None:
+            for cell in stat_cells(key, doc_id):
+                entry = counts.setdefault(cell, [0.0, 0.0])
+                entry[0] += clicks
+                entry[1] += exposure
+
+        for query, doc_ids, ranking, n_shown in conn.execute(
+                "SELECT query, doc_ids, ranking, n_shown FROM impressions"):
+            ids = json.loads(doc_ids)
+            key = query_key(query)
+            shown = np.frombuffer(ranking, dtype=np.int32)[:n_shown].tolist()
+            for i, weight in zip(shown, bias.weights(n_shown).tolist(), strict=True):
+                count(key, ids[i], 0.0, weight)
+        for query, doc_id in conn.execute(
+                "SELECT i.query, c.doc_id FROM clicks c JOIN impressions i ON "
+                "i.id = c.impression_id"):
+            count(query_key(query), doc_id, 1.0, 0.0)
+        conn.executemany(UPSERT_STATS, [(key, doc_id, clicks, exposure) for
+                                        (key, doc_id), (clicks, exposure) in counts.items()])
+
+    @staticmethod
+    def _migrate_from_2(conn: sqlite3.Connection) -> None:
+        """Schema 2 -> 3: which arm showed an impression (the impressions logged before arms
+        existed keep their learner's name, which the arm that takes over that learner's model
+        folder answers to: :meth:`reranker.arms.Arm.prepare`), the experiment, and the
+        experiments' state."""
+        conn.execute("ALTER TABLE impressions ADD COLUMN arm TEXT")
+        conn.execute("ALTER TABLE impressions ADD COLUMN experiment TEXT")
+        conn.execute("ALTER TABLE impressions ADD COLUMN page_offset INTEGER NOT NULL DEFAULT 0")
+        conn.execute("ALTER TABLE impressions ADD COLUMN page_key TEXT")
+        conn.execute("UPDATE impressions SET arm = learner")
 
     # -- connections ------------------------------------------------------------------------
 
@@ -229,6 +229,10 @@ class SQLiteStore(SQLEventStore):
             try:
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout,
                                        isolation_level=None, check_same_thread=False)
+                # For a new file only (a store's page size is fixed once it has content):
+                # pages of 8 KiB hold three or four impressions of 100 candidates (about 2 KB
+                # each, stores/encoding.py) where 4 KiB pages fit one, leaving half empty.
+                conn.execute("PRAGMA page_size=8192")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA foreign_keys=ON")
             except sqlite3.Error as exc:
@@ -313,6 +317,20 @@ class SQLiteStore(SQLEventStore):
                 yield conn
             finally:
                 conn.execute("COMMIT")
+
+    def vacuum(self) -> None:
+        """``VACUUM``: rewrite the file without the free pages that removed impressions left,
+        then empty the write-ahead log into it and truncate it. Holds the write lock while it
+        rewrites the file (searches and clicks wait, up to ``store.timeout``)."""
+        conn = self._conn()
+        with self._errors(), self._writer_turn():
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def disk_bytes(self) -> int:
+        """The database file and its write-ahead log."""
+        return sum(path.stat().st_size for path in
+                   (self.path, self.path.with_name(self.path.name + "-wal")) if path.exists())
 
     def trainer_leadership(self) -> Leadership | None:
         """An exclusive ``flock`` on ``<store.path>.trainer``, held until released or until

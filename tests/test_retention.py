@@ -1,0 +1,161 @@
+"""Retention (store.retention), on every built-in store (SQLite and a real PostgreSQL
+server): it removes only what every arm has applied, compacts the running experiment's pages
+instead, what reads a compacted page says so, and a store under steady traffic stays the same
+size."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from conftest import learn, run_cli, store_rows, write_config
+from test_events import impression
+from test_experiments import experiment_config
+from test_impression_encoding import served_like
+
+from reranker.config import load_config
+from reranker.errors import GoneError, NotFoundError
+from reranker.evaluation.logs import pages_from_log
+from reranker.experiments.experiment import offline_status
+from reranker.explain import explain_impression
+from reranker.plugins import get_plugin_manager
+from reranker.service import RerankerService
+from reranker.stores import Reader, open_event_store
+
+
+def test_retention_removes_only_what_every_reader_has_applied(store):
+    for i, arm in enumerate(["a", "a", "b", None, "a"]):
+        store.log_impression(impression(f"i{i}", float(i), arm=arm))
+    for i in range(4):
+        store.record_click(f"i{i}", "d4")
+    store.record_reward("i0", 1.0)
+    assert store.close_impressions(3.5) == 4  # i0 .. i3 numbered 1 .. 4; i4 stays open
+    counts = store_rows(store, "SELECT * FROM click_stats ORDER BY query_key, doc_id")
+
+    # a has applied i0 only, b nothing: i0 goes (b does not read a's pages), no other
+    done = store.retain(100.0, [Reader(("a",), 1), Reader(("b",), 0)])
+    assert (done.deleted, done.compacted) == (1, 0)
+    with pytest.raises(NotFoundError):
+        store.get_impression("i0")
+    assert store_rows(store, "SELECT COUNT(*) FROM clicks WHERE impression_id = 'i0'") == [(0,)]
+    assert store_rows(store, "SELECT COUNT(*) FROM rewards") == [(0,)]
+    # b applies its page, a not yet the mixed list i3 that both read
+    assert store.retain(100.0, [Reader(("a",), 2), Reader(("b",), 3)]).deleted == 2
+    assert [imp.id for imp in store.closed_since(0, 10)] == ["i3"]
+    # too recent: kept whatever was applied
+    assert store.retain(3.0, [Reader(("a",), 4), Reader(("b",), 4)]).deleted == 0
+    assert store.retain(100.0, [Reader(("a",), 4), Reader(("b",), 4)]).deleted == 1
+    # the open page is never removed; the click features' counts stay as they were
+    assert store.get_impression("i4").closed_seq is None
+    assert store.stats()["impressions"] == 1 and store.stats()["clicks"] == 0
+    assert store_rows(store, "SELECT * FROM click_stats ORDER BY query_key, doc_id") == counts
+    assert store.last_closed_seq() == 4
+
+
+def test_the_running_experiments_pages_are_compacted_not_deleted(store):
+    store.log_impression(impression("x0", 1.0, arm=None, experiment="trial",
+                                    teams=["p", "r", "p"]))
+    store.log_impression(impression("x1", 2.0, arm=None, experiment="earlier", teams=["p"] * 3))
+    store.record_click("x0", "d3")
+    store.close_impressions(10.0)
+    rows = store.experiment_rows("trial", 0, 10)
+    everyone = [Reader(("p",), 2), Reader(("r",), 2)]
+    done = store.retain(100.0, everyone, keep_experiment="trial")
+    assert (done.deleted, done.compacted) == (1, 1)
+    kept = store.get_impression("x0")
+    assert kept.features is None and kept.clicked == ["d3"] and kept.shown_ids() == [
+        "d4", "d3", "d2"]
+    assert store.experiment_rows("trial", 0, 10) == rows  # its report reads the same
+    assert store.experiment_rows("earlier", 0, 10) == []
+    assert store.retain(100.0, everyone, keep_experiment="trial").compacted == 0
+    assert store.retain(100.0, everyone).deleted == 1  # once no longer the running one
+
+
+def test_what_reads_a_compacted_page_says_so(workdir):
+    config = load_config(experiment_config(workdir))
+    service = RerankerService(config).open()
+    try:
+        pages = [service.search("tea kettle", 10) for _ in range(3)]
+        service.click(pages[0]["impression_id"], pages[0]["hits"][1]["id"])
+        service.trainer.run_once(close_all=True)
+        done = service.events.retain(time.time() + 1, [
+            Reader(tuple(arm.names()), service.events.last_closed_seq())
+            for arm in service.arms], keep_experiment="trial")
+        assert done.compacted == 3
+        with pytest.raises(GoneError, match="older than store.retention: its features were "
+                                            "dropped"):
+            explain_impression(service, pages[0]["impression_id"])
+        logged = pages_from_log(service.events, service.arms[0].model)
+        assert logged.pages == [] and logged.skipped == {
+            "pages whose features retention dropped (store.retention)": 3}
+    finally:
+        service.close()
+    assert offline_status(config, get_plugin_manager())["impressions"] == 3  # its report
+
+
+def test_the_trainer_never_removes_a_page_it_has_not_applied(workdir):
+    path = write_config(workdir, store={"retention": 1.0, "retention_interval": 0.01})
+    service = RerankerService(load_config(path)).open()
+    try:
+        trainer = service.trainer
+        learn(lambda query: service.search(query, 10), service.click, pages=5)
+        service.events.close_impressions(time.time() + 1)  # closed, not applied
+        trainer.clock = lambda: time.time() + 60  # every page is a minute old
+        assert trainer.retain().deleted == 0
+        time.sleep(0.05)  # store.retention_interval passes
+        assert trainer.run_pass().applied == 5  # ... then applied, and removed in the pass
+        assert service.events.stats()["impressions"] == 0
+        assert service.events.stats()["closed_seq"] == 5
+        trainer.clock = time.time
+        service.search("tea kettle", 10)  # newer than store.retention: kept
+        trainer.run_once()
+        assert trainer.retain().deleted == 0 and service.events.stats()["impressions"] == 1
+    finally:
+        service.close()
+
+
+def test_reranker_prune(workdir):
+    config = workdir / "config.yaml"
+    result = run_cli("prune", "-c", str(config), check=False)
+    assert result.returncode == 2 and "set store.retention" in result.stderr
+    service = RerankerService(load_config(config)).open()
+    try:
+        learn(lambda query: service.search(query, 10), service.click, pages=20)
+        service.trainer.run_once(close_all=True)
+    finally:
+        service.close()
+    time.sleep(1.1)
+    result = run_cli("prune", "-c", str(config), "--older-than", "1", "--vacuum")
+    assert "deleted 20 impressions older than 1s that every arm has learned from" in \
+        result.stdout
+    assert "the event store takes" in result.stdout
+    store = open_event_store(load_config(config))
+    try:
+        assert store.stats()["impressions"] == 0
+    finally:
+        store.close()
+
+
+def test_a_store_under_steady_traffic_stays_the_same_size(store):
+    """Rounds of 100 pages of 100 candidates, closed, applied and then removed after five
+    rounds: the store stops growing once the first pages go (PostgreSQL: with the vacuum
+    that autovacuum runs by itself), where without retention it would grow by a round's
+    pages every round."""
+    rng = np.random.default_rng(2)
+    sizes = []
+    for t in range(25):
+        for i in range(100):
+            imp = impression(f"{t}-{i}", float(t), n=100, shown=10, arm="a")
+            imp.features = served_like(100, rng)
+            store.log_impression(imp)
+            store.record_click(imp.id, imp.shown_ids()[i % 10])
+        store.close_impressions(t + 0.5)
+        store.retain(t - 4.5, [Reader(("a",), store.last_closed_seq())])
+        if store.name == "postgresql":
+            store.vacuum()
+        sizes.append(store.disk_bytes())
+    assert store.stats()["impressions"] == 500
+    # over the last 15 rounds, less than what 2 rounds added while nothing was removed
+    per_round = (sizes[4] - sizes[0]) / 4
+    assert per_round > 0 and max(sizes[10:]) - sizes[9] < 2 * per_round, sizes
