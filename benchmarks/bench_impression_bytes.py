@@ -5,9 +5,9 @@ the compact one (:mod:`reranker.stores.encoding`), for the same impressions in o
 After ``--warmup`` searches with clicks (so that the click features are those of a store
 in use), searches with clicks are served in process (``RerankerService.search``: the embedded index
 over six copies of the demo corpus, so that each query has 100 candidates, with the demo's
-features: engine score, 1/rank, two field scores, the popularity field and the two click
-features; Preference Perceptron, which logs each candidate's chance of being shown). The
-impressions it logged are then written into a store of schema 3 and into one of schema 4 (the
+features: engine score, two field scores, the popularity field and the two click features;
+Preference Perceptron, which logs each candidate's chance of being shown). The impressions
+it logged are then written into a store of schema 3 and into one of schema 4 (the
 real code of each), closed, and the bytes of each store's impressions rows, and of the
 pages of the table and its indexes, are counted (SQLite's ``dbstat``, after ``VACUUM``).
 Also printed: the compact row's candidates by part, and

@@ -4,9 +4,10 @@ An impression holds, per candidate, its id, its raw features and (for stochastic
 its chance of being shown; with 100 candidates that is most of its bytes. Two blobs hold
 them, each compressed with zlib:
 
-* ``candidates``: the ranking (candidate indices in the narrowest unsigned integer type
-  that holds them), the propensities if logged, and the ids (a JSON list). Clicks, later
-  pages and experiment reports read it, and it stays as long as the impression does.
+* ``candidates``: the ranking (each candidate index's offset from its position, in the
+  narrowest signed integer type that holds them), the propensities if logged, and the ids
+  (a JSON list). Clicks, later pages and experiment reports read it, and it stays as long
+  as the impression does.
 * ``features``: the feature matrix, column by column. Retention may drop it
   (:meth:`reranker.stores.EventStore.retain`) once every arm has learned from it.
 
@@ -169,12 +170,13 @@ def unpack_features(blob: bytes) -> np.ndarray:
 def pack_candidates(doc_ids: list[str], ranking: np.ndarray,
                     propensities: np.ndarray | None) -> bytes:
     """The ``candidates`` blob: the ranking, the propensities (if any) and the ids."""
-    ranking = np.asarray(ranking)
-    k = len(ranking)
-    kind = _narrowest(int(ranking.min()) if k else 0, int(ranking.max()) if k else 0,
-                      _UNSIGNED)
+    # Each index's offset from its own position: a ranking stays close to the engine's order
+    # (0, 1, 2, ...) for most candidates, and the runs of small offsets compress.
+    moves = np.asarray(ranking, dtype=np.int64) - np.arange(len(ranking))
+    k = len(moves)
+    kind = _narrowest(int(moves.min()) if k else 0, int(moves.max()) if k else 0, _SIGNED)
     parts = [_HEADER.pack(FORMAT, len(doc_ids), k), bytes([np.dtype(kind).itemsize]),
-             ranking.astype(kind).tobytes()]
+             moves.astype(kind).tobytes()]
     if propensities is None:
         parts.append(b"\0")
     else:
@@ -191,8 +193,8 @@ def unpack_candidates(blob: bytes) -> tuple[list[str], np.ndarray, np.ndarray | 
     _, _, k = _HEADER.unpack_from(data)
     at = _HEADER.size
     width = data[at]
-    ranking = np.frombuffer(data, dtype=_UNSIGNED[width.bit_length() - 1], count=k,
-                            offset=at + 1).astype(np.intp)
+    ranking = np.frombuffer(data, dtype=_SIGNED[width.bit_length() - 1], count=k,
+                            offset=at + 1).astype(np.intp) + np.arange(k)
     at += 1 + k * width
     propensities = None
     if data[at]:
