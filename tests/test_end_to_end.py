@@ -66,12 +66,12 @@ def expected_weights(config, events):
     1 / (2 (1 - p)) if not, with per-query min-max features (the click features raw) and
     log2 discounts at depth 10."""
     g = np.append(1.0 / np.log2(np.arange(2, 12)), 0.0)  # 0 below depth 10
-    w = np.zeros(7)  # score, reciprocal rank, title, body, popularity, two click features
+    w = np.zeros(6)  # score, title, body, popularity, two click features
     for imp in events.closed_since(0, 10**9):
         X = imp.features
         span = X.max(axis=0) - X.min(axis=0)
         Xn = np.where(span > 0, (X - X.min(axis=0)) / np.where(span > 0, span, 1), 0.0)
-        Xn[:, 5:] = X[:, 5:]
+        Xn[:, 4:] = X[:, 4:]
         y = list(imp.ranking)
         clicked = {i for i in y if imp.doc_ids[i] in set(imp.clicked)}
         p, swapped = imp.context["swap_probability"], set(imp.context["swapped"])

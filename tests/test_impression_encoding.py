@@ -18,24 +18,26 @@ from reranker.stores import encoding
 from reranker.stores.sql import SCHEMA_VERSION
 
 
-def served_like(n: int, rng: np.random.Generator) -> np.ndarray:
+def served_like(n: int, rng: np.random.Generator, *, rank_column: bool = False) -> np.ndarray:
     """Features as a search with click features makes them: engine scores in float32 (as
     Lucene and Tantivy score) and of a few distinct values (documents alike in term counts
-    and length score alike), 1/rank, a field with one decimal, and two click lifts in
-    float32, most of them the prior's (the documents without clicks)."""
+    and length score alike), a field with one decimal, and two click lifts in float32, most
+    of them the prior's (the documents without clicks). ``rank_column``: with 1/rank second,
+    as impressions logged before the features dropped it have it."""
     def scores(zeros: float) -> np.ndarray:
         levels = rng.gamma(2.0, 3.0, 12).astype(np.float32)
         return rng.choice(levels, n) * (rng.random(n) >= zeros)
 
-    X = np.empty((n, 7), order="F")
+    X = np.empty((n, 6), order="F")
     X[:, 0] = np.sort(scores(0.0))[::-1]
-    X[:, 1] = 1.0 / np.arange(1, n + 1)
-    X[:, 2] = scores(0.6)
-    X[:, 3] = scores(0.1)
-    X[:, 4] = np.round(rng.uniform(0, 100, n), 1)
-    X[:, 5] = np.where(rng.random(n) < 0.9, 0.4836, rng.uniform(0.2, 3.0, n))
-    X[:, 6] = np.where(rng.random(n) < 0.8, 0.5217, rng.uniform(0.2, 3.0, n))
-    X[:, 5:] = X[:, 5:].astype(np.float32)  # as reranker.clicks.lifts_from_counts rounds them
+    X[:, 1] = scores(0.6)
+    X[:, 2] = scores(0.1)
+    X[:, 3] = np.round(rng.uniform(0, 100, n), 1)
+    X[:, 4] = np.where(rng.random(n) < 0.9, 0.4836, rng.uniform(0.2, 3.0, n))
+    X[:, 5] = np.where(rng.random(n) < 0.8, 0.5217, rng.uniform(0.2, 3.0, n))
+    X[:, 4:] = X[:, 4:].astype(np.float32)  # as reranker.clicks.lifts_from_counts rounds them
+    if rank_column:
+        X = np.asfortranarray(np.insert(X, 1, 1.0 / np.arange(1, n + 1), axis=1))
     return X
 
 
@@ -51,7 +53,8 @@ def test_every_value_comes_back_bit_for_bit():
     rng = np.random.default_rng(3)
     edge = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e300, -1e-300, 5e-324, 2.0 ** 53,
                      2.0 ** 60, 0.1, -123456.789, 1e12, 3.0, 1 / 3])
-    matrices = [served_like(100, rng), served_like(1, rng), np.zeros((0, 7)), np.zeros((5, 0)),
+    matrices = [served_like(100, rng), served_like(1, rng),
+                served_like(100, rng, rank_column=True), np.zeros((0, 7)), np.zeros((5, 0)),
                 np.resize(edge, (15, 3)).T.copy().T, rng.standard_normal((300, 4)),
                 np.round(rng.uniform(-1e6, 1e6, (50, 3)), 6), rng.integers(-2**40, 2**40, (9, 2))
                 .astype(np.float64)]
@@ -87,7 +90,8 @@ def old_impressions() -> list[Impression]:
     rng = np.random.default_rng(1)
     first = impression("old0", 1.0, n=30, shown=10, arm="a", closed_seq=1, clicked=["d4"],
                        log_prob=-2.0, propensities=rng.random(30), context={"swapped": [2]})
-    first.feature_names, first.features = [f"f{j}" for j in range(7)], served_like(30, rng)
+    first.feature_names, first.features = [f"f{j}" for j in range(7)], served_like(
+        30, rng, rank_column=True)
     first.ranking = rng.permutation(30)
     first.clicked = [first.shown_ids()[3]]
     second = impression("old1", 2.0, n=3, shown=2, arm="a")  # still open
