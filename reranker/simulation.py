@@ -242,9 +242,9 @@ class _Metrics:
         self.k = np.zeros(B, dtype=np.intp)  # shown length
         self.n = np.ones(B)  # candidates
         self.scores = np.full((B, width), -np.inf)  # the learner's scores, padded with -inf
-        self.click_items = np.zeros((B, self.MAX_CLICKS), dtype=np.intp)  # clicked candidates
-        self.click_ranks = np.zeros((B, self.MAX_CLICKS))  # their 1-based ranks; 0 = none
-        self.has_click = np.zeros(B, dtype=bool)
+        #: the impressions with clicks: their index, clicked candidates and positions (in
+        #: Python objects: a flush turns them into arrays at once)
+        self.clicks: list[tuple[int, np.ndarray, np.ndarray]] = []
         self.policy_cost = np.zeros(B)  # -log P(first = clicked) of the showing policy
         self.size = 0
         self.totals = dict.fromkeys(self.SUMS, 0.0)  # running sums over flushed impressions
@@ -256,14 +256,12 @@ class _Metrics:
                    positions: np.ndarray, first_log_probs: np.ndarray) -> None:
         """Impression ``i`` got clicks on candidates ``items`` at ``positions``; its learner
         gave every candidate the chance ``exp(first_log_probs)`` of being shown first."""
-        c = min(len(items), self.MAX_CLICKS)
-        with np.errstate(divide="ignore"):
-            self.policy_cost[i] = -float(first_log_probs[items[:c]].sum()) / c
+        if len(items) > self.MAX_CLICKS:
+            items, positions = items[:self.MAX_CLICKS], positions[:self.MAX_CLICKS]
+        self.policy_cost[i] = -float(first_log_probs[items].sum()) / len(items)
         self.n[i] = n
         self.scores[i, :n] = scores
-        self.click_items[i, :c] = items[:c]
-        self.click_ranks[i, :c] = positions[:c] + 1
-        self.has_click[i] = True
+        self.clicks.append((i, items, positions))
 
     #: The running sums a checkpoint's row reports, in :meth:`row`'s terms.
     SUMS = ("utility_regret", "dcg_regret", "ndcg", "kl", "kl_scores", "distance", "first",
@@ -318,16 +316,19 @@ class _Metrics:
         several clicks in one impression are averaged (each weighted 1 / #clicks)."""
         out = {name: np.zeros(size) for name in ("kl", "kl_scores", "distance", "first",
                                                   "single_ndcg", "clicked", "clicks")}
-        rows = np.flatnonzero(self.has_click[:size])
-        if not rows.size:
+        if not self.clicks:
             return out
+        rows = np.array([i for i, _, _ in self.clicks], dtype=np.intp)
+        counts = np.array([len(items) for _, items, _ in self.clicks], dtype=np.intp)
+        mask = np.arange(self.MAX_CLICKS) < counts[:, None]  # (clicked, MAX_CLICKS)
+        click_items = np.zeros(mask.shape, dtype=np.intp)
+        click_items[mask] = np.concatenate([items for _, items, _ in self.clicks])
+        ranks = np.zeros(mask.shape)  # 1-based ranks of the clicks; 0 = none
+        ranks[mask] = np.concatenate([positions for _, _, positions in self.clicks]) + 1
         scores = self.scores[rows]
         top = scores.max(axis=1)
         lse = top + np.log(np.exp(scores - top[:, None]).sum(axis=1))
-        ranks = self.click_ranks[rows]
-        mask = ranks > 0
-        counts = mask.sum(axis=1)
-        chosen = np.take_along_axis(scores, self.click_items[rows], axis=1)
+        chosen = np.take_along_axis(scores, click_items, axis=1)
         # KL cost of the softmax of the learner's scores: -log P(first = I) = lse - s_I
         out["kl_scores"][rows] = np.where(mask, lse[:, None] - chosen, 0.0).sum(axis=1) / counts
         # KL cost of the policy that presented the list (Delage, Table 2, column 1), from the
@@ -342,9 +343,7 @@ class _Metrics:
         out["clicked"][rows] = 1.0
         out["clicks"][rows] = counts
         self.scores[rows] = -np.inf
-        self.click_ranks[rows] = 0.0
-        self.click_items[rows] = 0
-        self.has_click[rows] = False
+        self.clicks.clear()
         return out
 
     def row(self, t: int, sums: dict[str, float]) -> dict:
@@ -475,7 +474,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     candidate orders and the users' randomness depend only on the seed and the run, so
     every learner of a run sees the same queries in the same order.
     """
-    settings = with_backend_feature(data, settings)
+    if settings.start == "engine":  # the engine's order, chosen once for every factory below
+        settings = with_backend_feature(data, settings)
     streams = np.random.SeedSequence([settings.seed, run]).spawn(5)
     stream_rng, user_rng = np.random.default_rng(streams[0]), np.random.default_rng(streams[1])
     learner_rng, test_rng = np.random.default_rng(streams[2]), np.random.default_rng(streams[3])
@@ -496,6 +496,9 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
         check = OffPolicyCheck(target, make_user(settings.click_model, data.grades),
                                np.random.default_rng(streams[4]), PAGE)
     train = data.train
+    # the candidates' features, with room for the click features after the data's own
+    X_rows = train.X if clicks is None else np.hstack(
+        [train.X, np.zeros((len(train.X), len(CLICK_FEATURES)))])
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
     n_train = len(train)
@@ -518,18 +521,17 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
         # A chunk of impressions (an epoch for a fixed library): every query's candidates in
         # a fresh random order, so that the ties of an all-zero model break randomly.
         within = np.argsort(row_query + stream_rng.random(len(row_query)))
-        X_chunk, labels_chunk = train.X[within], train.labels[within]
-        utility_chunk = train.utility[within]
-        if clicks is not None:  # room for the click features after the data's own
-            X_chunk = np.hstack([X_chunk, np.zeros((len(within), len(CLICK_FEATURES)))])
+        labels_chunk, utility_chunk = train.labels[within], train.utility[within]
         chunk = query_stream(n_train, t, min(n_train, settings.impressions - t), settings,
                              stream_rng)
         for qi in chunk.tolist():
             t += 1
             lo, hi = offsets[qi], offsets[qi + 1]
-            X, labels, utility = X_chunk[lo:hi], labels_chunk[lo:hi], utility_chunk[lo:hi]
+            candidates = within[lo:hi]
+            # (a copy of the query's rows per impression costs less than the whole chunk's)
+            X = X_rows.take(candidates, axis=0)
+            labels, utility = labels_chunk[lo:hi], utility_chunk[lo:hi]
             if clicks is not None:  # counted from earlier impressions only
-                candidates = within[lo:hi]
                 clicks.features(candidates, X[:, -len(CLICK_FEATURES):])
             n = hi - lo
             k = PAGE if n > PAGE else n
@@ -595,32 +597,34 @@ class _TestQueries:
 
     def __init__(self, test: QuerySet):
         self.queries = [i for i in range(len(test)) if test.ideal_dcg10[i] > 0]
+        n = len(test.labels)
+        # the negated scores of an evaluation, and +inf after them, where the padding points
+        self.negated = np.full(n + 1, np.inf)
         sizes = test.sizes()
-        gains = np.exp2(test.labels.astype(np.float64)) - 1.0
-        self.groups = []  # (rows, padding, gains, ideal DCG@10) per group of similar sizes
+        gains = np.append(np.exp2(test.labels.astype(np.float64)) - 1.0, 0.0)
         by_width: dict[int, list[int]] = {}
         for i in self.queries:
             by_width.setdefault(1 << max(3, int(sizes[i] - 1).bit_length()), []).append(i)
+        self.groups = []  # (rows, where each query starts in them, gains, ideal DCG@10, discounts)
         for width, members in sorted(by_width.items()):
-            rows = np.full((len(members), width), -1, dtype=np.intp)
+            rows = np.full((len(members), width), n, dtype=np.intp)
             for j, i in enumerate(members):
                 rows[j, : sizes[i]] = np.arange(test.offsets[i], test.offsets[i + 1])
-            pad = rows < 0
-            at = np.maximum(rows, 0)
-            self.groups.append((at, pad, np.where(pad, 0.0, gains[at]),
-                                test.ideal_dcg10[members], min(PAGE, width)))
+            self.groups.append((rows, np.arange(0, rows.size, width)[:, None], gains[rows].ravel(),
+                                test.ideal_dcg10[members], _DISCOUNTS[:min(PAGE, width)].copy()))
 
     def ndcg(self, scores: np.ndarray) -> float:
-        """Mean NDCG@10 of the order of ``scores`` (one per test row; ties in file order)."""
+        """Mean NDCG@10 of the order of ``scores`` (one per test row; ties in file order).
+        (take, dot and ufunc reduce: the arithmetic of fancy indexing, @ and sum, without
+        their per-call costs, which an evaluation every few impressions would feel.)"""
         if not self.queries:
             return math.nan
+        negated = self.negated
+        np.negative(scores, out=negated[:-1])
         total = 0.0
-        for at, pad, gains, ideal, depth in self.groups:
-            negated = -scores[at]
-            negated[pad] = np.inf
-            top = np.argsort(negated, axis=1, kind="stable")[:, :depth]
-            total += float((np.take_along_axis(gains, top, axis=1) @ _DISCOUNTS[:depth]
-                            / ideal).sum())
+        for rows, starts, gains, ideal, discounts in self.groups:
+            top = negated.take(rows).argsort(axis=1, kind="stable")[:, :len(discounts)]
+            total += float(np.add.reduce(gains.take(top + starts).dot(discounts) / ideal))
         return total / len(self.queries)
 
 
