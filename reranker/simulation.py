@@ -303,10 +303,13 @@ class _Metrics:
         per.update(self._click_metrics(size))
         cumulative = {name: self.totals[name] + np.cumsum(values)
                       for name, values in per.items()}
-        for at, t, head, tail in self.pending:  # the sums up to each checkpoint
-            sums = {name: float(c[at - 1]) if at else self.totals[name]
-                    for name, c in cumulative.items()}
-            self.rows.append({**head, **self.row(t, sums), **tail})
+        if self.pending:  # the sums up to each checkpoint, read at once
+            names = list(cumulative)
+            at = np.array([entry[0] for entry in self.pending])
+            upto = np.stack([cumulative[name] for name in names])[:, np.maximum(at - 1, 0)]
+            for (at_i, t, head, tail), values in zip(self.pending, upto.T.tolist(), strict=True):
+                sums = dict(zip(names, values, strict=True)) if at_i else self.totals
+                self.rows.append({**head, **self.row(t, sums), **tail})
         self.pending.clear()
         self.totals = {name: float(c[-1]) for name, c in cumulative.items()}
         self.size = 0
@@ -318,13 +321,14 @@ class _Metrics:
                                                   "single_ndcg", "clicked", "clicks")}
         if not self.clicks:
             return out
-        rows = np.array([i for i, _, _ in self.clicks], dtype=np.intp)
-        counts = np.array([len(items) for _, items, _ in self.clicks], dtype=np.intp)
+        indices, items, positions = zip(*self.clicks, strict=True)
+        rows = np.array(indices, dtype=np.intp)
+        counts = np.array(list(map(len, items)), dtype=np.intp)
         mask = np.arange(self.MAX_CLICKS) < counts[:, None]  # (clicked, MAX_CLICKS)
         click_items = np.zeros(mask.shape, dtype=np.intp)
-        click_items[mask] = np.concatenate([items for _, items, _ in self.clicks])
+        click_items[mask] = np.concatenate(items)
         ranks = np.zeros(mask.shape)  # 1-based ranks of the clicks; 0 = none
-        ranks[mask] = np.concatenate([positions for _, _, positions in self.clicks]) + 1
+        ranks[mask] = np.concatenate(positions) + 1
         scores = self.scores[rows]
         top = scores.max(axis=1)
         lse = top + np.log(np.exp(scores - top[:, None]).sum(axis=1))
