@@ -120,6 +120,10 @@ class Settings:
     discount: str = "log2"
     gain: str = "linear"  # of DCG* regret; NDCG always uses 2^r - 1
     checkpoints: int = 40
+    #: "log": the checkpoints log-spaced from the first impression, as the papers plot their
+    #: curves; "even": one every ``impressions / checkpoints`` impressions (the reference
+    #: implementation's offline evaluation every 10 impressions)
+    checkpoint_spacing: str = "log"
     library: str = "fixed"  # or "growing": queries (and their documents) appear over time
     reveal: float = 0.5  # growing library: share of the impressions until all are available
     start: str = "engine"  # or "zero": the learners' first model (the papers' w = 0)
@@ -206,9 +210,16 @@ def best_single_feature(data: SimulationData) -> str:
     return data.feature_names[int(np.argmax(scores))]
 
 
-def checkpoint_times(impressions: int, count: int) -> np.ndarray:
-    """Log-spaced checkpoints from 1 to ``impressions`` (always including both)."""
-    points = np.geomspace(1, impressions, num=max(2, min(count, impressions)))
+def checkpoint_times(impressions: int, count: int, spacing: str = "log") -> np.ndarray:
+    """``count`` checkpoints up to ``impressions`` (always including it): log-spaced from 1
+    (``spacing="log"``, always including 1), or evenly spaced (``"even"``)."""
+    if spacing == "even":
+        count = max(1, min(count, impressions))
+        points = np.linspace(impressions / count, impressions, num=count)
+    elif spacing == "log":
+        points = np.geomspace(1, impressions, num=max(2, min(count, impressions)))
+    else:
+        raise ValueError(f"checkpoint spacing must be 'log' or 'even', got {spacing!r}")
     return np.unique(np.concatenate([np.round(points).astype(int), [impressions]]))
 
 
@@ -507,7 +518,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     ideal_utility = train.ideal_utility.tolist()
     n_train = len(train)
     row_query = np.repeat(np.arange(n_train), train.sizes())
-    checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints).tolist())
+    checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints,
+                                       settings.checkpoint_spacing).tolist())
     test_queries = _TestQueries(data.test)
     metrics = _Metrics(settings.gain, int(train.sizes().max()), settings.impressions,
                        settings.window)

@@ -182,6 +182,23 @@ def test_same_seed_same_numbers_and_parallel_equals_serial(tiny):
     assert other != serial
 
 
+def test_even_checkpoints_evaluate_every_few_impressions(tiny):
+    """The reference implementation's schedule: an offline evaluation every 10 impressions;
+    the checkpoints change when the metrics are read, not the run."""
+    train, test = tiny
+    data = prepare(train, test)
+    spec = LearnerSpec("preference_perceptron")
+    even, _ = run_one(data, spec, Settings(impressions=300, checkpoints=30,
+                                           checkpoint_spacing="even"), 0)
+    assert [row["t"] for row in even] == list(range(10, 301, 10))
+    logged, _ = run_one(data, spec, Settings(impressions=300, checkpoints=30), 0)
+    assert logged[0]["t"] == 1 and logged[-1]["t"] == 300
+    for metric in ("offline_ndcg@10", "utility_regret", "kl_cost", "clicks"):
+        assert even[-1][metric] == logged[-1][metric]
+    with pytest.raises(ValueError, match="spacing"):
+        run_one(data, spec, Settings(impressions=10, checkpoint_spacing="linear"), 0)
+
+
 def test_learning_on_synthetic_data(tiny):
     train, test = tiny
     data = prepare(train, test)
