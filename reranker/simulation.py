@@ -631,8 +631,8 @@ class _TestQueries:
 
     def ndcg(self, scores: np.ndarray) -> float:
         """Mean NDCG@10 of the order of ``scores`` (one per test row; ties in file order).
-        (take, dot and ufunc reduce: the arithmetic of fancy indexing, @ and sum, without
-        their per-call costs, which an evaluation every few impressions would feel.)"""
+        (take, dot and the ufunc's reduce do the arithmetic of fancy indexing, @ and sum
+        without their per-call costs, which an evaluation every 10 impressions feels.)"""
         if not self.queries:
             return math.nan
         negated = self.negated
