@@ -229,11 +229,11 @@ def checkpoint_times(impressions: int, count: int, spacing: str = "log") -> np.n
 class _Metrics:
     """Per-impression measurements, buffered and reduced with vectorised numpy.
 
-    The hot loop stores only what it must: the query, where its candidates start in the
-    chunk's arrays, the shown candidate indices, and, for impressions with clicks, the
-    learner's scores and the clicked candidates with their ranks. Labels, utilities and
-    every metric are computed at :meth:`flush`, which runs at every chunk end, checkpoint
-    and full buffer.
+    The hot loop stores only what it must, appended as Python objects (cheaper than a
+    numpy write each): the query, where its candidates start in the chunk's arrays, the
+    ranking, and, for impressions with clicks, the learner's scores and the clicked
+    candidates with their ranks. Labels, utilities and every metric are computed at
+    :meth:`flush`, which runs at every chunk end and full buffer.
     """
 
     BLOCK = 2048
@@ -242,22 +242,19 @@ class _Metrics:
     def __init__(self, gain: str, width: int, impressions: int = 0, window: int = 200):
         self.exp_gain = gain == "exp"
         B = self.BLOCK
-        self.time = np.zeros(B, dtype=np.intp)  # 1-based impression number
         self.window = window
         n_windows = impressions // window  # full windows only: a short one is noisier
         self.windows = np.zeros(n_windows)  # sums of online NDCG@10 per window
         self.window_sizes = np.zeros(n_windows)
-        self.query = np.zeros(B, dtype=np.intp)
-        self.base = np.zeros(B, dtype=np.intp)  # first row of the query in the chunk arrays
-        self.shown = np.zeros((B, PAGE), dtype=np.intp)  # shown candidates, local indices
-        self.k = np.zeros(B, dtype=np.intp)  # shown length
+        #: the buffered impressions: their 1-based number, query, first row of the query in
+        #: the chunk arrays, shown length and ranking (candidate indices)
+        self.impressions: list[tuple[int, int, int, int, np.ndarray]] = []
         self.n = np.ones(B)  # candidates
         self.scores = np.full((B, width), -np.inf)  # the learner's scores, padded with -inf
         #: the impressions with clicks: their index, clicked candidates and positions (in
         #: Python objects: a flush turns them into arrays at once)
         self.clicks: list[tuple[int, np.ndarray, np.ndarray]] = []
         self.policy_cost = np.zeros(B)  # -log P(first = clicked) of the showing policy
-        self.size = 0
         self.totals = dict.fromkeys(self.SUMS, 0.0)  # running sums over flushed impressions
         self.pending: list[tuple[int, int, dict, dict]] = []  # checkpoints awaiting a flush
         self.rows: list[dict] = []  # completed checkpoint rows
@@ -283,18 +280,20 @@ class _Metrics:
         metrics of the impressions up to ``t`` and ``tail``, is completed at the next
         :meth:`flush`, which computes every buffered impression's metrics in one go (a
         checkpoint costs no flush of its own, so offline evaluations can be frequent)."""
-        self.pending.append((self.size, t, head, tail))
+        self.pending.append((len(self.impressions), t, head, tail))
 
     def flush(self, train: QuerySet, labels_chunk: np.ndarray, utility_chunk: np.ndarray) -> None:
         """Reduce the buffered impressions into the running sums, complete the rows of the
         checkpoints among them, and reset the buffer."""
-        size = self.size
+        size = len(self.impressions)
         if size == 0:
             return
-        q = self.query[:size]
-        shown = self.shown[:size]
-        valid = np.arange(PAGE) < self.k[:size, None]  # (size, PAGE): inside the shown list
-        rows = np.where(valid, self.base[:size, None] + shown, 0)
+        times, queries, bases, ks, rankings = zip(*self.impressions, strict=True)
+        q = np.array(queries, dtype=np.intp)
+        valid = np.arange(PAGE) < np.array(ks, dtype=np.intp)[:, None]  # inside the shown list
+        shown = np.zeros((size, PAGE), dtype=np.intp)
+        shown[valid] = np.concatenate([y[:k] for y, k in zip(rankings, ks, strict=True)])
+        rows = np.where(valid, np.array(bases, dtype=np.intp)[:, None] + shown, 0)
         labels = np.where(valid, labels_chunk[rows], 0)
         utility = np.where(valid, utility_chunk[rows], 0.0)
         g5 = _DISCOUNTS[:USER_DEPTH]
@@ -307,7 +306,7 @@ class _Metrics:
         ndcg10 = np.divide(dcg10, ideal10, out=np.zeros(size), where=ideal10 > 0)
         per["ndcg"] = ndcg10
         if len(self.windows):
-            which = (self.time[:size] - 1) // self.window
+            which = (np.array(times, dtype=np.intp) - 1) // self.window
             full = which < len(self.windows)
             np.add.at(self.windows, which[full], ndcg10[full])
             np.add.at(self.window_sizes, which[full], 1.0)
@@ -323,7 +322,7 @@ class _Metrics:
                 self.rows.append({**head, **self.row(t, sums), **tail})
         self.pending.clear()
         self.totals = {name: float(c[-1]) for name, c in cumulative.items()}
-        self.size = 0
+        self.impressions.clear()
 
     def _click_metrics(self, size: int) -> dict[str, np.ndarray]:
         """Delage's Table 2 family per buffered impression (0 for those without clicks);
@@ -523,8 +522,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     test_queries = _TestQueries(data.test)
     metrics = _Metrics(settings.gain, int(train.sizes().max()), settings.impressions,
                        settings.window)
-    m_query, m_base, m_shown, m_k = metrics.query, metrics.base, metrics.shown, metrics.k
-    m_time = metrics.time
+    impressions = metrics.impressions
     add_clicks = metrics.add_clicks
     block = metrics.BLOCK
     rows = metrics.rows
@@ -573,21 +571,16 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 clicks.add(candidates, y[:k], positions if positions is not None
                            else np.empty(0, dtype=np.intp), result.context)
 
-            i = metrics.size
-            m_time[i] = t
-            m_query[i] = qi
-            m_base[i] = lo
-            m_k[i] = k
-            m_shown[i, :k] = y[:k]
+            i = len(impressions)
+            impressions.append((t, qi, lo, k, y))
             if positions is not None and len(positions):
                 add_clicks(i, n, result.scores, feedback.clicked, positions, first_log_probs)
-            metrics.size = i + 1
             if t in checkpoints:
                 metrics.mark(t, {"learner": spec.key, "run": run, "t": t},
                              {"offline_ndcg@10": offline_ndcg(data, learner, test_rng, clicks,
                                                               test_queries),
                               "seconds": round(clock() - started, 4)})
-            if metrics.size == block:
+            if len(impressions) == block:
                 metrics.flush(train, labels_chunk, utility_chunk)
             if progress is not None and t - last_reported >= 2000:
                 progress(t - last_reported)
