@@ -26,7 +26,8 @@ def main() -> None:
     args, data = mq2008_benchmark_args(__doc__.splitlines()[0], 10000, "informational-every")
     settings = Settings(impressions=args.impressions, click_model=args.click_model,
                         start="zero", click_features=False,
-                        checkpoints=args.impressions // 10)  # an evaluation every 10
+                        checkpoints=args.impressions // 10,
+                        checkpoint_spacing="even")  # an evaluation every 10
     cases = {"pdgd": LearnerSpec("pdgd"), "dbgd": LearnerSpec("dbgd"),
              "preference_perceptron": LearnerSpec("preference_perceptron"),
              "floor: backend_order": LearnerSpec("backend_order",

@@ -17,6 +17,8 @@ from reranker.learner import (
 )
 from reranker.policies import PlackettLucePolicy, RankedScores, gumbel_top_k
 
+_EXP_MINUS_700 = math.exp(-700.0)  # the floor of a pair's logistic weight term, e^-|d|
+
 
 def clicked_and_skipped(feedback: Feedback) -> tuple[list[int], list[int]]:
     """The shown positions that were clicked, and the unclicked ones PDGD compares them
@@ -28,7 +30,9 @@ def clicked_and_skipped(feedback: Feedback) -> tuple[list[int], list[int]]:
         where = np.empty(len(feedback.ranking), dtype=np.intp)
         where[feedback.ranking] = np.arange(len(feedback.ranking))
         positions = np.sort(where[np.asarray(feedback.clicked, dtype=np.intp)])
-    clicked = [p for p in positions.tolist() if p < k]  # (a page: scalars beat numpy)
+    clicked = positions.tolist()  # (a page: scalars beat numpy)
+    if clicked and clicked[-1] >= k:  # (ascending: only then is one below the page)
+        clicked = [p for p in clicked if p < k]
     if not clicked:
         return [], []
     chosen = set(clicked)
@@ -43,18 +47,22 @@ class _Normalisers:
     normaliser at ``r`` (the sum of ``e`` over positions ``r..``), and ``log_after[r]`` the
     sum of ``log after`` over positions before ``r``."""
 
+    __slots__ = ("e", "after", "log_after")
+
     def __init__(self, ranked: RankedScores, depth: int):
         shifted = ranked.shifted
-        self.e = shifted[:depth].tolist()
+        self.e = e = shifted[:depth].tolist()
         self.after = after = [0.0] * (depth + 1)
-        total = float(shifted[depth:].sum())
+        total = float(np.add.reduce(shifted[depth:]))  # (.sum(), without its Python wrapper)
         after[depth] = total
         for r in range(depth - 1, -1, -1):
-            total += self.e[r]
+            total += e[r]
             after[r] = total
-        self.log_after = [0.0] * (depth + 1)
+        self.log_after = log_after = [0.0] * (depth + 1)
+        log, total = math.log, 0.0
         for r in range(depth):
-            self.log_after[r + 1] = self.log_after[r] + math.log(after[r])
+            total += log(after[r])
+            log_after[r + 1] = total
 
     def swap_log_ratio(self, a: int, b: int) -> float:
         """``log P(R*) - log P(R)`` for positions ``a < b``, ``R*`` being the ranking with
@@ -82,26 +90,30 @@ def swap_log_ratio(scores: np.ndarray, ranking: np.ndarray, a: int, b: int) -> f
     return _Normalisers(RankedScores(scores, ranking), b + 1).swap_log_ratio(a, b)
 
 
-def pair_weights(ranked: RankedScores, clicked: list[int],
-                 skipped: list[int]) -> tuple[list[float], list[float]]:
+def pair_weights(ranked: RankedScores, clicked: list[int], skipped: list[int]) -> list[float]:
     """For every pair of a clicked position ``k`` and a skipped one ``l``, PDGD's weight
     ``rho * exp(s_k) exp(s_l) / (exp(s_k) + exp(s_l))^2`` (eqs. 7 and 9), summed per clicked
-    and per skipped position; ``rho = P(R*) / (P(R) + P(R*))`` from the swap's log-ratio.
-    ``ranked`` holds the ranking's scores."""
+    position and, negated, per skipped one: the coefficients of their feature vectors in the
+    gradient, in the order of ``clicked + skipped``. ``rho = P(R*) / (P(R) + P(R*))`` comes
+    from the swap's log-ratio; ``ranked`` holds the ranking's scores."""
     depth = max(clicked[-1], skipped[-1]) + 1
-    normalisers = _Normalisers(ranked, depth)
+    swap_log_ratio = _Normalisers(ranked, depth).swap_log_ratio
     s = ranked.ordered[:depth].tolist()
-    up_weight = [0.0] * len(clicked)
-    down_weight = [0.0] * len(skipped)
+    exp = math.exp
+    n_clicked = len(clicked)
+    weights = [0.0] * (n_clicked + len(skipped))
     for i, k in enumerate(clicked):
-        for j, m in enumerate(skipped):
-            log_ratio = normalisers.swap_log_ratio(min(k, m), max(k, m))
-            rho = 1.0 / (1.0 + math.exp(-log_ratio)) if log_ratio > -700.0 else 0.0
-            z = math.exp(-min(abs(s[k] - s[m]), 700.0))  # e^d / (1 + e^d)^2, d = s_k - s_m
+        s_k, up = s[k], 0.0
+        for j, m in enumerate(skipped, n_clicked):
+            log_ratio = swap_log_ratio(k, m) if k < m else swap_log_ratio(m, k)
+            rho = 1.0 / (1.0 + exp(-log_ratio)) if log_ratio > -700.0 else 0.0
+            d = abs(s_k - s[m])  # e^d / (1 + e^d)^2 = z / (1 + z)^2, z = e^-|d|
+            z = exp(-d) if d <= 700.0 else _EXP_MINUS_700
             weight = rho * z / ((1.0 + z) * (1.0 + z))
-            up_weight[i] += weight
-            down_weight[j] += weight
-    return up_weight, down_weight
+            up += weight
+            weights[j] -= weight
+        weights[i] = up
+    return weights
 
 
 class _LastRanking(NamedTuple):
@@ -135,7 +147,7 @@ class PDGD(PlackettLucePolicy, GradientStepLearner):
 
     def _rank(self, X: np.ndarray, n_shown: int,
               rng: np.random.Generator | None) -> RankResult:
-        scores = X @ self.weights()
+        scores = X.dot(self.weights())  # (X @ w without the ufunc's per-call cost)
         ranking = gumbel_top_k(scores, rng)
         ranked = RankedScores(scores, ranking)
         # Valid for feedback on this very ranking until the model changes (the simulator
@@ -174,10 +186,10 @@ class PDGD(PlackettLucePolicy, GradientStepLearner):
         if not clicked or not skipped:
             return False
         ranking = feedback.ranking
-        up_weight, down_weight = pair_weights(self._ranked(X, ranking), clicked, skipped)
-        # sum over the pairs of weight * (x_k - x_l), per document
-        gradient = np.array(up_weight + [-w for w in down_weight]) @ X[ranking[clicked + skipped]]
-        self._step(gradient)
+        weights = pair_weights(self._ranked(X, ranking), clicked, skipped)
+        # sum over the pairs of weight * (x_k - x_l) (take and dot: indexing and @ without
+        # their per-call costs)
+        self._step(np.array(weights).dot(X.take(ranking.take(clicked + skipped), axis=0)))
         return True
 
 

@@ -120,6 +120,10 @@ class Settings:
     discount: str = "log2"
     gain: str = "linear"  # of DCG* regret; NDCG always uses 2^r - 1
     checkpoints: int = 40
+    #: "log": the checkpoints log-spaced from the first impression, as the papers plot their
+    #: curves; "even": one every ``impressions / checkpoints`` impressions (the reference
+    #: implementation's offline evaluation every 10 impressions)
+    checkpoint_spacing: str = "log"
     library: str = "fixed"  # or "growing": queries (and their documents) appear over time
     reveal: float = 0.5  # growing library: share of the impressions until all are available
     start: str = "engine"  # or "zero": the learners' first model (the papers' w = 0)
@@ -206,9 +210,16 @@ def best_single_feature(data: SimulationData) -> str:
     return data.feature_names[int(np.argmax(scores))]
 
 
-def checkpoint_times(impressions: int, count: int) -> np.ndarray:
-    """Log-spaced checkpoints from 1 to ``impressions`` (always including both)."""
-    points = np.geomspace(1, impressions, num=max(2, min(count, impressions)))
+def checkpoint_times(impressions: int, count: int, spacing: str = "log") -> np.ndarray:
+    """``count`` checkpoints up to ``impressions`` (always including it): log-spaced from 1
+    (``spacing="log"``, always including 1), or evenly spaced (``"even"``)."""
+    if spacing == "even":
+        count = max(1, min(count, impressions))
+        points = np.linspace(impressions / count, impressions, num=count)
+    elif spacing == "log":
+        points = np.geomspace(1, impressions, num=max(2, min(count, impressions)))
+    else:
+        raise ValueError(f"checkpoint spacing must be 'log' or 'even', got {spacing!r}")
     return np.unique(np.concatenate([np.round(points).astype(int), [impressions]]))
 
 
@@ -218,11 +229,11 @@ def checkpoint_times(impressions: int, count: int) -> np.ndarray:
 class _Metrics:
     """Per-impression measurements, buffered and reduced with vectorised numpy.
 
-    The hot loop stores only what it must: the query, where its candidates start in the
-    chunk's arrays, the shown candidate indices, and, for impressions with clicks, the
-    learner's scores and the clicked candidates with their ranks. Labels, utilities and
-    every metric are computed at :meth:`flush`, which runs at every chunk end, checkpoint
-    and full buffer.
+    The hot loop stores only what it must, appended as Python objects (cheaper than a
+    numpy write each): the query, where its candidates start in the chunk's arrays, the
+    ranking, and, for impressions with clicks, the learner's scores and the clicked
+    candidates with their ranks. Labels, utilities and every metric are computed at
+    :meth:`flush`, which runs at every chunk end and full buffer.
     """
 
     BLOCK = 2048
@@ -231,22 +242,19 @@ class _Metrics:
     def __init__(self, gain: str, width: int, impressions: int = 0, window: int = 200):
         self.exp_gain = gain == "exp"
         B = self.BLOCK
-        self.time = np.zeros(B, dtype=np.intp)  # 1-based impression number
         self.window = window
         n_windows = impressions // window  # full windows only: a short one is noisier
         self.windows = np.zeros(n_windows)  # sums of online NDCG@10 per window
         self.window_sizes = np.zeros(n_windows)
-        self.query = np.zeros(B, dtype=np.intp)
-        self.base = np.zeros(B, dtype=np.intp)  # first row of the query in the chunk arrays
-        self.shown = np.zeros((B, PAGE), dtype=np.intp)  # shown candidates, local indices
-        self.k = np.zeros(B, dtype=np.intp)  # shown length
+        #: the buffered impressions: their 1-based number, query, first row of the query in
+        #: the chunk arrays, shown length and ranking (candidate indices)
+        self.impressions: list[tuple[int, int, int, int, np.ndarray]] = []
         self.n = np.ones(B)  # candidates
         self.scores = np.full((B, width), -np.inf)  # the learner's scores, padded with -inf
-        self.click_items = np.zeros((B, self.MAX_CLICKS), dtype=np.intp)  # clicked candidates
-        self.click_ranks = np.zeros((B, self.MAX_CLICKS))  # their 1-based ranks; 0 = none
-        self.has_click = np.zeros(B, dtype=bool)
+        #: the impressions with clicks: their index, clicked candidates and positions (in
+        #: Python objects: a flush turns them into arrays at once)
+        self.clicks: list[tuple[int, np.ndarray, np.ndarray]] = []
         self.policy_cost = np.zeros(B)  # -log P(first = clicked) of the showing policy
-        self.size = 0
         self.totals = dict.fromkeys(self.SUMS, 0.0)  # running sums over flushed impressions
         self.pending: list[tuple[int, int, dict, dict]] = []  # checkpoints awaiting a flush
         self.rows: list[dict] = []  # completed checkpoint rows
@@ -256,14 +264,12 @@ class _Metrics:
                    positions: np.ndarray, first_log_probs: np.ndarray) -> None:
         """Impression ``i`` got clicks on candidates ``items`` at ``positions``; its learner
         gave every candidate the chance ``exp(first_log_probs)`` of being shown first."""
-        c = min(len(items), self.MAX_CLICKS)
-        with np.errstate(divide="ignore"):
-            self.policy_cost[i] = -float(first_log_probs[items[:c]].sum()) / c
+        if len(items) > self.MAX_CLICKS:
+            items, positions = items[:self.MAX_CLICKS], positions[:self.MAX_CLICKS]
+        self.policy_cost[i] = -float(first_log_probs[items].sum()) / len(items)
         self.n[i] = n
         self.scores[i, :n] = scores
-        self.click_items[i, :c] = items[:c]
-        self.click_ranks[i, :c] = positions[:c] + 1
-        self.has_click[i] = True
+        self.clicks.append((i, items, positions))
 
     #: The running sums a checkpoint's row reports, in :meth:`row`'s terms.
     SUMS = ("utility_regret", "dcg_regret", "ndcg", "kl", "kl_scores", "distance", "first",
@@ -274,18 +280,20 @@ class _Metrics:
         metrics of the impressions up to ``t`` and ``tail``, is completed at the next
         :meth:`flush`, which computes every buffered impression's metrics in one go (a
         checkpoint costs no flush of its own, so offline evaluations can be frequent)."""
-        self.pending.append((self.size, t, head, tail))
+        self.pending.append((len(self.impressions), t, head, tail))
 
     def flush(self, train: QuerySet, labels_chunk: np.ndarray, utility_chunk: np.ndarray) -> None:
         """Reduce the buffered impressions into the running sums, complete the rows of the
         checkpoints among them, and reset the buffer."""
-        size = self.size
+        size = len(self.impressions)
         if size == 0:
             return
-        q = self.query[:size]
-        shown = self.shown[:size]
-        valid = np.arange(PAGE) < self.k[:size, None]  # (size, PAGE): inside the shown list
-        rows = np.where(valid, self.base[:size, None] + shown, 0)
+        times, queries, bases, ks, rankings = zip(*self.impressions, strict=True)
+        q = np.array(queries, dtype=np.intp)
+        valid = np.arange(PAGE) < np.array(ks, dtype=np.intp)[:, None]  # inside the shown list
+        shown = np.zeros((size, PAGE), dtype=np.intp)
+        shown[valid] = np.concatenate([y[:k] for y, k in zip(rankings, ks, strict=True)])
+        rows = np.where(valid, np.array(bases, dtype=np.intp)[:, None] + shown, 0)
         labels = np.where(valid, labels_chunk[rows], 0)
         utility = np.where(valid, utility_chunk[rows], 0.0)
         g5 = _DISCOUNTS[:USER_DEPTH]
@@ -298,36 +306,43 @@ class _Metrics:
         ndcg10 = np.divide(dcg10, ideal10, out=np.zeros(size), where=ideal10 > 0)
         per["ndcg"] = ndcg10
         if len(self.windows):
-            which = (self.time[:size] - 1) // self.window
+            which = (np.array(times, dtype=np.intp) - 1) // self.window
             full = which < len(self.windows)
             np.add.at(self.windows, which[full], ndcg10[full])
             np.add.at(self.window_sizes, which[full], 1.0)
         per.update(self._click_metrics(size))
         cumulative = {name: self.totals[name] + np.cumsum(values)
                       for name, values in per.items()}
-        for at, t, head, tail in self.pending:  # the sums up to each checkpoint
-            sums = {name: float(c[at - 1]) if at else self.totals[name]
-                    for name, c in cumulative.items()}
-            self.rows.append({**head, **self.row(t, sums), **tail})
+        if self.pending:  # the sums up to each checkpoint, read at once
+            names = list(cumulative)
+            at = np.array([entry[0] for entry in self.pending])
+            upto = np.stack([cumulative[name] for name in names])[:, np.maximum(at - 1, 0)]
+            for (at_i, t, head, tail), values in zip(self.pending, upto.T.tolist(), strict=True):
+                sums = dict(zip(names, values, strict=True)) if at_i else self.totals
+                self.rows.append({**head, **self.row(t, sums), **tail})
         self.pending.clear()
         self.totals = {name: float(c[-1]) for name, c in cumulative.items()}
-        self.size = 0
+        self.impressions.clear()
 
     def _click_metrics(self, size: int) -> dict[str, np.ndarray]:
         """Delage's Table 2 family per buffered impression (0 for those without clicks);
         several clicks in one impression are averaged (each weighted 1 / #clicks)."""
         out = {name: np.zeros(size) for name in ("kl", "kl_scores", "distance", "first",
                                                   "single_ndcg", "clicked", "clicks")}
-        rows = np.flatnonzero(self.has_click[:size])
-        if not rows.size:
+        if not self.clicks:
             return out
+        indices, items, positions = zip(*self.clicks, strict=True)
+        rows = np.array(indices, dtype=np.intp)
+        counts = np.array(list(map(len, items)), dtype=np.intp)
+        mask = np.arange(self.MAX_CLICKS) < counts[:, None]  # (clicked, MAX_CLICKS)
+        click_items = np.zeros(mask.shape, dtype=np.intp)
+        click_items[mask] = np.concatenate(items)
+        ranks = np.zeros(mask.shape)  # 1-based ranks of the clicks; 0 = none
+        ranks[mask] = np.concatenate(positions) + 1
         scores = self.scores[rows]
         top = scores.max(axis=1)
         lse = top + np.log(np.exp(scores - top[:, None]).sum(axis=1))
-        ranks = self.click_ranks[rows]
-        mask = ranks > 0
-        counts = mask.sum(axis=1)
-        chosen = np.take_along_axis(scores, self.click_items[rows], axis=1)
+        chosen = np.take_along_axis(scores, click_items, axis=1)
         # KL cost of the softmax of the learner's scores: -log P(first = I) = lse - s_I
         out["kl_scores"][rows] = np.where(mask, lse[:, None] - chosen, 0.0).sum(axis=1) / counts
         # KL cost of the policy that presented the list (Delage, Table 2, column 1), from the
@@ -342,9 +357,7 @@ class _Metrics:
         out["clicked"][rows] = 1.0
         out["clicks"][rows] = counts
         self.scores[rows] = -np.inf
-        self.click_ranks[rows] = 0.0
-        self.click_items[rows] = 0
-        self.has_click[rows] = False
+        self.clicks.clear()
         return out
 
     def row(self, t: int, sums: dict[str, float]) -> dict:
@@ -475,7 +488,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     candidate orders and the users' randomness depend only on the seed and the run, so
     every learner of a run sees the same queries in the same order.
     """
-    settings = with_backend_feature(data, settings)
+    if settings.start == "engine":  # the engine's order, chosen once for every factory below
+        settings = with_backend_feature(data, settings)
     streams = np.random.SeedSequence([settings.seed, run]).spawn(5)
     stream_rng, user_rng = np.random.default_rng(streams[0]), np.random.default_rng(streams[1])
     learner_rng, test_rng = np.random.default_rng(streams[2]), np.random.default_rng(streams[3])
@@ -496,16 +510,19 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
         check = OffPolicyCheck(target, make_user(settings.click_model, data.grades),
                                np.random.default_rng(streams[4]), PAGE)
     train = data.train
+    # the candidates' features, with room for the click features after the data's own
+    X_rows = train.X if clicks is None else np.hstack(
+        [train.X, np.zeros((len(train.X), len(CLICK_FEATURES)))])
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
     n_train = len(train)
     row_query = np.repeat(np.arange(n_train), train.sizes())
-    checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints).tolist())
+    checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints,
+                                       settings.checkpoint_spacing).tolist())
     test_queries = _TestQueries(data.test)
     metrics = _Metrics(settings.gain, int(train.sizes().max()), settings.impressions,
                        settings.window)
-    m_query, m_base, m_shown, m_k = metrics.query, metrics.base, metrics.shown, metrics.k
-    m_time = metrics.time
+    impressions = metrics.impressions
     add_clicks = metrics.add_clicks
     block = metrics.BLOCK
     rows = metrics.rows
@@ -518,18 +535,17 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
         # A chunk of impressions (an epoch for a fixed library): every query's candidates in
         # a fresh random order, so that the ties of an all-zero model break randomly.
         within = np.argsort(row_query + stream_rng.random(len(row_query)))
-        X_chunk, labels_chunk = train.X[within], train.labels[within]
-        utility_chunk = train.utility[within]
-        if clicks is not None:  # room for the click features after the data's own
-            X_chunk = np.hstack([X_chunk, np.zeros((len(within), len(CLICK_FEATURES)))])
+        labels_chunk, utility_chunk = train.labels[within], train.utility[within]
         chunk = query_stream(n_train, t, min(n_train, settings.impressions - t), settings,
                              stream_rng)
         for qi in chunk.tolist():
             t += 1
             lo, hi = offsets[qi], offsets[qi + 1]
-            X, labels, utility = X_chunk[lo:hi], labels_chunk[lo:hi], utility_chunk[lo:hi]
+            candidates = within[lo:hi]
+            # (a copy of the query's rows per impression costs less than the whole chunk's)
+            X = X_rows.take(candidates, axis=0)
+            labels, utility = labels_chunk[lo:hi], utility_chunk[lo:hi]
             if clicks is not None:  # counted from earlier impressions only
-                candidates = within[lo:hi]
                 clicks.features(candidates, X[:, -len(CLICK_FEATURES):])
             n = hi - lo
             k = PAGE if n > PAGE else n
@@ -555,21 +571,16 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 clicks.add(candidates, y[:k], positions if positions is not None
                            else np.empty(0, dtype=np.intp), result.context)
 
-            i = metrics.size
-            m_time[i] = t
-            m_query[i] = qi
-            m_base[i] = lo
-            m_k[i] = k
-            m_shown[i, :k] = y[:k]
+            i = len(impressions)
+            impressions.append((t, qi, lo, k, y))
             if positions is not None and len(positions):
                 add_clicks(i, n, result.scores, feedback.clicked, positions, first_log_probs)
-            metrics.size = i + 1
             if t in checkpoints:
                 metrics.mark(t, {"learner": spec.key, "run": run, "t": t},
                              {"offline_ndcg@10": offline_ndcg(data, learner, test_rng, clicks,
                                                               test_queries),
                               "seconds": round(clock() - started, 4)})
-            if metrics.size == block:
+            if len(impressions) == block:
                 metrics.flush(train, labels_chunk, utility_chunk)
             if progress is not None and t - last_reported >= 2000:
                 progress(t - last_reported)
@@ -595,32 +606,34 @@ class _TestQueries:
 
     def __init__(self, test: QuerySet):
         self.queries = [i for i in range(len(test)) if test.ideal_dcg10[i] > 0]
+        n = len(test.labels)
+        # the negated scores of an evaluation, and +inf after them, where the padding points
+        self.negated = np.full(n + 1, np.inf)
         sizes = test.sizes()
-        gains = np.exp2(test.labels.astype(np.float64)) - 1.0
-        self.groups = []  # (rows, padding, gains, ideal DCG@10) per group of similar sizes
+        gains = np.append(np.exp2(test.labels.astype(np.float64)) - 1.0, 0.0)
         by_width: dict[int, list[int]] = {}
         for i in self.queries:
             by_width.setdefault(1 << max(3, int(sizes[i] - 1).bit_length()), []).append(i)
+        self.groups = []  # (rows, where each query starts in them, gains, ideal DCG@10, discounts)
         for width, members in sorted(by_width.items()):
-            rows = np.full((len(members), width), -1, dtype=np.intp)
+            rows = np.full((len(members), width), n, dtype=np.intp)
             for j, i in enumerate(members):
                 rows[j, : sizes[i]] = np.arange(test.offsets[i], test.offsets[i + 1])
-            pad = rows < 0
-            at = np.maximum(rows, 0)
-            self.groups.append((at, pad, np.where(pad, 0.0, gains[at]),
-                                test.ideal_dcg10[members], min(PAGE, width)))
+            self.groups.append((rows, np.arange(0, rows.size, width)[:, None], gains[rows].ravel(),
+                                test.ideal_dcg10[members], _DISCOUNTS[:min(PAGE, width)].copy()))
 
     def ndcg(self, scores: np.ndarray) -> float:
-        """Mean NDCG@10 of the order of ``scores`` (one per test row; ties in file order)."""
+        """Mean NDCG@10 of the order of ``scores`` (one per test row; ties in file order).
+        (take, dot and the ufunc's reduce do the arithmetic of fancy indexing, @ and sum
+        without their per-call costs, which an evaluation every 10 impressions feels.)"""
         if not self.queries:
             return math.nan
+        negated = self.negated
+        np.negative(scores, out=negated[:-1])
         total = 0.0
-        for at, pad, gains, ideal, depth in self.groups:
-            negated = -scores[at]
-            negated[pad] = np.inf
-            top = np.argsort(negated, axis=1, kind="stable")[:, :depth]
-            total += float((np.take_along_axis(gains, top, axis=1) @ _DISCOUNTS[:depth]
-                            / ideal).sum())
+        for rows, starts, gains, ideal, discounts in self.groups:
+            top = negated.take(rows).argsort(axis=1, kind="stable")[:, :len(discounts)]
+            total += float(np.add.reduce(gains.take(top + starts).dot(discounts) / ideal))
         return total / len(self.queries)
 
 

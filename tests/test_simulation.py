@@ -182,6 +182,23 @@ def test_same_seed_same_numbers_and_parallel_equals_serial(tiny):
     assert other != serial
 
 
+def test_even_checkpoints_evaluate_every_few_impressions(tiny):
+    """The reference implementation's schedule: an offline evaluation every 10 impressions;
+    the checkpoints change when the metrics are read, not the run."""
+    train, test = tiny
+    data = prepare(train, test)
+    spec = LearnerSpec("preference_perceptron")
+    even, _ = run_one(data, spec, Settings(impressions=300, checkpoints=30,
+                                           checkpoint_spacing="even"), 0)
+    assert [row["t"] for row in even] == list(range(10, 301, 10))
+    logged, _ = run_one(data, spec, Settings(impressions=300, checkpoints=30), 0)
+    assert logged[0]["t"] == 1 and logged[-1]["t"] == 300
+    for metric in ("offline_ndcg@10", "utility_regret", "kl_cost", "clicks"):
+        assert even[-1][metric] == logged[-1][metric]
+    with pytest.raises(ValueError, match="spacing"):
+        run_one(data, spec, Settings(impressions=10, checkpoint_spacing="linear"), 0)
+
+
 def test_learning_on_synthetic_data(tiny):
     train, test = tiny
     data = prepare(train, test)
@@ -394,9 +411,8 @@ def test_kl_cost_of_a_perturbed_presentation():
     learner.w_ = np.array([1.0])
     X = scores[:, None]
 
-    def cost(shown_length, clicked):
+    def cost(clicked):
         metrics = _Metrics("exp", 3)
-        metrics.k[0] = shown_length
         metrics.add_clicks(0, 3, scores, np.array([clicked]), np.array([0]),
                            learner.first_log_probabilities(X))
         return metrics._click_metrics(1)["kl"][0]
@@ -405,10 +421,9 @@ def test_kl_cost_of_a_perturbed_presentation():
         return sum(np.exp(learner.log_probability(X, np.array(top)))
                    for top in itertools.permutations(range(3), shown_length) if top[0] == item)
 
-    for k in (1, 2, 3):
+    for k in (1, 2, 3):  # the same chances whatever the shown length
         for item in range(3):
             chance = first_chance(k, item)
-            assert cost(k, item) == pytest.approx(-np.log(chance) if chance > 0 else np.inf)
-    assert cost(1, 0) == pytest.approx(-np.log(1 - p / 2))
-    assert cost(3, 0) == pytest.approx(-np.log(1 - p / 2))
-    assert cost(3, 1) == pytest.approx(-np.log(p / 2)) and cost(3, 2) == np.inf
+            assert cost(item) == pytest.approx(-np.log(chance) if chance > 0 else np.inf)
+    assert cost(0) == pytest.approx(-np.log(1 - p / 2))
+    assert cost(1) == pytest.approx(-np.log(p / 2)) and cost(2) == np.inf
