@@ -131,7 +131,10 @@ def prepare_workdir(folder: Path, store: dict | None = None, **sections) -> Path
             "features": {"numeric_fields": ["popularity"]},
             "learner": {"name": "preference_perceptron", "params": {}},
             "store": store or {"path": "events.sqlite", "models": "models"},
-            "trainer": {"feedback_window": 3600.0, "interval": 1.0}}
+            "trainer": {"feedback_window": 3600.0, "interval": 1.0},
+            # the load comes from one client, far faster than a person: no per-client limits
+            "security": {"searches_per_minute": 0, "clicks_per_minute": 0,
+                         "client_budget": 0}}
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)
     folder.mkdir(parents=True, exist_ok=True)
