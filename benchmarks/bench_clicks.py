@@ -14,7 +14,11 @@ with fsync on when Debian's postgresql is installed):
    then opened anew, and every click that was answered 202 is looked for in it: the number
    missing is printed, and must be 0.
 
-Run: python benchmarks/bench_clicks.py [--clients 32] [--seconds 5] [--postgres-dsn DSN]
+With ``--batch N`` the timed runs send ``POST /clicks`` with N clicks per request (an
+application's server forwarding its users' clicks) instead of one click per ``POST /click``.
+
+Run: python benchmarks/bench_clicks.py [--clients 32] [--seconds 5] [--batch N]
+     [--postgres-dsn DSN]
 """
 
 from __future__ import annotations
@@ -60,6 +64,20 @@ def click_bodies(pairs: list[tuple[str, str]], clients: int):
     return next_body
 
 
+def batch_bodies(pairs: list[tuple[str, str]], clients: int, size: int):
+    """``next_body`` for :func:`run_load` with ``POST /clicks``: thread ``i`` sends batches
+    ``i``, ``i + clients``, ... of ``size`` clicks each, None when its share is used up."""
+
+    def next_body(index: int, n: int):
+        at = (index + n * clients) * size
+        if at + size > len(pairs):
+            return None
+        return {"clicks": [{"impression_id": impression_id, "doc_id": doc_id}
+                           for impression_id, doc_id in pairs[at:at + size]]}
+
+    return next_body
+
+
 def stored_clicks(config_path: Path) -> set[tuple[str, str]]:
     from reranker.stores import open_event_store
 
@@ -75,19 +93,37 @@ def stored_clicks(config_path: Path) -> set[tuple[str, str]]:
 def throughput(config_path: Path, args, workers: int) -> None:
     pairs = log_pages(config_path, args.pages)
     served = Served(config_path, "--no-trainer", "--workers", str(workers))
+    batched = [0]  # clicks accepted in batches
+    lock = threading.Lock()
+
+    def count_batch(body, status, answer):
+        if status == 200:
+            with lock:
+                batched[0] += answer["accepted"]
+
     try:
-        result = run_load(served.url, "/click", click_bodies(pairs, args.clients),
-                          clients=args.clients, seconds=args.seconds)
+        if args.batch:
+            result = run_load(served.url, "/clicks",
+                              batch_bodies(pairs, args.clients, args.batch),
+                              clients=args.clients, seconds=args.seconds,
+                              on_answer=count_batch)
+        else:
+            result = run_load(served.url, "/click", click_bodies(pairs, args.clients),
+                              clients=args.clients, seconds=args.seconds)
     finally:
         served.stop()
-    accepted = result.statuses.get(202, 0)
+    accepted = batched[0] if args.batch else result.statuses.get(202, 0)
+    expected = result.statuses.get(200, 0) * args.batch if args.batch else result.answered
     server = "one process (waitress)" if workers == 0 else "one gunicorn worker"
-    print(f"  {server:<24}{result.per_second:>8,.0f} clicks/s   "
+    per_second = accepted / result.seconds if result.seconds else 0.0
+    print(f"  {server:<24}{per_second:>8,.0f} clicks/s   "
           f"p50 {result.percentile(50):6.1f} ms   p99 {result.percentile(99):6.1f} ms   "
-          f"({accepted:,} answered 202 in "
-          f"{result.seconds:.1f} s, other answers {_others(result.statuses)}; "
-          f"load generator CPU {result.client_cores:.2f} cores)")
-    if accepted < result.answered:
+          f"({accepted:,} accepted in {result.seconds:.1f} s, "
+          + (f"in {result.statuses.get(200, 0):,} requests, other answers "
+             f"{_others(result.statuses, 200)}; " if args.batch else
+             f"other answers {_others(result.statuses)}; ")
+          + f"load generator CPU {result.client_cores:.2f} cores)")
+    if accepted < expected:
         sys.exit("some clicks were not accepted: the benchmark is broken")
 
 
@@ -120,8 +156,8 @@ def sigkill(config_path: Path, args) -> None:
         sys.exit(f"LOST CLICKS: {missing[:5]}")
 
 
-def _others(statuses: dict[int, int]) -> str:
-    others = {s: c for s, c in statuses.items() if s != 202}
+def _others(statuses: dict[int, int], ok: int = 202) -> str:
+    others = {s: c for s, c in statuses.items() if s != ok}
     return ", ".join(f"{s}: {c}" for s, c in sorted(others.items())) or "none"
 
 
@@ -137,9 +173,13 @@ def main() -> None:
                         help="an empty PostgreSQL database to use (default: a throwaway "
                              "cluster, when PostgreSQL is installed)")
     parser.add_argument("--stores", default="sqlite,postgresql")
+    parser.add_argument("--batch", type=int, default=0,
+                        help="clicks per POST /clicks (0: one per POST /click); the SIGKILL "
+                             "part always sends single clicks")
     args = parser.parse_args()
 
-    print(f"POST /click into one `reranker serve` process, {args.clients} keep-alive "
+    what = f"POST /clicks with {args.batch} clicks each" if args.batch else "POST /click"
+    print(f"{what} into one `reranker serve` process, {args.clients} keep-alive "
           f"connections from one load-generating process, {os.cpu_count()} cores "
           f"(python {sys.version.split()[0]})")
     with tempfile.TemporaryDirectory(prefix="bench-clicks-") as tmp:

@@ -1,5 +1,5 @@
-"""The HTTP API: ``POST /search``, ``POST /click``, ``POST /reward``, ``POST /explain``,
-``GET /healthz``, and for an experiment
+"""The HTTP API: ``POST /search``, ``POST /click``, ``POST /clicks``, ``POST /reward``,
+``POST /explain``, ``GET /healthz``, and for an experiment
 ``GET /experiments`` (its results as JSON) and ``GET /dashboard`` (a live page of them);
 ``GET /reranker.js`` serves the browser snippet, ``GET /openapi.json`` describes all of
 them (OpenAPI 3.1), and ``server.cors_origins`` lets pages on other origins call ``/search``,
@@ -158,6 +158,44 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         return jsonify({"accepted": True, "impression_id": result.impression_id,
                         "doc_id": result.doc_id, "position": result.position,
                         "duplicate": result.duplicate}), 202
+
+    @bp.post("/clicks")
+    def clicks():
+        # An application's server forwarding its users' clicks, many per request: guarded
+        # by the API key like /search; each click is checked, limited and counted as one
+        # sent to /click would be, and refused alone.
+        require_api_key("clicks")
+        try:
+            items = json_body("clicks")["clicks"]
+        except RequestEntityTooLarge:
+            service.metrics.clicks.labels("too_large").inc()
+            raise
+        address = client_address(service)
+        outcomes: list[Any] = [None] * len(items)
+        allowed = []
+        for i, item in enumerate(items):
+            try:
+                limit("click", item, address)
+                allowed.append(i)
+            except RerankerError as exc:
+                outcomes[i] = exc
+        for i, outcome in zip(allowed, service.click_many([items[i] for i in allowed]),
+                              strict=True):
+            outcomes[i] = outcome
+        results = []
+        for outcome in outcomes:
+            if isinstance(outcome, RerankerError):
+                service.metrics.click_rejected(outcome)
+                results.append(error_body(outcome.status, outcome.message, outcome.field))
+                continue
+            service.metrics.clicks.labels("duplicate" if outcome.duplicate
+                                          else "accepted").inc()
+            results.append({"accepted": True, "impression_id": outcome.impression_id,
+                            "doc_id": outcome.doc_id, "position": outcome.position,
+                            "duplicate": outcome.duplicate})
+        accepted = sum("error" not in result for result in results)
+        return jsonify({"accepted": accepted, "refused": len(results) - accepted,
+                        "results": results}), 200
 
     @bp.post("/reward")
     def reward():

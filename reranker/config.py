@@ -222,6 +222,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_query_terms": Key("int", 64, "Most words (runs of letters and digits) a search "
                                "query may hold.", minimum=1),
         "max_filter_clauses": Key("int", 32, "Most clauses in a search's filter.", minimum=1),
+        "max_click_batch": Key("int", 1000, "Most clicks in one POST /clicks.", minimum=1),
         "cors_origins": Key("list[str]", [], "Origins (scheme://host[:port]) of the web pages "
                             "that may call /search, /click and /reward from the browser; '*' "
                             "allows any; empty: no CORS headers, same-origin pages only."),

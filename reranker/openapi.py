@@ -64,6 +64,13 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
                                    "doc_id": {"type": "string"},
                                    "position": {"type": "integer", "minimum": 1},
                                    "duplicate": {"type": "boolean"}}},
+    "ClicksAnswer": {"type": "object", "required": ["accepted", "refused", "results"],
+                     "properties": {
+                         "accepted": {"type": "integer", "minimum": 0},
+                         "refused": {"type": "integer", "minimum": 0},
+                         "results": {"type": "array", "description": "per click, in order: "
+                                     "what /click would have answered (its 202 body, or the "
+                                     "error's)", "items": {"type": "object"}}}},
     "RewardAnswer": {"type": "object", "required": ["accepted", "impression_id", "value",
                                                     "replaced"],
                      "properties": {"accepted": {"const": True},
@@ -98,6 +105,7 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
 
 #: Request schema name -> its name among the document's components.
 REQUEST_COMPONENTS = {"search": "SearchRequest", "click": "ClickRequest",
+                      "clicks": "ClicksRequest",
                       "reward": "RewardRequest", "explain_search": "ExplainSearchRequest",
                       "explain_impression": "ExplainImpressionRequest"}
 
@@ -116,6 +124,11 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
             "click", "Report a click on a hit of a page; durable when answered",
             _body("click"), _json(202, "the click is recorded", "ClickAnswer"),
             400, 403, 404, 409, 410, 413, 422, 429, 503)},
+        "/clicks": {"post": _operation(
+            "clicks", "Report many clicks at once (an application's server forwarding its "
+            "users'): each is checked and refused alone, all durable when answered",
+            _body("clicks"), _json(200, "each click's outcome, in order", "ClicksAnswer"),
+            400, 401, 413, 503)},
         "/reward": {"post": _operation(
             "reward", "Report the application's reward for a page (for eels)",
             _body("reward"), _json(202, "the reward is recorded", "RewardAnswer"),

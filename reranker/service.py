@@ -418,6 +418,42 @@ class RerankerService:
         """Record a click on a shown result; durable when this returns. ``user_id`` and
         ``session_id`` are the ones the search gave: a page served to a user or session
         accepts clicks only with them (:mod:`reranker.trust`)."""
+        doc_id = self._check_click(impression_id, doc_id, user_id, session_id)
+        with self.trust.counting("click"):
+            return self._closed_is_replayed(self.events.record_click, impression_id, doc_id)
+
+    def click_many(self, clicks: list[dict[str, Any]]) -> list[ClickResult | RerankerError]:
+        """Record a batch of clicks, each a mapping as :meth:`click` takes its arguments
+        (``impression_id``, ``doc_id``, ``user_id``, ``session_id``), all durable when this
+        returns, in as few commits as the store makes of them (``POST /clicks``: an
+        application's server forwarding its users' clicks). Each click is checked as
+        :meth:`click` checks it; the outcomes come in the clicks' order, a
+        :class:`ClickResult` or the error that refused that click alone. An error of the
+        store itself (unavailable, full) refuses the whole batch."""
+        outcomes: list[ClickResult | RerankerError | None] = [None] * len(clicks)
+        checked: list[tuple[int, str, str]] = []
+        for i, item in enumerate(clicks):
+            impression_id = item.get("impression_id")
+            try:
+                doc_id = self._check_click(impression_id, item.get("doc_id"),
+                                           item.get("user_id"), item.get("session_id"))
+            except RerankerError as exc:
+                outcomes[i] = exc
+                continue
+            checked.append((i, impression_id, doc_id))
+        now = time.time()
+        written = self.events.record_clicks([(imp, doc, now) for _, imp, doc in checked])
+        for (i, _, _), outcome in zip(checked, written, strict=True):
+            if isinstance(outcome, ConflictError):  # its page was closed and trained on
+                outcome = rejection(outcome, "replayed")
+                self.trust.count("click", "replayed")
+            outcomes[i] = outcome
+        return outcomes
+
+    def _check_click(self, impression_id: Any, doc_id: Any, user_id: Any,
+                     session_id: Any) -> str:
+        """A click's fields and trust checks (signature, binding, the page's click limit);
+        its ``doc_id`` as a string."""
         check_impression_id(impression_id)
         if isinstance(doc_id, int) and not isinstance(doc_id, bool):
             doc_id = str(doc_id)
@@ -427,7 +463,7 @@ class RerankerService:
         with self.trust.counting("click"):
             self._verify(impression_id, user_id, session_id)
             self.trust.limit_impression(impression_id)
-            return self._closed_is_replayed(self.events.record_click, impression_id, doc_id)
+        return doc_id
 
     def reward(self, impression_id: Any, value: Any, user_id: Any = None,
                session_id: Any = None) -> RewardResult:

@@ -97,10 +97,19 @@ def request_schemas(config: Config) -> dict[str, dict[str, Any]]:
                               min_length=0)}
     doc_id = {"type": ["string", "integer"], "minLength": 1, "maxLength": MAX_DOC_ID_LENGTH,
               "x-expected": "a non-empty string", "description": "the id of the hit clicked"}
+    click = _body({"impression_id": impression_id, "doc_id": doc_id, **served_to},
+                  required=["impression_id", "doc_id"])
     return {
         "search": search,
-        "click": _body({"impression_id": impression_id, "doc_id": doc_id, **served_to},
-                       required=["impression_id", "doc_id"]),
+        "click": click,
+        # the bounds before the items: a huge list is refused without visiting them
+        "clicks": _body({"clicks": {"type": "array", "minItems": 1,
+                                    "maxItems": server.max_click_batch,
+                                    "x-limit": "server.max_click_batch",
+                                    "x-expected": "a non-empty list of clicks",
+                                    "items": click,
+                                    "description": "clicks, each as POST /click takes it"}},
+                        required=["clicks"]),
         "reward": _body({"impression_id": impression_id,
                          "value": {"type": "number", "x-expected": "a finite number",
                                    "description": "the application's reward for the page"},
