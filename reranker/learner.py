@@ -543,6 +543,16 @@ class LinearLearner(Learner):
         self.step_sum_ = 0.0  # sum of the norms of the learned weights' changes
         self.steps_ = 0  # informative feedbacks
 
+    def carry_over(self, old: Learner, source: Sequence[int]) -> None:
+        """As :meth:`Learner.carry_over`, but the new feature set's own starting ranking,
+        when it was given one, stands: it is fixed, not learned (the engine's score and the
+        click lift on the new features), where ``old``'s, mapped over, could lose the
+        engine's part with a dropped feature (the engine's rank of earlier versions)."""
+        prior = self.prior_.copy()
+        super().carry_over(old, source)
+        if prior.any():
+            self.prior_ = prior
+
     def _state_defaults(self) -> dict[str, Any]:
         # A model saved before starting rankings existed started from w = 0.
         n = getattr(self, "n_features_in_", 0)

@@ -103,3 +103,28 @@ def test_a_preferred_result_rises_past_a_small_engine_margin_first():
     lifted[2, names.index("click_lift:query_doc")] = 1.2  # not more than 0.48
     scores = model.rank(lifted, 4).scores
     assert scores[1] > scores[0] and scores[2] < scores[1] and scores[2] < scores[0]
+
+
+def test_a_model_of_the_rank_feature_set_carries_over_to_the_engines_score():
+    """A model saved when the features had the engine's rank (and its starting ranking was
+    on it) is carried onto today's features with today's starting ranking: the engine's part
+    is not lost with the dropped column, and the learned weights on shared features stay."""
+    spec = FeatureSpec(fields=("title",), numeric_fields=(), missing_value=0.0,
+                       query_features=(), click_features=True)
+    names = list(spec.names)
+    old_names = names[:1] + ["backend_reciprocal_rank"] + names[1:]
+    old_prior = np.zeros(len(old_names))
+    old_prior[[1, old_names.index("click_lift:query_doc")]] = 1.0
+    pm = get_plugin_manager()
+    old_factory = ModelFactory(learner_class(pm, "preference_perceptron"), {}, FeatureMap(),
+                               old_names, "per_query_minmax", prior=old_prior)
+    old = old_factory.new()
+    old.learner.w_ = np.arange(1.0, len(old_names) + 1)
+    old.learner.steps_, old.learner.step_sum_ = 4, 10.0
+    factory = ModelFactory(learner_class(pm, "preference_perceptron"), {}, FeatureMap(), names,
+                           "per_query_minmax")
+    carried = factory.carry_over(old)
+    assert carried.learner.prior_.tolist() == engine_prior(names).tolist()
+    shared = [old_names.index(name) for name in names]
+    assert carried.learner.w_.tolist() == old.learner.w_[shared].tolist()
+    assert (carried.learner.steps_, carried.learner.step_sum_) == (4, 10.0)
