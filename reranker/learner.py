@@ -502,7 +502,8 @@ class LinearLearner(Learner):
     **Starting from the search engine** (docs/algorithms.md, "Safe start"). The weights
     used for ranking are the learned weights plus a fixed starting ranking, ``prior_``
     (:func:`reranker.features.engine_prior`: weight on the engine's own score and on the
-    query's click lift; a saved model keeps the starting ranking it was created with),
+    query's click lift; a saved model keeps the one it was created with, a model carried
+    onto another feature set takes that set's),
     scaled to ``prior_steps`` times the learner's average step:
     ``weights() = learned_weights() + prior_steps * s * prior_`` with
     ``s = (1 + sum of step norms) / (1 + steps)``, a step being the change of the learned
