@@ -154,10 +154,14 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         except RequestEntityTooLarge:
             service.metrics.clicks.labels("too_large").inc()
             raise
+        return jsonify(click_answer(result)), 202
+
+    def click_answer(result) -> dict[str, Any]:
+        """An accepted click's answer (``202`` of /click, an item of /clicks), counted."""
         service.metrics.clicks.labels("duplicate" if result.duplicate else "accepted").inc()
-        return jsonify({"accepted": True, "impression_id": result.impression_id,
-                        "doc_id": result.doc_id, "position": result.position,
-                        "duplicate": result.duplicate}), 202
+        return {"accepted": True, "impression_id": result.impression_id,
+                "doc_id": result.doc_id, "position": result.position,
+                "duplicate": result.duplicate}
 
     @bp.post("/clicks")
     def clicks():
@@ -188,11 +192,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
                 service.metrics.click_rejected(outcome)
                 results.append(error_body(outcome.status, outcome.message, outcome.field))
                 continue
-            service.metrics.clicks.labels("duplicate" if outcome.duplicate
-                                          else "accepted").inc()
-            results.append({"accepted": True, "impression_id": outcome.impression_id,
-                            "doc_id": outcome.doc_id, "position": outcome.position,
-                            "duplicate": outcome.duplicate})
+            results.append(click_answer(outcome))
         accepted = sum("error" not in result for result in results)
         return jsonify({"accepted": accepted, "refused": len(results) - accepted,
                         "results": results}), 200

@@ -104,7 +104,8 @@ class ForbiddenError(RerankerError):
 
 
 class GoneError(RerankerError):
-    """A signed impression id older than ``security.impression_ttl`` (HTTP 410)."""
+    """A signed impression id older than ``security.impression_ttl``, or an impression
+    whose features ``store.retention`` dropped (HTTP 410)."""
 
     status = 410
 

@@ -104,9 +104,7 @@ class RerankerService:
         Raises a :class:`reranker.errors.RerankerError` naming the problem."""
         self.backend.open()
         self.events = open_event_store(self.config, self.pm)
-        self.trust = TrustGuard.from_config(self.config, self.events)
-        self.trust.on_refused = lambda endpoint, reason: self.metrics.refused.labels(
-            endpoint, reason).inc()
+        self.trust = TrustGuard.from_config(self.config, self.events, self.metrics.refused)
         self.trainer = Trainer.from_config(self.config, self.events, self.arms)
         for arm in self.arms:
             arm.prepare()

@@ -326,7 +326,8 @@ def api_keys_from(config, environ: Mapping[str, str] | None = None) -> tuple[byt
 class TrustGuard:
     """A service's signer, limits and API keys, and the count of what they refused."""
 
-    def __init__(self, config, signer: ImpressionSigner, api_keys: tuple[bytes, ...] = ()):
+    def __init__(self, config, signer: ImpressionSigner, refused,
+                 api_keys: tuple[bytes, ...] = ()):
         security = config.security
         self.signer = signer
         self.api_keys = api_keys
@@ -337,28 +338,24 @@ class TrustGuard:
                        if security.clicks_per_minute else None)
         self.per_impression = ImpressionCounter(security.clicks_per_impression,
                                                 security.impression_ttl)
-        #: Requests refused, by ``(endpoint, reason)``: ``("click", "forged")``, ...
-        self.rejected: collections.Counter[tuple[str, str]] = collections.Counter()
-        #: Called with ``(endpoint, reason)`` on every refusal (the service counts it in its
-        #: metrics, which several worker processes sum).
-        self.on_refused: Callable[[str, str], None] | None = None
-        self._lock = threading.Lock()
+        #: Requests refused, a Prometheus counter labelled ``endpoint`` and ``reason``
+        #: (``("click", "forged")``, ...): the service's metrics, summed over its workers.
+        self.refused = refused
 
     @classmethod
-    def from_config(cls, config, events) -> TrustGuard:
-        return cls(config, ImpressionSigner.from_config(config, events), api_keys_from(config))
+    def from_config(cls, config, events, refused) -> TrustGuard:
+        return cls(config, ImpressionSigner.from_config(config, events), refused,
+                   api_keys_from(config))
 
     def count(self, endpoint: str, reason: str) -> None:
-        with self._lock:
-            self.rejected[(endpoint, reason)] += 1
-        if self.on_refused is not None:
-            self.on_refused(endpoint, reason)
+        self.refused.labels(endpoint, reason).inc()
 
     def rejected_by_reason(self, endpoint: str) -> collections.Counter[str]:
-        """What ``endpoint`` refused, by reason."""
-        with self._lock:
-            return collections.Counter({reason: n for (where, reason), n in
-                                        self.rejected.items() if where == endpoint})
+        """What ``endpoint`` refused in this process, by reason."""
+        return collections.Counter({
+            sample.labels["reason"]: int(sample.value)
+            for metric in self.refused.collect() for sample in metric.samples
+            if sample.name.endswith("_total") and sample.labels["endpoint"] == endpoint})
 
     @contextlib.contextmanager
     def counting(self, endpoint: str) -> Iterator[None]:
