@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -453,6 +454,26 @@ class ServeProcess:
             raise RuntimeError(f"reranker serve did not start: {line!r}\n"
                                f"{self.log_path.read_text(encoding='utf-8')}")
         self.url = f"http://127.0.0.1:{match.group(1)}"
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Wait until ``/readyz`` answers 200: with ``--workers``, the serving line comes
+        from the master process before any worker has opened its service, and requests
+        wait in the listen queue until one has."""
+        import urllib.error
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=timeout) as answer:
+                    if answer.status == 200:
+                        return
+            except (OSError, urllib.error.URLError):  # not yet (503) or not listening
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"reranker serve is not ready after {timeout:g}s\n"
+                                   f"{self.log_path.read_text(encoding='utf-8')}")
+            time.sleep(0.1)
 
     def kill(self) -> None:
         """Stop it at once (SIGKILL), as a crash would."""

@@ -128,6 +128,7 @@ def test_trickling_and_idle_connections_do_not_shut_other_clients_out(workdir, w
     server = ServeProcess(path, "--no-trainer", "--workers", str(workers))
     clients = None
     try:
+        server.wait_ready()
         for _ in range(6):  # warm every worker up
             timed_search(server.url)
         clients = SlowClients(server.url, trickling=200, idle=50)

@@ -43,6 +43,7 @@ def test_two_workers_share_the_store_and_one_trains(workdir, store_section):
                         trainer={"feedback_window": 5.0, "interval": 0.2})
     server = ServeProcess(path, "--workers", "2")
     try:
+        server.wait_ready()
         sessions = worker_sessions(server.url)
         impressions = clicks = 0
         for session in sessions.values():
@@ -114,6 +115,8 @@ def test_a_separate_follow_trainer_trains_for_services_without_one(workdir):
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=cli_env())
     try:
+        server.wait_ready()
+
         def search(query):
             return requests.post(server.url + "/search", json={"query": query},
                                  timeout=30).json()
@@ -148,35 +151,40 @@ def test_clicks_answered_202_survive_a_sigkill(workdir, store_section, workers):
     path = write_config(workdir, store=store_section,
                         trainer={"feedback_window": 3600.0, "interval": 1.0})
     server = ServeProcess(path, "--no-trainer", "--workers", str(workers))
-    pages = []
-    for i in range(30):
-        page = requests.post(server.url + "/search", json={"query": f"tea kettle {i % 5}"},
-                             timeout=30).json()
-        pages.extend((page["impression_id"], hit["id"]) for hit in page["hits"])
     accepted, lock = [], threading.Lock()
-    enough = threading.Event()
+    try:
+        server.wait_ready()
+        pages = []
+        for i in range(30):
+            page = requests.post(server.url + "/search", json={"query": f"tea kettle {i % 5}"},
+                                 timeout=60).json()
+            pages.extend((page["impression_id"], hit["id"]) for hit in page["hits"])
+        enough = threading.Event()
 
-    def clicker(chunk):
-        with requests.Session() as session:
-            for impression_id, doc_id in chunk:
-                try:
-                    response = session.post(server.url + "/click", json={
-                        "impression_id": impression_id, "doc_id": doc_id}, timeout=30)
-                except requests.RequestException:
-                    return  # the server is gone
-                if response.status_code == 202:
-                    with lock:
-                        accepted.append((impression_id, doc_id))
-                        if len(accepted) >= len(pages) // 3:
-                            enough.set()
+        def clicker(chunk):
+            with requests.Session() as session:
+                for impression_id, doc_id in chunk:
+                    try:
+                        response = session.post(server.url + "/click", json={
+                            "impression_id": impression_id, "doc_id": doc_id}, timeout=60)
+                    except requests.RequestException:
+                        return  # the server is gone
+                    if response.status_code == 202:
+                        with lock:
+                            accepted.append((impression_id, doc_id))
+                            if len(accepted) >= len(pages) // 3:
+                                enough.set()
 
-    threads = [threading.Thread(target=clicker, args=(pages[i::8],)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    assert enough.wait(60), server.log_path.read_text()
-    _kill_all(server)
-    for thread in threads:
-        thread.join(60)
+        threads = [threading.Thread(target=clicker, args=(pages[i::8],)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        assert enough.wait(120), server.log_path.read_text()
+        _kill_all(server)
+        for thread in threads:
+            thread.join(60)
+    except BaseException as exc:  # the server's log says what it was doing
+        _kill_all(server)
+        raise AssertionError(f"{exc!r}\nserver log:\n{server.log_path.read_text()}") from exc
     store = open_event_store(load_config(path))
     try:
         with store._reading() as conn:
