@@ -35,6 +35,7 @@ Which impressions an arm learns from (docs/algorithms.md, "Comparing learners"):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -91,7 +92,7 @@ class ArmSpec:
                 "feature_map": FeatureMap(self.depth, self.discount).to_dict(),
                 "normalization": self.normalization, "features": list(self.features)}
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         """``<learner>-<10 hex digits of the settings' SHA-256>``, stable across runs."""
         text = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))

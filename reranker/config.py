@@ -53,6 +53,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
                              "backend indexes them for it)."),
         "candidates": Key("int", 100, "Hits retrieved from the backend per search and reranked.",
                           minimum=1, maximum=10000),
+        "cache_size": Key("int", 1000, "Embedded backend: distinct searches (analysed query, "
+                          "filters, facets) whose candidates each process keeps until the "
+                          "index changes, so that a repeated search skips the engine; 0 "
+                          "keeps none.", minimum=0),
         # -- elasticsearch --
         "index": Key("str", None, "Elasticsearch index or alias to search.", nullable=True),
         "hosts": Key("list[str]", ["http://localhost:9200"], "Elasticsearch node URLs."),
@@ -105,6 +109,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "click_smoothing": Key("float", 5.0, "Weight, in exposures, of the overall click rate "
                                "that the click features start from (more: slower to trust "
                                "a document's own clicks).", minimum=0.01),
+        "click_refresh": Key("float", 1.0, "Seconds a process reuses the click counts it "
+                             "has read; its own clicks and impressions count at once, other "
+                             "processes' (workers, machines) within this time; 0 reads the "
+                             "event store on every search.", minimum=0.0),
     },
     "learner": {
         "name": Key("str", "preference_perceptron", "Learner plugin that ranks the candidates "

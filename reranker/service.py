@@ -55,6 +55,12 @@ WRITABLE_CHECK_EVERY = 5.0
 #: Seconds a first page's ranking is continued by later pages of the same query, filters and
 #: user or session.
 PAGE_WINDOW = 3600.0
+#: Seconds after its issue during which a click or reward on an impression the event store
+#: does not have waits for it (every :data:`UNWRITTEN_PAUSE` seconds): a worker process
+#: writes its impressions after answering (:mod:`reranker.stores.write_behind`), and the
+#: click may reach another worker first.
+UNWRITTEN_GRACE = 2.0
+UNWRITTEN_PAUSE = 0.02
 
 #: Chance that each randomised pair of a mixed (interleaved) page is swapped: the papers'
 #: 0.5, for which the clicks on the pair's two results compare them without position bias.
@@ -418,7 +424,7 @@ class RerankerService:
         accepts clicks only with them (:mod:`reranker.trust`)."""
         doc_id = self._check_click(impression_id, doc_id, user_id, session_id)
         with self.trust.counting("click"):
-            return self._closed_is_replayed(self.events.record_click, impression_id, doc_id)
+            return self._feedback(self.events.record_click, impression_id, doc_id)
 
     def click_many(self, clicks: list[dict[str, Any]]) -> list[ClickResult | RerankerError]:
         """Record a batch of clicks, each a mapping as :meth:`click` takes its arguments
@@ -440,12 +446,20 @@ class RerankerService:
                 continue
             checked.append((i, impression_id, doc_id))
         now = time.time()
-        written = self.events.record_clicks([(imp, doc, now) for _, imp, doc in checked])
-        for (i, _, _), outcome in zip(checked, written, strict=True):
-            if isinstance(outcome, ConflictError):  # its page was closed and trained on
-                outcome = rejection(outcome, "replayed")
-                self.trust.count("click", "replayed")
-            outcomes[i] = outcome
+        while checked:
+            written = self.events.record_clicks([(imp, doc, now) for _, imp, doc in checked])
+            waiting = []
+            for click, outcome in zip(checked, written, strict=True):
+                if isinstance(outcome, NotFoundError) and self._unwritten(click[1]):
+                    waiting.append(click)  # see _feedback
+                    continue
+                if isinstance(outcome, ConflictError):  # its page was closed and trained on
+                    outcome = rejection(outcome, "replayed")
+                    self.trust.count("click", "replayed")
+                outcomes[click[0]] = outcome
+            if waiting:
+                time.sleep(UNWRITTEN_PAUSE)
+            checked = waiting
         return outcomes
 
     def _check_click(self, impression_id: Any, doc_id: Any, user_id: Any,
@@ -475,8 +489,7 @@ class RerankerService:
                                   field="value")
         with self.trust.counting("reward"):
             self._verify(impression_id, user_id, session_id)
-            return self._closed_is_replayed(self.events.record_reward, impression_id,
-                                            float(value))
+            return self._feedback(self.events.record_reward, impression_id, float(value))
 
     # -- trust (reranker.trust) --------------------------------------------------------------
 
@@ -487,12 +500,26 @@ class RerankerService:
                                       field=field)
         self.trust.signer.verify(impression_id, user_id, session_id)
 
-    @staticmethod
-    def _closed_is_replayed(write, *args):
-        try:
-            return write(*args)
-        except ConflictError as exc:  # its page was closed and trained on
-            raise rejection(exc, "replayed") from None
+    def _feedback(self, write, impression_id: str, *args):
+        """``write(impression_id, *args)`` (a click or a reward): a closed page's refusal is
+        counted as ``replayed``; an impression the store does not have yet, issued within
+        :data:`UNWRITTEN_GRACE` seconds, is waited for (another process may still hold it in
+        its queue of impressions to write: :mod:`reranker.stores.write_behind`)."""
+        while True:
+            try:
+                return write(impression_id, *args)
+            except ConflictError as exc:  # its page was closed and trained on
+                raise rejection(exc, "replayed") from None
+            except NotFoundError:
+                if not self._unwritten(impression_id):
+                    raise
+            time.sleep(UNWRITTEN_PAUSE)
+
+    def _unwritten(self, impression_id: str) -> bool:
+        """Whether an impression the store does not have may still be on its way: issued
+        within :data:`UNWRITTEN_GRACE` seconds (plus one: the issue time is whole
+        seconds)."""
+        return time.time() - self.trust.signer.issued(impression_id) <= UNWRITTEN_GRACE + 1
 
     def _logged_client(self, user_id: str | None, session_id: str | None,
                        address: str | None) -> str | None:

@@ -159,6 +159,12 @@ class ImpressionSigner:
                 "(or, without one, the session_id) that the search gave", field=field),
                 "foreign")
 
+    def issued(self, token: str) -> float:
+        """When ``token`` was issued (seconds since the epoch, to the second); a ``forged``
+        error unless it is a genuine impression id."""
+        _, payload = self._open(token)
+        return float(struct.unpack(">I", payload[_ID:_ID + _TIME])[0])
+
     def check(self, token: str) -> None:
         """Raise a ``forged`` error unless ``token`` is a genuine impression id (whatever
         its age and binding)."""

@@ -81,6 +81,29 @@ def test_the_event_store_counts_what_the_estimator_counts(store):
     store.close()
 
 
+def test_click_features_read_the_counts_of_any_number_of_candidates(store):
+    """The features of candidates shown under the query, under others only, or never, in
+    one statement, and in several when there are more candidates than one holds: the
+    counts are those of the store's rows."""
+    shown = [f"d{i}" for i in range(10)]
+    for i, query in enumerate(["tea kettle", "tea kettle", "teapot"]):
+        store.log_impression(Impression(
+            id=f"i{i}", created=0.0, query=query, user_id=None,
+            learner="preference_perceptron", model_version=0, doc_ids=shown,
+            feature_names=["x"], features=np.zeros((10, 1)),
+            ranking=np.arange(10)[::-1] if query == "teapot" else np.arange(10), n_shown=10))
+        store.record_click(f"i{i}", shown[i + 1])
+    cells = {(q, d): (c, e) for q, d, c, e in store_rows(
+        store, "SELECT query_key, doc_id, clicks, exposure FROM click_stats")}
+    for candidates in (["never", *shown[::-1]], [f"x{i}" for i in range(1200)] + shown):
+        counts = np.array([[*cells.get(("tea kettle", d), (0, 0)), *cells.get(("*", d), (0, 0))]
+                           for d in candidates], dtype=float)
+        expected = lifts_from_counts(counts, *cells[("*", "")], 5.0)
+        got = store.click_features("Tea  Kettle", candidates, 5.0)
+        np.testing.assert_array_equal(got, expected)
+        assert np.count_nonzero(counts[:, 1]) == 10 and np.count_nonzero(counts[:, 0]) == 2
+
+
 def test_click_rates_smooth_toward_the_overall_rate():
     # never shown: the overall rate; shown and never clicked: below; clicked: above
     rates = click_rates(np.array([0.0, 0.0, 3.0]), np.array([0.0, 4.0, 4.0]), 0.25, 4.0)

@@ -241,6 +241,8 @@ def test_on_a_full_disk_readiness_fails_clicks_answer_503_and_nothing_is_lost(wo
         filler = fill(small_disk)
         ready = server.get("/readyz")
         assert ready.status_code == 503 and ready.json()["problems"] == ["events"]
+        waiting = server.post("/search", {"query": "tea kettle"})  # its impression waits
+        assert waiting.status_code == 200
         refused = server.post("/click", {"impression_id": pages[2]["impression_id"],
                                          "doc_id": pages[2]["hits"][2]["id"]})
         assert refused.status_code == 503
@@ -255,6 +257,8 @@ def test_on_a_full_disk_readiness_fails_clicks_answer_503_and_nothing_is_lost(wo
         assert again.status_code == 202
         for impression_id in accepted:  # what was answered 202 is still there
             assert server.service.events.get_impression(impression_id).clicked
+        # and the impression of the search on the full disk is written now
+        assert server.service.events.get_impression(waiting.json()["impression_id"])
     finally:
         server.stop()
     shutil.rmtree(small_disk / "models", ignore_errors=True)

@@ -167,18 +167,29 @@ def test_a_model_with_a_valid_checksum_but_wrong_structure_is_refused(live):
 
 
 def test_a_busy_event_store_answers_503_naming_the_file(live):
+    """A search still answers while another process holds the write lock (its impression
+    waits in the queue); a click, which needs it written, answers 503 naming the file, and
+    both go through once the lock is released."""
+    page = live.post("/search", {"query": "tea"}).json()
     live.service.events.close()
     live.service.events.busy_timeout = 0.2
     blocker = sqlite3.connect(live.config.store.path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
-        response = live.post("/search", {"query": "tea"})
+        waiting = live.post("/search", {"query": "tea"})
+        assert waiting.status_code == 200
+        response = live.post("/click", {"impression_id": page["impression_id"],
+                                        "doc_id": page["hits"][0]["id"]})
         assert response.status_code == 503
         assert "events.sqlite" in response.json()["error"]["message"]
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
     assert live.post("/search", {"query": "tea"}).status_code == 200
+    response = live.post("/click", {"impression_id": page["impression_id"],
+                                    "doc_id": page["hits"][0]["id"]})
+    assert response.status_code == 202
+    assert live.service.events.get_impression(waiting.json()["impression_id"])
 
 
 def test_clicks_are_committed_with_a_full_sync(tmp_path):

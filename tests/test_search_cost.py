@@ -61,11 +61,38 @@ def test_per_field_scores_and_ids_equal_the_previous_method(workdir, corpus):
         load_config(workdir / "config.yaml"))
     backend.open()
     assert backend.id_words == embedded.ID_WORDS
+    matched_one_field = 0
     for query in [q for q, _ in corpus.queries[:20]] + ["no such words zzz"]:
         candidates = backend.search(query, 100)
         ids, scores = previous_method(backend, query, 100)
         assert candidates.ids == ids
-        assert np.array_equal(candidates.field_scores, scores)  # exactly, not approximately
+        # Every field but the last exactly; the last, the search's score less the others',
+        # to float32 rounding, and 0 exactly where the field did not match.
+        assert np.array_equal(candidates.field_scores[:, :-1], scores[:, :-1])
+        np.testing.assert_allclose(candidates.field_scores[:, -1], scores[:, -1], rtol=1e-6,
+                                   atol=1e-6 * max(candidates.scores.max(initial=0), 1))
+        assert np.array_equal(candidates.field_scores[:, -1] == 0, scores[:, -1] == 0)
+        matched_one_field += np.sum((scores == 0).any(axis=1) & (scores > 0).any(axis=1))
+    assert matched_one_field > 0  # the corpus has candidates that match in one field only
+    backend.close()
+
+
+@pytest.mark.parametrize("fields", [["body"], ["body", "title", "summary"]])
+def test_per_field_scores_for_one_field_and_three(tmp_path, corpus, fields):
+    """One field: its score is the search's (no search of its own); three: the first two
+    searched, the last the search's score less theirs."""
+    documents = [{**d, "summary": d["title"].split()[0]} for d in corpus.documents]
+    config = load_config(write_config(tmp_path, backend={"fields": fields}))
+    backend = backend_class(get_plugin_manager(), "embedded")(config)
+    backend.index_documents(((d["id"], d) for d in documents), recreate=True)
+    backend = backend_class(get_plugin_manager(), "embedded")(config)
+    backend.open()
+    for query in [q for q, _ in corpus.queries[:10]]:
+        candidates = backend.search(query, 100)
+        ids, scores = previous_method(backend, query, 100)
+        assert candidates.ids == ids and len(ids) > 10
+        np.testing.assert_allclose(candidates.field_scores, scores, rtol=1e-6, atol=1e-5)
+        assert np.array_equal(candidates.field_scores == 0, scores == 0)
     backend.close()
 
 
@@ -163,3 +190,78 @@ def test_one_request_per_search_to_elasticsearch(tmp_path, corpus):
         backend.close()
     finally:
         server.stop()
+
+
+# -- the embedded backend's cache of repeated searches ------------------------------------------
+
+def shop_backend(tmp_path, cache_size: int = 1000):
+    """An embedded index of a small shop with filter fields, searched with ``cache_size``."""
+    from test_search_requests import FILTER_FIELDS, shop
+
+    tmp_path.mkdir(exist_ok=True)
+    config = load_config(write_config(tmp_path, backend={
+        "fields": ["title", "body"], "filter_fields": FILTER_FIELDS, "cache_size": cache_size},
+        features={"numeric_fields": ["price"]}))
+    backend = backend_class(get_plugin_manager(), "embedded")(config)
+    backend.index_documents(((p["id"], p) for p in shop()), recreate=True)
+    backend = backend_class(get_plugin_manager(), "embedded")(config)
+    backend.open()
+    return config, backend
+
+
+def same_candidates(a: Candidates, b: Candidates) -> bool:
+    return (a.ids == b.ids and a.total == b.total and a.facets == b.facets
+            and all(np.array_equal(x, y, equal_nan=True) for x, y in (
+                (a.scores, b.scores), (a.field_scores, b.field_scores),
+                (a.numeric, b.numeric))))
+
+
+def test_a_repeated_search_is_answered_from_the_cache_as_the_engine_answers(tmp_path):
+    """The same candidates, facets and stored documents as a backend without the cache, for
+    repeated searches with and without filters and facets; each distinct search (terms,
+    number of candidates, filters, facets) runs the engine once."""
+    from reranker.backends.filters import parse_facets, parse_filters
+
+    config, cached = shop_backend(tmp_path / "a")
+    _, plain = shop_backend(tmp_path / "b", cache_size=0)
+    tea = parse_filters([{"term": {"category": "tea"}}], config.backend.filter_fields)
+    brand = parse_facets(["brand"], config.backend.filter_fields)
+    searches = [("shop", 100, (), ()), ("Shop!", 100, (), ()), ("shop", 10, (), ()),
+                ("shop", 100, tea, ()), ("shop", 100, (), brand), ("steel glass", 100, (), ())]
+    for _ in range(3):
+        for query, n, filters, facets in searches:
+            got, want = cached.search(query, n, filters, facets), plain.search(
+                query, n, filters, facets)
+            assert same_candidates(got, want)
+            assert got.load_sources([0, 3]) == want.load_sources([0, 3])
+    # "shop" and "Shop!" are the same terms: five distinct searches, each run once
+    assert (cached._cache.misses, cached._cache.hits) == (5, 13)
+    assert (plain._cache.misses, plain._cache.hits) == (0, 0)
+
+
+def test_what_the_cache_hands_out_cannot_change_what_it_keeps(tmp_path):
+    _, backend = shop_backend(tmp_path)
+    first = backend.search("shop", 100)
+    with pytest.raises(ValueError):
+        first.scores[0] = 99.0
+    with pytest.raises(ValueError):
+        first.field_scores[:] = 0.0
+    first.ids.reverse()
+    assert backend.search("shop", 100).ids == list(reversed(first.ids))
+
+
+def test_the_cache_keeps_the_latest_searches_and_forgets_a_changed_index(tmp_path):
+    from test_search_requests import shop
+
+    _, backend = shop_backend(tmp_path, cache_size=2)
+    for query in ("tea", "coffee", "kettle"):  # "tea" is pushed out
+        backend.search(query, 100)
+    backend.search("kettle", 100)
+    backend.search("tea", 100)
+    assert (backend._cache.misses, backend._cache.hits) == (4, 1)
+    # a new document, indexed by another backend object (as `reranker index` would)
+    writer = backend_class(get_plugin_manager(), "embedded")(backend.config)
+    new = dict(shop()[0], id="p999", title="tea kettle tea")
+    writer.index_documents([("p999", new)])
+    assert "p999" in backend.search("tea", 100).ids
+    assert backend._cache.misses == 5

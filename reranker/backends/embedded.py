@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import collections
+import copy
+import dataclasses
 import json
 import math
 import os
@@ -34,6 +37,10 @@ FILTER_TYPES = ("keyword", "number", "boolean")
 #: ``8 * ID_WORDS`` bytes, or holding a NUL byte, is kept as zeros and read from the stored
 #: document instead.
 ID_WORDS = 4
+#: The last field's score is the search's score less the other fields' (see
+#: ``EmbeddedBackend._field_scores``); below this fraction of the search's score, what is
+#: left is float32 rounding of a field that did not match: 0.
+SUM_ROUNDING = 1e-5
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
@@ -99,6 +106,7 @@ class EmbeddedBackend(Backend):
         self._searcher: tantivy.Searcher | None = None
         self._meta_mtime = 0
         self._lock = threading.Lock()
+        self._cache = _SearchCache(config.backend.cache_size)
 
     # -- schema and metadata ----------------------------------------------------------------
 
@@ -205,6 +213,7 @@ class EmbeddedBackend(Backend):
                 self._index.reload()
                 self._searcher = self._index.searcher()
                 self._meta_mtime = mtime
+                self._cache.clear()  # its searches are of the old index (and hold its files)
         return self._searcher
 
     def _terms(self, query: str) -> list[str]:
@@ -262,6 +271,10 @@ class EmbeddedBackend(Backend):
             terms = self._terms(query)
             if not terms:
                 return self._empty(facets)
+            key = (tuple(terms), n, tuple(filters), tuple(facets))
+            found = self._cache.get(key, searcher)
+            if found is not None:
+                return found
             text_query = self._field_query(self.fields, terms)
             if filters:
                 text_query = tantivy.Query.boolean_query([
@@ -271,7 +284,7 @@ class EmbeddedBackend(Backend):
             addresses = [address for _, address in result.hits]
             scores = np.array([score for score, _ in result.hits], dtype=np.float64)
             ids = self._ids(searcher, addresses)
-            field_scores = self._field_scores(searcher, terms, ids, addresses)
+            field_scores = self._field_scores(searcher, terms, ids, addresses, scores)
             numeric = np.full((len(ids), len(self.numeric_fields)), np.nan)
             for j, f in enumerate(self.numeric_fields):
                 values = searcher.fast_field_values(f, addresses)
@@ -285,8 +298,10 @@ class EmbeddedBackend(Backend):
             # Only the shown hits' stored documents are ever read.
             return [json.loads(searcher.doc(addresses[i])[SOURCE][0]) for i in indices]
 
-        return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,
-                          load_sources=load_sources, total=result.count, facets=facet_counts)
+        candidates = Candidates(ids=ids, scores=scores, field_scores=field_scores,
+                                numeric=numeric, load_sources=load_sources, total=result.count,
+                                facets=facet_counts)
+        return self._cache.put(key, searcher, candidates)
 
     def _ids(self, searcher: tantivy.Searcher,
              addresses: list[tantivy.DocAddress]) -> list[str]:
@@ -309,23 +324,35 @@ class EmbeddedBackend(Backend):
         return ids
 
     def _field_scores(self, searcher: tantivy.Searcher, terms: list[str], ids: list[str],
-                      addresses: list[tantivy.DocAddress]) -> np.ndarray:
-        """Each searched field's BM25 score of exactly the candidates, shape ``(n, fields)``:
-        per field, the field's terms restricted to the candidate ids by a zero-scoring
+                      addresses: list[tantivy.DocAddress], scores: np.ndarray) -> np.ndarray:
+        """Each searched field's BM25 score of exactly the candidates, shape ``(n, fields)``.
+
+        The search's query is a disjunction of one term query per (field, term), and Tantivy
+        scores a disjunction as the sum of its matching clauses (a filter adds 0), so a
+        candidate's ``scores`` are the sum of its per-field scores: the last field's is that
+        sum less the others' (to float32 rounding, about 1e-7 of the score; what is left
+        below :data:`SUM_ROUNDING` of it is a field that did not match, 0). Every other
+        field takes a search of its terms restricted to the candidate ids by a zero-scoring
         disjunction of their id terms (one term lookup per candidate, whatever the size of
-        the index; the score is the field's alone)."""
+        the index; the score is the field's alone): one search fewer than there are fields,
+        none for one field."""
         field_scores = np.zeros((len(ids), len(self.fields)))
         if not ids:
             return field_scores
-        slot = {(a.segment_ord, a.doc): i for i, a in enumerate(addresses)}
-        only = tantivy.Query.const_score_query(tantivy.Query.boolean_query(
-            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, ID, doc_id))
-             for doc_id in ids]), 0.0)
-        for j, f in enumerate(self.fields):
-            q = tantivy.Query.boolean_query([(tantivy.Occur.Must, self._field_query([f], terms)),
-                                             (tantivy.Occur.Must, only)])
-            for score, a in searcher.search(q, len(ids), count=False).hits:
-                field_scores[slot[(a.segment_ord, a.doc)], j] = score
+        if len(self.fields) > 1:
+            slot = {(a.segment_ord, a.doc): i for i, a in enumerate(addresses)}
+            only = tantivy.Query.const_score_query(tantivy.Query.boolean_query(
+                [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, ID, doc_id))
+                 for doc_id in ids]), 0.0)
+            for j, f in enumerate(self.fields[:-1]):
+                q = tantivy.Query.boolean_query([
+                    (tantivy.Occur.Must, self._field_query([f], terms)),
+                    (tantivy.Occur.Must, only)])
+                for score, a in searcher.search(q, len(ids), count=False).hits:
+                    field_scores[slot[(a.segment_ord, a.doc)], j] = score
+        last = scores - field_scores[:, :-1].sum(axis=1)
+        last[last <= SUM_ROUNDING * scores] = 0.0
+        field_scores[:, -1] = last
         return field_scores
 
     def _empty(self, facets: tuple[str, ...] = ()) -> Candidates:
@@ -435,6 +462,57 @@ class EmbeddedBackend(Backend):
             state["status"] = "unavailable"
             state["error"] = str(getattr(exc, "message", exc))
         return state
+
+
+class _SearchCache:
+    """The candidates of the latest ``size`` distinct searches (analysed terms, number of
+    candidates, filters, facets), for as long as the index answers from the same searcher:
+    a search repeated before the index changes costs no engine work but reading the shown
+    results' stored documents. The same idea as Elasticsearch's shard request cache, which
+    keeps a search's answer until the shard's next refresh. What it hands out is never
+    written to (its arrays are read-only, its lists copies); ``size`` 0 keeps nothing."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._entries: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+        #: Searches answered from the cache and searches that ran (for tests and
+        #: benchmarks).
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple, searcher: tantivy.Searcher) -> Candidates | None:
+        if not self.size:
+            return None
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] is not searcher:  # none, or of an older index
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+        cached = entry[1]
+        return dataclasses.replace(cached, ids=list(cached.ids), facets=copy.deepcopy(
+            cached.facets))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def put(self, key: tuple, searcher: tantivy.Searcher,
+            candidates: Candidates) -> Candidates:
+        """Keep ``candidates`` (of ``searcher``) and return them."""
+        if not self.size:
+            return candidates
+        for array in (candidates.scores, candidates.field_scores, candidates.numeric):
+            array.setflags(write=False)
+        kept = dataclasses.replace(candidates, ids=list(candidates.ids),
+                                   facets=copy.deepcopy(candidates.facets))
+        with self._lock:
+            self._entries[key] = (searcher, kept)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return candidates
 
 
 def _id_columns(words: int) -> list[str]:

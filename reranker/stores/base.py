@@ -90,7 +90,10 @@ class EventStore(abc.ABC):
     def log_impression(self, imp: Impression) -> None:
         """Record a served page, and count its shown documents' exposures (the
         :meth:`position_bias` weights of the positions they were shown at, into the counts
-        :meth:`click_features` reads) in the same transaction."""
+        :meth:`click_features` reads) in the same transaction. The write may happen after
+        this returns (the SQL stores queue it: :mod:`.write_behind`), but every later call
+        of this object sees the impression as written: a click on it, a read, the
+        counts."""
 
     @abc.abstractmethod
     def record_click(self, impression_id: str, doc_id: str,
@@ -155,8 +158,10 @@ class EventStore(abc.ABC):
     def click_features(self, query: str, doc_ids: list[str], smoothing: float) -> np.ndarray:
         """The click features of candidates ``doc_ids`` for ``query``, shape ``(n, 2)``
         (:func:`reranker.clicks.lifts_from_counts` of the counts for the normalised query,
-        for each document over all queries, and in total), read in one consistent
-        snapshot."""
+        for each document over all queries, and in total): every impression and click this
+        object has logged before counts (a click never counts before it was made); another
+        process's within ``features.click_refresh`` seconds (the SQL stores keep the counts
+        they read: :mod:`.count_cache`)."""
 
     @abc.abstractmethod
     def position_bias(self, max_age: float | None = None) -> PositionBias:

@@ -154,9 +154,21 @@ def _open(blob: bytes) -> memoryview:
 
 def pack_features(X: np.ndarray) -> bytes:
     """The ``features`` blob of a raw feature matrix (shape ``(n, m)``)."""
+    return seal(features_payload(X))
+
+
+def features_payload(X: np.ndarray) -> bytes:
+    """:func:`pack_features` before compression (:func:`seal`): the packing holds
+    Python's interpreter lock, zlib lets go of it, so a writer thread can compress while
+    the searches go on."""
     X = np.asarray(X, dtype=np.float64)
     n, m = X.shape
-    return zlib.compress(_HEADER.pack(FORMAT, n, m) + _pack_columns(X), LEVEL)
+    return _HEADER.pack(FORMAT, n, m) + _pack_columns(X)
+
+
+def seal(payload: bytes) -> bytes:
+    """A blob from its payload (:func:`features_payload`, :func:`candidates_payload`)."""
+    return zlib.compress(payload, LEVEL)
 
 
 def unpack_features(blob: bytes) -> np.ndarray:
@@ -170,6 +182,12 @@ def unpack_features(blob: bytes) -> np.ndarray:
 def pack_candidates(doc_ids: list[str], ranking: np.ndarray,
                     propensities: np.ndarray | None) -> bytes:
     """The ``candidates`` blob: the ranking, the propensities (if any) and the ids."""
+    return seal(candidates_payload(doc_ids, ranking, propensities))
+
+
+def candidates_payload(doc_ids: list[str], ranking: np.ndarray,
+                       propensities: np.ndarray | None) -> bytes:
+    """:func:`pack_candidates` before compression (:func:`seal`)."""
     # Each index's offset from its own position: a ranking stays close to the engine's order
     # (0, 1, 2, ...) for most candidates, and the runs of small offsets compress.
     moves = np.asarray(ranking, dtype=np.int64) - np.arange(len(ranking))
@@ -183,7 +201,7 @@ def pack_candidates(doc_ids: list[str], ranking: np.ndarray,
         column = np.asarray(propensities, dtype=np.float64).reshape(-1, 1)
         parts += [b"\1", struct.pack("<I", len(column)), _pack_columns(column)]
     parts.append(json.dumps(doc_ids).encode("ascii"))
-    return zlib.compress(b"".join(parts), LEVEL)
+    return b"".join(parts)
 
 
 def unpack_candidates(blob: bytes) -> tuple[list[str], np.ndarray, np.ndarray | None]:

@@ -126,8 +126,10 @@ class PostgresStore(SQLEventStore):
 
     @classmethod
     def from_config(cls, config) -> PostgresStore:
-        return cls(config.store.dsn, pool_size=config.store.pool_size,
-                   timeout=config.store.timeout)
+        store = cls(config.store.dsn, pool_size=config.store.pool_size,
+                    timeout=config.store.timeout)
+        store.click_refresh = config.features.click_refresh
+        return store
 
     def __init__(self, dsn: str, pool_size: int = 10, timeout: float = 10.0):
         psycopg, psycopg_pool = _driver()
@@ -275,6 +277,7 @@ class PostgresStore(SQLEventStore):
                 "current_schema() AND c.relname = ANY(%s)", (list(TABLES),)).fetchone()[0])
 
     def close(self) -> None:
+        self._stop_writers()
         if self._pool is not None:
             self._pool.close()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import json
 import secrets
 import threading
@@ -33,15 +34,20 @@ from ..clicks.position_bias import randomized_pairs
 from ..errors import ConflictError, NotFoundError, RerankerError, StoreError, UnprocessableError
 from ..events import ClickResult, Impression, RewardResult
 from .base import EventStore, Reader, Retained
-from .encoding import pack_candidates, pack_features, unpack_candidates, unpack_features
+from .count_cache import ALL_DOCS, ALL_QUERIES, CountCache, Write
+from .encoding import (
+    candidates_payload,
+    features_payload,
+    pack_candidates,
+    pack_features,
+    seal,
+    unpack_candidates,
+    unpack_features,
+)
 from .group_commit import GroupCommit
+from .write_behind import WriteBehind
 
 SCHEMA_VERSION = 4
-
-#: ``click_stats.query_key`` of the counts over all queries (a normalised query never holds
-#: '*'), and ``doc_id`` of the counts over all documents.
-ALL_QUERIES = "*"
-ALL_DOCS = ""
 
 #: Indexes on columns that a migration adds: created after the migrations ran.
 LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) "
@@ -55,6 +61,12 @@ LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_open ON impressions (cre
 #: impressions they are on); also the impressions retention removes per transaction.
 CLICK_BATCH = 500
 _GROUP_LOCK = threading.Lock()
+#: Impressions a process queues for the store at most while the store fails: beyond them,
+#: a search answers 503 (:mod:`.write_behind`).
+PENDING_IMPRESSIONS = 10_000
+#: Seconds the impression writer waits for more impressions before it writes what it has
+#: (unless a click or a read waits for them).
+IMPRESSION_LINGER = 0.01
 
 UPSERT_STATS = ("INSERT INTO click_stats (query_key, doc_id, clicks, exposure) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
@@ -81,6 +93,11 @@ class SQLEventStore(EventStore):
     BINARY = "BLOB"
 
     _bias: tuple[float, PositionBias] | None = None
+    #: Seconds a store operation waits (``store.timeout``).
+    timeout: float = 10.0
+    #: Seconds the click counts read by this object serve before they are read again
+    #: (``features.click_refresh``; :mod:`.count_cache`).
+    click_refresh: float = 1.0
 
     # -- what a database says: connections and transactions ------------------------------------
 
@@ -122,50 +139,108 @@ class SQLEventStore(EventStore):
         conn.executemany(sql, rows)
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[Any]:
+    def _reading(self, flush: bool = True) -> Iterator[Any]:
+        """A connection for reads that see every impression this object has logged (those
+        still queued are written first), or, without ``flush``, what is written so far."""
+        if flush:
+            self.flush()
         with self._errors(), self._connection() as conn:
             yield conn
+
+    def flush(self) -> None:
+        """Wait until every impression this object has logged is written (``StoreError``
+        when the store fails meanwhile, or after ``store.timeout`` seconds)."""
+        log = self.__dict__.get("_impression_log")
+        if log is not None and log.pending:
+            log.flush(self.timeout)
 
     # -- writing ----------------------------------------------------------------------------
 
     def log_impression(self, imp: Impression) -> None:
-        """Record a served page and its shown documents' exposures. Not made durable by
-        itself: the next durable write (any click) is, and a click always refers to an
-        impression written before it. Concurrent calls share one transaction, as clicks do
-        (:meth:`record_click`): with several worker processes logging every search, the
-        turns at the store's write lock, not the CPU, would otherwise bound the searches."""
+        """Queue a served page and its shown documents' exposures for this object's writer
+        thread, which writes everything queued in one transaction, not made durable by
+        itself (:mod:`.write_behind`). The search's answer does not wait for the store; the
+        next durable write (a click) makes the impression durable too, and waits for it to
+        be written first, as every read of this object does. Until written, its exposures
+        count in :meth:`click_features` from this object's queue."""
         theta = self.position_bias().weights(imp.offset + imp.n_shown)[imp.offset:]
+        exposures = exposure_rows(query_key(imp.query), imp.shown_ids(), theta)
+        # Packed here, compressed by the writer: its thread then runs little but zlib's and
+        # the database's own code, which let go of the interpreter lock the searches need.
         row = (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
-               pack_candidates(imp.doc_ids, imp.ranking, imp.propensities),
-               pack_features(imp.features), imp.n_shown, imp.log_prob,
+               candidates_payload(imp.doc_ids, imp.ranking, imp.propensities),
+               features_payload(imp.features), imp.n_shown, imp.log_prob,
                None if imp.teams is None else json.dumps(imp.teams),
                None if imp.context is None else json.dumps(imp.context), imp.arm,
                imp.experiment, imp.offset, imp.page_key)
-        self._commits("_impression_group", self._log_impressions).submit(
-            (json.dumps(imp.feature_names), row,
-             exposure_rows(query_key(imp.query), imp.shown_ids(), theta)))
+        self._counts.queue(exposures)
+        try:
+            self._impressions().put((_names_text(imp.feature_names), row, exposures))
+        except BaseException:
+            self._counts.unqueue([exposures])
+            raise
 
-    def _log_impressions(self, items: Sequence[tuple[str, tuple, list[tuple]]]) -> list[None]:
+    def _stop_writers(self) -> None:
+        """Write the impressions still queued (for up to ``store.timeout`` seconds) and stop
+        the writer thread: the first step of :meth:`close`."""
+        log = self.__dict__.pop("_impression_log", None)
+        if log is not None:
+            log.close(self.timeout)
+
+    def _impressions(self) -> WriteBehind:
+        """The writer of this object's impressions, made on first use."""
+        log = self.__dict__.get("_impression_log")
+        if log is None:
+            with _GROUP_LOCK:
+                log = self.__dict__.get("_impression_log")
+                if log is None:
+                    log = self.__dict__["_impression_log"] = WriteBehind(
+                        self._log_impressions, name=f"{self.name} impression writer",
+                        what="impressions",
+                        max_batch=CLICK_BATCH, max_pending=PENDING_IMPRESSIONS,
+                        linger=IMPRESSION_LINGER,
+                        dropped=lambda items: self._counts.unqueue(c for _, _, c in items))
+        return log
+
+    @property
+    def _counts(self) -> CountCache:
+        """The click counts this object has read, with its own writes (:mod:`.count_cache`)."""
+        counts = self.__dict__.get("_count_cache")
+        if counts is None:
+            counts = self.__dict__.setdefault("_count_cache", CountCache(self.click_refresh))
+        return counts
+
+    def _log_impressions(self, items: Sequence[tuple[str, tuple, list[tuple]]]) -> None:
         """Impression rows (each with its feature names) and their exposure rows in one
         transaction; the exposures of the same document added up, and written sorted (one
         order for every writer: two transactions upserting the same rows in different orders
         could deadlock where the database locks rows, PostgreSQL)."""
         exposures: dict[tuple[str, str], float] = {}
-        for _, _, rows in items:
-            for key, doc_id, weight in rows:
+        for _, _, cells in items:
+            for key, doc_id, weight in cells:
                 exposures[key, doc_id] = exposures.get((key, doc_id), 0.0) + weight
-        with self._write(durable=False) as conn:
-            sets = self._feature_set_ids(conn, {names for names, _, _ in items})
-            self._run_many(
-                conn,
-                "INSERT INTO impressions (feature_set, id, created, query, user_id, learner, "
-                "model_version, candidates, features, n_shown, log_prob, teams, context, arm, "
-                "experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "?, ?, ?, ?, ?)", [(sets[names], *row) for names, row, _ in items])
-            self._run_many(conn, UPSERT_STATS, sorted(
-                (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
+        rows = [(names, (*row[:6], seal(row[6]), seal(row[7]), *row[8:]))
+                for names, row, _ in items]
+        write = Write()
+        self._counts.touch(write, exposures)
+        try:
+            with self._write(durable=False) as conn:
+                sets = self._feature_set_ids(conn, {names for names, _ in rows})
+                self._run_many(
+                    conn,
+                    "INSERT INTO impressions (feature_set, id, created, query, user_id, "
+                    "learner, model_version, candidates, features, n_shown, log_prob, teams, "
+                    "context, arm, experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, "
+                    "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(sets[names], *row) for names, row in rows])
+                self._run_many(conn, UPSERT_STATS, sorted(
+                    (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
+        except BaseException:
+            self._counts.end(write, None)
+            raise
+        self._counts.end(write, {cell: (0.0, weight) for cell, weight in exposures.items()},
+                         [cells for _, _, cells in items])
         self._known_sets.update(sets)  # committed: other processes see them too
-        return [None] * len(items)
 
     @property
     def _known_sets(self) -> dict[str, int]:
@@ -207,6 +282,7 @@ class SQLEventStore(EventStore):
 
     def record_clicks(self, clicks: Sequence[tuple[str, str, float]]
                       ) -> list[ClickResult | RerankerError]:
+        self.flush()  # the impressions clicked on are written first
         outcomes: list[ClickResult | RerankerError] = []
         for start in range(0, len(clicks), CLICK_BATCH):
             outcomes.extend(self._record_batch(clicks[start:start + CLICK_BATCH]))
@@ -219,7 +295,21 @@ class SQLEventStore(EventStore):
         ``created, seq``, as closing takes them; the counts sorted, as logging an impression
         writes them), so that two transactions never wait for each other in a circle where
         the database locks rows (PostgreSQL). A click's own error is raised before it writes
-        anything, so it leaves the others of the transaction as they are."""
+        anything, so it leaves the others of the transaction as they are. The counts it
+        adds go to this object's count cache as it commits (:mod:`.count_cache`)."""
+        write, committed = Write(), None
+        try:
+            outcomes, stats = self._write_clicks(clicks, write)
+            committed = {cell: (count, 0.0) for cell, count in stats.items()}
+        finally:
+            self._counts.end(write, committed)
+        return outcomes
+
+    def _write_clicks(self, clicks: Sequence[tuple[str, str, float]], write: Write
+                      ) -> tuple[list[ClickResult | RerankerError], dict[tuple[str, str], float]]:
+        """:meth:`_record_batch`'s transaction, which names the cells it changes to the
+        count cache before it commits (``write``); the outcomes, and the clicks it added
+        to each ``click_stats`` cell."""
         ids = sorted({click[0] for click in clicks})
         marks = ",".join("?" * len(ids))
         outcomes: list[ClickResult | RerankerError] = []
@@ -273,16 +363,18 @@ class SQLEventStore(EventStore):
                     entry[0] += top
                     entry[1] += bottom
             if stats:
+                self._counts.touch(write, stats)
                 self._run_many(conn, UPSERT_STATS, sorted(
                     (key, doc_id, clicks, 0.0) for (key, doc_id), clicks in stats.items()))
             if bias:
                 self._run_many(conn, UPSERT_BIAS, sorted(
                     (upper, top, bottom) for upper, (top, bottom) in bias.items()))
-        return outcomes
+        return outcomes, stats
 
     def record_reward(self, impression_id: str, value: float,
                       now: float | None = None) -> RewardResult:
         now = time.time() if now is None else now
+        self.flush()
         with self._write(durable=True) as conn:
             row = self._run(conn, "SELECT closed_seq FROM impressions WHERE id = ?"
                             + self.FOR_UPDATE, (impression_id,)).fetchone()
@@ -302,6 +394,7 @@ class SQLEventStore(EventStore):
             return RewardResult(impression_id, value, before)
 
     def close_impressions(self, before: float, limit: int | None = None) -> int:
+        self.flush()
         with self._write(durable=True) as conn:
             # The counter first: two closers wait for each other here, so the numbers one
             # hands out are committed before the other reads the counter.
@@ -455,32 +548,31 @@ class SQLEventStore(EventStore):
         return out
 
     def click_features(self, query: str, doc_ids: list[str], smoothing: float) -> np.ndarray:
-        key = query_key(query)
-        counts = np.zeros((len(doc_ids), 4))
-        where = {doc_id: i for i, doc_id in enumerate(doc_ids)}
-        total = (0.0, 0.0)
-        with self._snapshot() as conn:
-            # Documents shown for this query so far (usually fewer than the candidates).
-            for doc_id, clicks, exposure in self._run(
-                    conn, "SELECT doc_id, clicks, exposure FROM click_stats WHERE query_key = ?",
-                    (key,)).fetchall():
-                i = where.get(doc_id)
-                if i is not None:
-                    counts[i, 0], counts[i, 1] = clicks, exposure
-            for start in range(0, len(doc_ids), 500):
-                chunk = doc_ids[start:start + 500]
-                marks = ",".join("?" * len(chunk))
-                for doc_id, clicks, exposure in self._run(
-                        conn, f"SELECT doc_id, clicks, exposure FROM click_stats WHERE "
-                        f"query_key = ? AND doc_id IN ({marks})", (ALL_QUERIES, *chunk)
-                        ).fetchall():
-                    i = where[doc_id]
-                    counts[i, 2], counts[i, 3] = clicks, exposure
-            row = self._run(conn, "SELECT clicks, exposure FROM click_stats WHERE "
-                            "query_key = ? AND doc_id = ?", (ALL_QUERIES, ALL_DOCS)).fetchone()
-            if row is not None:
-                total = row
+        """The lifts of the counts of the clicks and impressions logged before (this
+        object's own at once, even while queued; other processes' as
+        ``features.click_refresh`` says: :mod:`.count_cache`)."""
+        counts, total = self._counts.counts(query_key(query), doc_ids, self._read_cells)
         return lifts_from_counts(counts, total[0], total[1], smoothing)
+
+    def _read_cells(self, key: str, doc_ids: list[str]) -> dict[tuple[str, str],
+                                                                 tuple[float, float]]:
+        """The ``click_stats`` cells of ``doc_ids`` under query ``key`` and over all
+        queries, and the total, as written (cells without a row are left out). One statement
+        reads them (one lookup of the primary key per cell, whatever the number of
+        documents ever shown for the query); more documents than a statement's list holds
+        take one statement per chunk, in one snapshot."""
+        cells = {}
+        chunks = range(0, max(len(doc_ids), 1), CLICK_BATCH)
+        with self._snapshot() if len(chunks) > 1 else self._reading(flush=False) as conn:
+            for start in chunks:
+                chunk = doc_ids[start:start + CLICK_BATCH]
+                marks = ",".join("?" * (len(chunk) + 1))
+                for cell_key, doc_id, clicks, exposure in self._run(
+                        conn, f"SELECT query_key, doc_id, clicks, exposure FROM click_stats "
+                        f"WHERE query_key IN (?, ?) AND doc_id IN ({marks})",
+                        (key, ALL_QUERIES, ALL_DOCS, *chunk)).fetchall():
+                    cells[cell_key, doc_id] = (clicks, exposure)
+        return cells
 
     def position_bias(self, max_age: float | None = None) -> PositionBias:
         """The position-bias estimate from the counts logged so far (a read at most
@@ -490,7 +582,7 @@ class SQLEventStore(EventStore):
         cached = self._bias
         if cached is not None and now - cached[0] <= max_age:
             return cached[1]
-        with self._reading() as conn:
+        with self._reading(flush=False) as conn:
             rows = self._run(conn, "SELECT position, upper, lower FROM position_bias "
                              "ORDER BY position").fetchall()
         size = rows[-1][0] + 1 if rows else 0
@@ -562,6 +654,16 @@ class SQLEventStore(EventStore):
                 "(SELECT COUNT(*) FROM clicks)").fetchone()
         return {"impressions": impressions, "open_impressions": open_, "clicks": clicks,
                 "closed_seq": self.last_closed_seq()}
+
+
+@functools.lru_cache(maxsize=64)
+def _names(names: tuple[str, ...]) -> str:
+    return json.dumps(list(names))
+
+
+def _names_text(names: list[str]) -> str:
+    """A feature set's names as ``feature_sets.names`` keeps them (JSON)."""
+    return _names(tuple(names))
 
 
 def exposure_rows(key: str, shown: list[str], theta: np.ndarray) -> list[tuple[str, str, float]]:

@@ -106,12 +106,14 @@ class SQLiteStore(SQLEventStore):
 
     @classmethod
     def from_config(cls, config) -> SQLiteStore:
-        return cls(config.store.path, busy_timeout=config.store.timeout)
+        store = cls(config.store.path, busy_timeout=config.store.timeout)
+        store.click_refresh = config.features.click_refresh
+        return store
 
     def __init__(self, path: str | Path, busy_timeout: float = 10.0):
         self.path = Path(path)
         self.location = str(self.path)
-        self.busy_timeout = busy_timeout
+        self.busy_timeout = self.timeout = busy_timeout
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
@@ -349,6 +351,7 @@ class SQLiteStore(SQLEventStore):
         return FileLeadership(handle)
 
     def close(self) -> None:
+        self._stop_writers()
         with self._connections_lock:
             for conn in self._connections:
                 conn.close()

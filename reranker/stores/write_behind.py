@@ -1,0 +1,190 @@
+"""Write-behind: writes that the caller hands over and does not wait for.
+
+A search logs its impression, but nothing in its answer depends on the row being written:
+the next request that needs it is a click seconds later. So :meth:`WriteBehind.put` queues
+the impression and returns, and one thread of the process writes everything queued so far
+in one transaction, after lingering a few milliseconds for company (PostgreSQL's
+``commit_delay`` does the same for its log flushes): one row at a time when traffic is
+light, batches under load. The search's answer no longer waits for the event store's write
+lock or its statements, and the store takes far fewer transactions per impression, which
+leaves the searches more of the machine (and of Python's interpreter lock, which the
+writer thread holds between statements). This is the write-behind of caches and the asynchronous
+commit of databases (PostgreSQL's ``synchronous_commit = off``): a crash loses what was
+queued in the last moments, never what a durable write (a click) has confirmed.
+
+Whoever reads or writes what depends on the queued items first waits for them
+(:meth:`WriteBehind.flush`): a click for its impression, a read of the log, the trainer.
+When a batch fails (the store is unavailable, the disk full), it stays queued and is tried
+again with growing pauses; :meth:`flush` raises the failure meanwhile, so a click answers
+503 instead of waiting, and :meth:`put` refuses new items once ``max_pending`` wait. An
+error that is not the store's (a bug in the batch) drops that batch, logged, so that it
+cannot hold up the others forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from ..errors import StoreError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Seconds between tries of a failing batch: doubling from the first to the last.
+RETRY_PAUSES = (0.05, 2.0)
+
+
+class WriteBehind(Generic[T]):
+    """Queues items for ``write_batch(items)``, which one thread of this process runs on
+    everything queued (at most ``max_batch`` at once), after waiting up to ``linger``
+    seconds for more to arrive (unless a :meth:`flush` waits); ``dropped(items)`` runs for
+    a batch dropped for an error that is not the store's."""
+
+    def __init__(self, write_batch: Callable[[list[T]], object], *, name: str, what: str,
+                 max_batch: int = 500, max_pending: int = 10_000, linger: float = 0.0,
+                 dropped: Callable[[list[T]], object] | None = None):
+        self._write_batch = write_batch
+        self._dropped = dropped
+        self.name = name
+        self.what = what  # what the items are, for messages: "impressions"
+        self.max_batch = max_batch
+        self.max_pending = max_pending
+        self.linger = linger
+        self._cond = threading.Condition()
+        self._queue: list[T] = []
+        self._put = 0  # items ever queued
+        self._done = 0  # items ever written (or dropped)
+        self._failures = 0  # failed tries so far
+        self._failure: StoreError | None = None  # of the latest try, while it fails
+        self._closing = False
+        self._urgent = False  # a flush waits: write now (no linger, no pause)
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        #: Batches written, items in them, and items dropped (for tests, benchmarks, logs).
+        self.batches = self.items = self.dropped = 0
+
+    def put(self, item: T) -> None:
+        """Queue ``item``; :class:`StoreError` when the store has failed and
+        ``max_pending`` items already wait."""
+        with self._cond:
+            self._after_fork()
+            if self._closing:
+                raise StoreError(f"the event store is closed: no more {self.what} are taken")
+            if self._failure is not None and len(self._queue) >= self.max_pending:
+                raise StoreError(f"{len(self._queue)} {self.what} wait for the event store, "
+                                 f"which fails: {self._failure}")
+            self._queue.append(item)
+            self._put += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            if len(self._queue) == 1 or len(self._queue) >= self.max_batch:
+                # The writer waits for a first item, or lingers for a full batch: waking
+                # it for every item would only hand it the interpreter lock to no purpose.
+                self._cond.notify_all()
+
+    @property
+    def pending(self) -> int:
+        """Items queued and not yet written."""
+        with self._cond:
+            return self._put - self._done
+
+    def flush(self, timeout: float) -> None:
+        """Return once every item queued before this call is written; raise the store's
+        error if a try fails meanwhile, or :class:`StoreError` after ``timeout`` seconds."""
+        with self._cond:
+            target, failures = self._put, self._failures
+            if self._done < target:
+                self._urgent = True  # the writer writes now: no linger, no pause
+                self._cond.notify_all()
+            deadline = time.monotonic() + timeout
+            while self._done < target:
+                if self._failures > failures:  # a try failed since this call began
+                    raise StoreError(str(self._failure))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreError(f"the event store has not written {target - self._done} "
+                                     f"queued {self.what} within {timeout:g}s (store.timeout)")
+                self._cond.wait(left)
+
+    def close(self, timeout: float) -> None:
+        """Write what is queued (for up to ``timeout`` seconds, logging what could not be)
+        and stop the thread."""
+        with self._cond:
+            thread = self._thread
+        try:
+            if thread is not None:
+                self.flush(timeout)
+        except StoreError as exc:
+            log.error("%s: %d %s lost at close: %s", self.name, self.pending, self.what, exc)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if thread is not None:
+            thread.join(timeout)
+
+    def _after_fork(self) -> None:
+        """In a child process (a fork), start empty: the parent writes its own queue."""
+        if os.getpid() != self._pid:
+            self._pid = os.getpid()
+            self._queue, self._thread, self._failure = [], None, None
+            self._put = self._done = 0
+
+    def _run(self) -> None:
+        pause = RETRY_PAUSES[0]
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                resume = time.monotonic() + self.linger
+                while len(self._queue) < self.max_batch and not self._urgent \
+                        and not self._closing:
+                    left = resume - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)  # for company: fewer, larger transactions
+                self._urgent = False
+                batch = self._queue[: self.max_batch]
+            try:
+                self._write_batch(batch)
+            except StoreError as exc:  # the store's trouble: try again, later
+                with self._cond:
+                    if self._failure is None or self._failures % 100 == 0:
+                        log.warning("%s: %d %s wait: %s", self.name, len(self._queue),
+                                    self.what, exc)
+                    self._failure = exc
+                    self._failures += 1
+                    self._cond.notify_all()
+                    resume = time.monotonic() + pause
+                    while not self._urgent and not self._closing:
+                        left = resume - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                    if self._closing and not self._urgent:
+                        return
+                    self._urgent = False
+                pause = min(pause * 2, RETRY_PAUSES[1])
+                continue
+            except Exception:  # a bug in the batch: never let it hold the others up
+                log.exception("%s: dropped a batch of %d %s", self.name, len(batch), self.what)
+                self.dropped += len(batch)
+                if self._dropped is not None:
+                    self._dropped(batch)
+            else:
+                self.batches += 1
+                self.items += len(batch)
+            pause = RETRY_PAUSES[0]
+            with self._cond:
+                del self._queue[: len(batch)]
+                self._done += len(batch)
+                self._failure = None
+                self._cond.notify_all()

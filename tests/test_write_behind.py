@@ -1,0 +1,287 @@
+"""Impressions written behind the search: the queue and its writer thread, the count cache
+that keeps click features exact within a process, and clicks that reach another process
+before their impression is written."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import write_config
+
+from reranker.clicks import lifts_from_counts, query_key
+from reranker.config import load_config
+from reranker.errors import StoreError
+from reranker.events import Impression
+from reranker.service import RerankerService
+from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, CountCache, Write
+from reranker.stores.write_behind import WriteBehind
+
+
+class Sink:
+    """A batch writer that records its batches; ``gate`` holds a batch until set, ``fail``
+    raises a store error while set."""
+
+    def __init__(self):
+        self.batches: list[list] = []
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = threading.Event()
+        self.crash_on = None
+
+    def __call__(self, batch):
+        self.entered.set()
+        self.gate.wait(10)
+        if self.fail.is_set():
+            raise StoreError("event store x failed: disk full")
+        if self.crash_on in batch:
+            raise TypeError("a bug")
+        self.batches.append(list(batch))
+
+
+def test_put_returns_at_once_and_what_queues_meanwhile_is_written_in_one_batch():
+    sink = Sink()
+    log = WriteBehind(sink, name="w", what="items")
+    sink.gate.clear()
+    log.put(0)
+    assert sink.entered.wait(5)  # the writer has taken it, and waits at the gate
+    for i in range(1, 6):
+        log.put(i)  # returns at once
+    assert log.pending == 6 and sink.batches == []
+    sink.gate.set()
+    log.flush(5)
+    assert log.pending == 0
+    assert sink.batches == [[0], [1, 2, 3, 4, 5]]
+    assert (log.batches, log.items) == (2, 6)
+    log.close(5)
+
+
+def test_a_failing_store_fails_the_flush_and_loses_nothing_once_it_recovers():
+    sink = Sink()
+    log = WriteBehind(sink, name="w", what="items", max_pending=3)
+    sink.fail.set()
+    log.put("a")
+    with pytest.raises(StoreError, match="disk full"):
+        log.flush(5)
+    log.put("b")
+    log.put("c")
+    with pytest.raises(StoreError, match="3 items wait for the event store"):
+        log.put("d")  # beyond max_pending while it fails: refused, not queued
+    sink.fail.clear()
+    log.flush(5)  # asks for a try at once, which now succeeds
+    assert [x for batch in sink.batches for x in batch] == ["a", "b", "c"]
+    log.put("e")
+    log.flush(5)
+    assert sink.batches[-1] == ["e"]
+    log.close(5)
+
+
+def test_a_flush_gives_up_after_its_timeout():
+    sink = Sink()
+    log = WriteBehind(sink, name="w", what="impressions")
+    sink.gate.clear()
+    log.put(1)
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="not written 1 queued impressions within 0.2s"):
+        log.flush(0.2)
+    assert time.monotonic() - started < 2
+    sink.gate.set()
+    log.close(5)
+    assert sink.batches == [[1]]
+
+
+def test_a_batch_that_is_not_the_stores_fault_is_dropped_and_the_rest_go_on(caplog):
+    sink, dropped = Sink(), []
+    log = WriteBehind(sink, name="w", what="items", dropped=dropped.extend)
+    sink.crash_on = "bad"
+    log.put("bad")
+    log.flush(5)
+    log.put("good")
+    log.flush(5)
+    assert dropped == ["bad"] and sink.batches == [["good"]] and log.dropped == 1
+    assert "dropped a batch of 1 items" in caplog.text
+    log.close(5)
+
+
+def test_close_writes_what_is_queued_and_takes_no_more():
+    sink = Sink()
+    log = WriteBehind(sink, name="w", what="items")
+    sink.gate.clear()
+    for i in range(3):
+        log.put(i)
+    threading.Timer(0.2, sink.gate.set).start()
+    log.close(5)
+    assert [x for batch in sink.batches for x in batch] == [0, 1, 2]
+    with pytest.raises(StoreError, match="closed"):
+        log.put(3)
+
+
+# -- the count cache ---------------------------------------------------------------------------
+
+def impression(i, query, docs, rng):
+    ranking = rng.permutation(len(docs))
+    return Impression(id=f"i{i}", created=float(i), query=query, user_id=None,
+                      learner="preference_perceptron", model_version=0, doc_ids=docs,
+                      feature_names=["x"], features=np.zeros((len(docs), 1)),
+                      ranking=ranking, n_shown=min(5, len(docs)))
+
+
+def test_click_features_within_a_process_are_those_of_every_write_before_them(open_store):
+    """A store object that keeps its counts (a long refresh) and writes behind answers, at
+    every step of a random stream of impressions and clicks over repeated queries, what a
+    fresh read of the store gives once its queue is written."""
+    cached = open_store()
+    cached.click_refresh = 3600.0
+    fresh = open_store()
+    fresh.click_refresh = 0.0
+    rng = np.random.default_rng(4)
+    docs = {q: [f"{q[:3]}{i}" for i in range(12)] + ["shared1", "shared2"]
+            for q in ("tea kettle", "coffee", "teapot")}
+    logged = []
+    for i in range(60):
+        query = ["tea kettle", "coffee", "teapot"][int(rng.integers(3))]
+        candidates = list(rng.permutation(docs[query]))
+        seen = cached.click_features(query, candidates, 5.0)
+        cached.flush()
+        assert np.array_equal(seen, fresh.click_features(query, candidates, 5.0)), i
+        imp = impression(i, query, candidates, rng)
+        cached.log_impression(imp)
+        logged.append(imp)
+        if rng.random() < 0.5:  # a click on an earlier page, while this one may be queued
+            earlier = logged[int(rng.integers(len(logged)))]
+            cached.record_click(earlier.id, earlier.shown_ids()[int(rng.integers(5))])
+    assert cached._counts.hits > 30  # most searches read no database at all
+
+
+def test_another_processes_writes_count_once_the_refresh_time_has_passed(open_store):
+    mine, other = open_store(), open_store()
+    mine.click_refresh = 10.0
+    now = [0.0]
+    mine._counts.clock = lambda: now[0]
+    docs = [f"d{i}" for i in range(6)]
+    rng = np.random.default_rng(0)
+    other.log_impression(impression(1, "tea", docs, rng))
+    before = mine.click_features("tea", docs, 5.0)
+    shown = other.get_impression("i1").shown_ids()
+    other.record_click("i1", shown[0])
+    now[0] = 9.0
+    assert np.array_equal(mine.click_features("tea", docs, 5.0), before)  # not yet
+    now[0] = 10.5
+    after = mine.click_features("tea", docs, 5.0)
+    assert after[docs.index(shown[0]), 0] > before[docs.index(shown[0]), 0]
+
+
+def test_a_cell_read_while_its_own_write_commits_is_read_again():
+    """The database commits a write of this object in the middle of a read: the read is
+    done again once the write has ended, and the write is counted once."""
+    db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
+          (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
+    cache = CountCache(60.0)
+    write = Write()
+    cache.queue([("tea", "a", 0.5), (ALL_QUERIES, "a", 0.5), (ALL_QUERIES, ALL_DOCS, 0.5)])
+    cache.touch(write, [("tea", "a"), (ALL_QUERIES, "a"), (ALL_QUERIES, ALL_DOCS)])
+    reads = []
+
+    def read(key, doc_ids):
+        reads.append(dict(db))
+        if len(reads) == 1:  # the write commits now, and ends a moment later
+            for cell in list(db):
+                db[cell] = (db[cell][0], db[cell][1] + 0.5)
+            threading.Timer(0.1, cache.end, args=(write, {
+                c: (0.0, 0.5) for c in write.cells}, [[
+                    ("tea", "a", 0.5), (ALL_QUERIES, "a", 0.5),
+                    (ALL_QUERIES, ALL_DOCS, 0.5)]])).start()
+        return {c: v for c, v in db.items() if c[1] in doc_ids or c[1] == ALL_DOCS}
+
+    counts, total = cache.counts("tea", ["a"], read)
+    assert len(reads) == 2
+    assert counts.tolist() == [[1.0, 4.5, 1.0, 4.5]] and total == (1.0, 4.5)
+    counts, _ = cache.counts("tea", ["a"], read)  # kept: no read
+    assert len(reads) == 2 and counts.tolist() == [[1.0, 4.5, 1.0, 4.5]]
+
+
+def test_the_cache_forgets_everything_past_its_size_and_reads_again():
+    db = {(k, d): (1.0, 2.0) for k in ("tea", "cup", ALL_QUERIES) for d in "abc"}
+    db[ALL_QUERIES, ALL_DOCS] = (3.0, 6.0)
+    cache = CountCache(60.0, max_cells=8)
+
+    def read(key, doc_ids):
+        return {c: v for c, v in db.items() if c[0] in (key, ALL_QUERIES)}
+
+    for key in ("tea", "cup", "tea"):
+        counts, total = cache.counts(key, ["a", "b", "c"], read)
+        assert counts.tolist() == [[1.0, 2.0, 1.0, 2.0]] * 3 and total == (3.0, 6.0)
+    assert cache.reads == 3 and cache._size <= 8
+
+
+def test_a_click_on_an_impression_another_process_has_not_written_yet_waits(workdir):
+    """Two services on one store (two worker processes would be the same): the click
+    reaches the one that did not serve the page while the other still holds its
+    impression in its queue; it is accepted once the impression is written."""
+    config = load_config(write_config(workdir, trainer={"enabled": False}))
+    serving, other = RerankerService(config).open(), RerankerService(config).open()
+    try:
+        gate = threading.Event()
+        writer = serving.events._impressions()
+        write_batch = writer._write_batch
+        writer._write_batch = lambda batch: gate.wait(10) and write_batch(batch)
+        page = serving.search("tea kettle", 10)
+        threading.Timer(0.3, gate.set).start()
+        started = time.monotonic()
+        result = other.click(page["impression_id"], page["hits"][0]["id"])
+        assert not result.duplicate and time.monotonic() - started >= 0.25
+        assert other.events.get_impression(page["impression_id"]).clicked == [
+            page["hits"][0]["id"]]
+    finally:
+        serving.close()
+        other.close()
+
+
+def test_the_counts_of_a_query_are_those_of_the_store_after_a_restart(workdir):
+    """Nothing of the cache outlives its process: a new service reads what the old one
+    wrote, queued impressions included (close writes them)."""
+    config = load_config(write_config(workdir, trainer={"enabled": False}))
+    service = RerankerService(config).open()
+    pages = [service.search("tea kettle", 10) for _ in range(3)]
+    service.click(pages[0]["impression_id"], pages[0]["hits"][2]["id"])
+    candidates = service.backend.search("tea kettle", 100).ids
+    before = service.events.click_features("tea kettle", candidates, 5.0)
+    service.close()
+    again = RerankerService(config).open()
+    try:
+        assert np.array_equal(again.events.click_features("tea kettle", candidates, 5.0),
+                              before)
+        assert again.events.stats()["impressions"] == 3
+    finally:
+        again.close()
+
+
+def test_lifts_of_the_cached_counts_match_the_formula(open_store):
+    store = open_store()
+    docs = ["a", "b"]
+    store.log_impression(impression(0, "Tea", docs, np.random.default_rng(1)))
+    store.record_click("i0", store.get_impression("i0").shown_ids()[0])
+    with store._reading() as conn:
+        rows = {(k, d): (c, e) for k, d, c, e in store._run(
+            conn, "SELECT query_key, doc_id, clicks, exposure FROM click_stats").fetchall()}
+    counts = np.array([[*rows[query_key("Tea"), d], *rows[ALL_QUERIES, d]] for d in docs])
+    np.testing.assert_array_equal(store.click_features("tea", docs, 5.0), lifts_from_counts(
+        counts, *rows[ALL_QUERIES, ALL_DOCS], 5.0))
+
+
+@pytest.mark.parametrize("doc_ids", [[], ["b"], ["c", "a", "b"]])
+def test_the_counts_of_any_number_of_candidates_come_in_their_order(doc_ids):
+    db = {("tea", "a"): (1.0, 2.0), ("tea", "b"): (0.0, 3.0), (ALL_QUERIES, "a"): (2.0, 5.0),
+          (ALL_QUERIES, "b"): (0.0, 4.0), (ALL_QUERIES, ALL_DOCS): (2.0, 9.0)}
+    cache = CountCache(60.0)
+
+    def read(key, docs):
+        return {c: v for c, v in db.items() if c[0] in (key, ALL_QUERIES)}
+
+    want = np.array([[*db.get(("tea", d), (0.0, 0.0)), *db.get((ALL_QUERIES, d), (0.0, 0.0))]
+                     for d in doc_ids]).reshape(len(doc_ids), 4)
+    for _ in range(2):  # read, then kept
+        counts, total = cache.counts("tea", doc_ids, read)
+        assert np.array_equal(counts, want) and total == (2.0, 9.0)
+    assert cache.reads == 1 and cache.hits == 1
