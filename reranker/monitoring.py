@@ -119,6 +119,9 @@ class _ServiceState:
                                   "clicks.")
         writable = GaugeMetricFamily("reranker_store_writable", "1 if the event store took a "
                                      "write at the last check, else 0.")
+        queued = GaugeMetricFamily("reranker_impressions_queued", "Impressions this process "
+                                   "has logged and not yet written to the event store.")
+        queued.add_metric([], service.events.queued_impressions)  # before the reads flush
         now = time.time()
         open_count = None
         for arm in service.arms:
@@ -136,7 +139,7 @@ class _ServiceState:
         if open_count is not None:
             open_.add_metric([], open_count)
         writable.add_metric([], 1.0 if service.store_writable() else 0.0)
-        yield from (version, lag, age, open_, writable)
+        yield from (version, lag, age, open_, writable, queued)
 
 
 # -- public answers -----------------------------------------------------------------------------

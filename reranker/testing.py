@@ -435,18 +435,19 @@ def cli_env() -> dict[str, str]:
 
 
 class ServeProcess:
-    """``reranker serve -c CONFIG --port 0`` in a subprocess; :attr:`url` is where it
-    listens. Its log goes to ``serve.log`` beside the config (a pipe could fill up and block
-    it)."""
+    """``reranker serve -c CONFIG --port 0`` in a subprocess (with ``env`` added to its
+    environment); :attr:`url` is where it listens. Its log goes to ``serve.log`` beside the
+    config (a pipe could fill up and block it)."""
 
-    def __init__(self, config_path: str | os.PathLike, *extra: str):
+    def __init__(self, config_path: str | os.PathLike, *extra: str,
+                 env: dict[str, str] | None = None):
         config_path = Path(config_path)
         self.log_path = config_path.parent / "serve.log"
         self.log = open(self.log_path, "a", encoding="utf-8")
         self.proc = subprocess.Popen(reranker_command() + ["serve", "-c", str(config_path),
                                                            "--port", "0", *extra],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env=cli_env())
+                                     env={**cli_env(), **(env or {})})
         line = self.proc.stdout.readline()
         match = re.search(r"http://[\d.]+:(\d+)", line)
         if not match:

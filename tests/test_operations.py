@@ -75,6 +75,27 @@ def test_metrics_count_requests_clicks_versions_and_the_trainers_lag(workdir):
         server.stop()
 
 
+def test_metrics_show_the_impressions_waiting_to_be_written(workdir):
+    import threading
+
+    server = LiveServer(write_config(workdir, trainer={"enabled": False}))
+    try:
+        writer = server.service.events._impressions()
+        write_batch, gate = writer._write_batch, threading.Event()
+        writer._write_batch = lambda batch: (gate.wait(30), write_batch(batch))
+        for _ in range(2):
+            assert server.post("/search", {"query": "tea kettle"}).status_code == 200
+        queued = ("reranker_impressions_queued", ())
+        # The gauge is read before the scrape's reads of the store, which wait for the
+        # queue: the writer goes on a moment later.
+        threading.Timer(0.5, gate.set).start()
+        assert "reranker_impressions_queued 2.0" in server.get("/metrics").text
+        assert samples(server)[queued] == 0
+        assert server.service.events.stats()["impressions"] == 2
+    finally:
+        server.stop()
+
+
 class Failing(Learner):
     """A third-party learner that fails on every ranking."""
 

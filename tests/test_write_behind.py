@@ -225,7 +225,7 @@ def test_a_click_on_an_impression_another_process_has_not_written_yet_waits(work
         gate = threading.Event()
         writer = serving.events._impressions()
         write_batch = writer._write_batch
-        writer._write_batch = lambda batch: gate.wait(10) and write_batch(batch)
+        writer._write_batch = lambda batch: (gate.wait(30), write_batch(batch))
         page = serving.search("tea kettle", 10)
         threading.Timer(0.3, gate.set).start()
         started = time.monotonic()

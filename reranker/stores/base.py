@@ -95,6 +95,12 @@ class EventStore(abc.ABC):
         of this object sees the impression as written: a click on it, a read, the
         counts."""
 
+    @property
+    def queued_impressions(self) -> int:
+        """Impressions this object has logged and not yet written (0 for a store that writes
+        them before :meth:`log_impression` returns)."""
+        return 0
+
     @abc.abstractmethod
     def record_click(self, impression_id: str, doc_id: str,
                      now: float | None = None) -> ClickResult:

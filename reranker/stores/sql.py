@@ -150,9 +150,8 @@ class SQLEventStore(EventStore):
     def flush(self) -> None:
         """Wait until every impression this object has logged is written (``StoreError``
         when the store fails meanwhile, or after ``store.timeout`` seconds)."""
-        log = self.__dict__.get("_impression_log")
-        if log is not None and log.pending:
-            log.flush(self.timeout)
+        if self.queued_impressions:
+            self._impressions().flush(self.timeout)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -179,6 +178,11 @@ class SQLEventStore(EventStore):
         except BaseException:
             self._counts.unqueue([exposures])
             raise
+
+    @property
+    def queued_impressions(self) -> int:
+        log = self.__dict__.get("_impression_log")
+        return 0 if log is None else log.pending
 
     def _stop_writers(self) -> None:
         """Write the impressions still queued (for up to ``store.timeout`` seconds) and stop

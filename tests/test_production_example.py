@@ -1,0 +1,100 @@
+"""The production set-up of the README, run as written: its configuration (PostgreSQL,
+keys and API keys from the environment, a trusted proxy header, JSON logs, retention, the
+trainer apart), `reranker index`, `reranker serve` with gunicorn workers and
+`reranker train --follow` beside it, on a real PostgreSQL server."""
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+from conftest import ServeProcess, learn, write_docs
+
+from reranker.config import load_config
+from reranker.testing import cli_env, reranker_command
+
+ROOT = Path(__file__).resolve().parents[1]
+MARK = "<!-- production-example -->"
+
+
+def production_example() -> dict:
+    """The YAML block that follows the mark in the README."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(re.escape(MARK) + r"\s*```yaml\n(.*?)```", readme, re.S)
+    assert block, "the README's production example is gone"
+    return yaml.safe_load(block.group(1))
+
+
+def test_the_production_example_is_a_valid_configuration(tmp_path):
+    example = production_example()
+    path = tmp_path / "production.yaml"
+    path.write_text(yaml.safe_dump(example), encoding="utf-8")
+    config = load_config(path)
+    assert config.store.type == "postgresql" and config.server.workers >= 2
+    assert config.trainer.enabled is False and config.store.retention
+
+
+@pytest.mark.slow
+def test_the_production_example_serves_learns_and_reports(tmp_path, corpus, postgres_dsn):
+    example = production_example()
+    # Where this machine has things, and a trainer that closes pages after a second, not
+    # after the default window; everything else as written.
+    example["backend"]["path"] = str(tmp_path / "index")
+    example["store"].update(dsn=postgres_dsn, models=str(tmp_path / "models"))
+    example["trainer"].update(feedback_window=1.0, interval=0.2)
+    path = tmp_path / "production.yaml"
+    path.write_text(yaml.safe_dump(example), encoding="utf-8")
+    env = {"RERANKER_SIGNING_KEYS": "k2:" + "a" * 64, "RERANKER_API_KEYS": "app-key-1234567890",
+           "RERANKER_SERVER_ADMIN_TOKEN": "operator-token-123456"}
+    command_env = {**cli_env(), **env}
+    subprocess.run(reranker_command() + ["index", "-c", str(path),
+                                         str(write_docs(tmp_path, corpus.documents))],
+                   check=True, env=command_env, capture_output=True, timeout=300)
+    server = ServeProcess(path, "--workers", "2", env=env)
+    follower = subprocess.Popen(reranker_command() + ["train", "--follow", "-c", str(path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=command_env)
+    try:
+        server.wait_ready()
+        app = {"X-API-Key": env["RERANKER_API_KEYS"], "X-Forwarded-For": "203.0.113.7"}
+
+        def search(query):
+            answer = requests.post(server.url + "/search", json={"query": query},
+                                   headers=app, timeout=30)
+            assert answer.status_code == 200, answer.text
+            return answer.json()
+
+        def click(impression_id, doc_id):  # from the browser: no API key
+            answer = requests.post(server.url + "/click", json={
+                "impression_id": impression_id, "doc_id": doc_id},
+                headers={"X-Forwarded-For": "203.0.113.7"}, timeout=30)
+            assert answer.status_code == 202, answer.text
+
+        assert requests.post(server.url + "/search", json={"query": "tea"},
+                             timeout=30).status_code == 401  # the API key is asked for
+        page = search("tea kettle")
+        assert page["impression_id"].startswith("k2.")  # signed with the environment's key
+        learn(search, click, pages=3)
+        deadline = time.monotonic() + 90
+        while search("tea kettle")["model_version"] < 1:  # the follower trained
+            assert time.monotonic() < deadline, server.log_path.read_text()
+            time.sleep(0.3)
+        metrics = requests.get(server.url + "/metrics", timeout=30).text
+        assert "reranker_impressions_queued" in metrics
+        assert "reranker_store_writable 1.0" in metrics
+        detail = requests.get(server.url + "/healthz?detail=1", timeout=30, headers={
+            "Authorization": f"Bearer {env['RERANKER_SERVER_ADMIN_TOKEN']}"})
+        assert detail.status_code == 200 and detail.json()["status"] == "ok", detail.text
+        # JSON log lines, one per request, with the client behind the proxy
+        lines = [line for line in server.log_path.read_text().splitlines()
+                 if line.startswith("{") and '"/search"' in line]
+        assert lines, server.log_path.read_text()
+    finally:
+        server.stop()
+        follower.send_signal(signal.SIGTERM)
+        output, _ = follower.communicate(timeout=60)
+    assert follower.returncode == 0, output
