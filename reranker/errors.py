@@ -152,6 +152,8 @@ class DataError(RerankerError):
 
 
 class StoreError(RerankerError):
-    """The event store cannot be opened or used; names the file."""
+    """The event store cannot be opened or used; names the file. ``permanent`` when the
+    database refused a value (a write that fails so fails again), not for its own state."""
 
     status = 503
+    permanent = False

@@ -624,8 +624,10 @@ def check_impression_id(impression_id: Any) -> str:
 
 
 def _check_text(field: str, value: str) -> bytes:
-    """``value`` in UTF-8. JSON allows lone surrogates that no UTF-8 store or engine can
-    hold: a client error."""
+    """``value`` in UTF-8. JSON allows lone surrogates, and NUL characters, that no UTF-8
+    store or engine can hold (PostgreSQL refuses NUL in text): a client error."""
+    if "\x00" in value:
+        raise BadRequestError(f"'{field}' holds a NUL character", field=field)
     try:
         return value.encode("utf-8")
     except UnicodeEncodeError:

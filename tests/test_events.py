@@ -140,6 +140,7 @@ def test_clicks_racing_the_close_are_either_counted_or_refused(open_store):
     count = 40
     for k in range(count):
         writer.log_impression(impression(f"i{k}", float(k), n=6, shown=6))
+    writer.flush()  # written behind: the other objects see them once written
     accepted, errors = set(), []
 
     def click(store, doc):

@@ -86,6 +86,7 @@ def test_concurrent_clicks_are_all_stored_once_with_exact_errors(store, open_sto
     pages = [f"p{i}" for i in range(40)]
     for page in pages:
         store.log_impression(impression(page, 1.0, n=10, shown=5))
+    store.flush()  # written behind: another object sees them once written
     other = open_store()
     outcomes, lock = [], threading.Lock()
     clicks = [(page, f"d{d}") for page in pages for d in range(5, 10)]  # the shown ones

@@ -201,6 +201,8 @@ def test_clicks_are_committed_with_a_full_sync(tmp_path):
 @pytest.mark.parametrize("body, field", [
     ('{"query": "tea \\ud800"}', "'query'"),
     ('{"query": "tea", "user_id": "\\udfff"}', "'user_id'"),
+    ('{"query": "tea \\u0000"}', "'query'"),  # PostgreSQL holds no NUL in a text
+    ('{"query": "tea", "session_id": "a\\u0000b"}', "'session_id'"),
 ])
 def test_lone_surrogates_are_client_errors(live, body, field):
     response = requests.post(live.url + "/search", data=body, timeout=10,

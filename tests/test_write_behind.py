@@ -2,19 +2,23 @@
 that keeps click features exact within a process, and clicks that reach another process
 before their impression is written."""
 
+import dataclasses
+import json
 import threading
 import time
 
 import numpy as np
 import pytest
-from conftest import write_config
+from conftest import store_rows, write_config
 
 from reranker.clicks import lifts_from_counts, query_key
 from reranker.config import load_config
 from reranker.errors import StoreError
 from reranker.events import Impression
 from reranker.service import RerankerService
-from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, CountCache, Write
+from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, CountCache
+from reranker.stores.encoding import candidates_payload, features_payload
+from reranker.stores.sql import exposure_rows
 from reranker.stores.write_behind import WriteBehind
 
 
@@ -100,7 +104,31 @@ def test_a_batch_that_is_not_the_stores_fault_is_dropped_and_the_rest_go_on(capl
     log.put("good")
     log.flush(5)
     assert dropped == ["bad"] and sink.batches == [["good"]] and log.dropped == 1
-    assert "dropped a batch of 1 items" in caplog.text
+    assert "dropped 1 items after an error" in caplog.text
+    log.close(5)
+
+
+def test_an_item_the_store_refuses_is_dropped_alone_and_the_queue_goes_on(caplog):
+    """A value the database refuses (a permanent store error) fails its batch: the items
+    are written one by one, and only the refused one is dropped."""
+    written, dropped = [], []
+
+    def write_batch(batch):
+        if "bad" in batch:
+            error = StoreError("event store x failed: invalid byte sequence")
+            error.permanent = True
+            raise error
+        written.extend(batch)
+
+    log = WriteBehind(write_batch, name="w", what="items", linger=0.2, dropped=dropped.extend)
+    for item in ("a", "bad", "b"):
+        log.put(item)  # one batch: the writer lingers for them
+    log.flush(5)
+    assert written == ["a", "b"] and dropped == ["bad"] and log.pending == 0
+    assert "dropped 1 items that the event store refuses" in caplog.text
+    log.put("c")
+    log.flush(5)
+    assert written[-1] == "c"
     log.close(5)
 
 
@@ -172,43 +200,88 @@ def test_another_processes_writes_count_once_the_refresh_time_has_passed(open_st
     assert after[docs.index(shown[0]), 0] > before[docs.index(shown[0]), 0]
 
 
-def test_a_cell_read_while_its_own_write_commits_is_read_again():
-    """The database commits a write of this object in the middle of a read: the read is
-    done again once the write has ended, and the write is counted once."""
+def reader(cache, db):
+    """A ``read`` for the cache over a dict standing for the database."""
+    calls = []
+
+    def read(key, doc_ids, keep):
+        with cache.gate.shared():
+            calls.append(dict(db))
+            keep({c: v for c, v in db.items()
+                  if c[0] in (key, ALL_QUERIES) and (c[1] in doc_ids or c[1] == ALL_DOCS)})
+    return read, calls
+
+
+ROWS = [("tea", "a", 0.5), (ALL_QUERIES, "a", 0.5), (ALL_QUERIES, ALL_DOCS, 0.5)]
+
+
+def commit_exposures(cache, db, held=0.0):
+    """A commit of the queued impression (its rows ``ROWS``), holding the gate ``held``
+    seconds before the database takes it."""
+    with cache.committing():
+        time.sleep(held)
+        for key, doc, weight in ROWS:
+            db[key, doc] = (db[key, doc][0], db[key, doc][1] + weight)
+        cache.committed({(k, d): (0.0, w) for k, d, w in ROWS}, [ROWS])
+
+
+@pytest.mark.parametrize("read_first", [True, False])
+def test_a_read_and_a_commit_of_the_same_object_never_overlap(read_first):
+    """A read that comes while a commit of this object is under way waits for it and sees
+    it; a commit that comes during a read waits for the read and adds itself after. Either
+    way the queued impression counts once, before, during and after its commit."""
+    db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
+          (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
+    cache = CountCache(0.0)  # every search reads
+    read, calls = reader(cache, db)
+    cache.queue(ROWS)
+    assert cache.counts("tea", ["a"], read)[0].tolist() == [[1.0, 4.5, 1.0, 4.5]]
+    if read_first:
+        slow = threading.Event()
+
+        def slow_read(key, doc_ids, keep):
+            with cache.gate.shared():
+                slow.set()
+                time.sleep(0.2)  # the commit waits meanwhile
+                keep({c: v for c, v in db.items()})
+        other = threading.Thread(target=cache.counts, args=("tea", ["a"], slow_read))
+        other.start()
+        assert slow.wait(5)
+        started = time.monotonic()
+        commit_exposures(cache, db)
+        assert time.monotonic() - started >= 0.15
+        other.join()
+    else:
+        committing = threading.Thread(target=commit_exposures, args=(cache, db, 0.2))
+        committing.start()
+        time.sleep(0.05)
+        started = time.monotonic()
+        counts, total = cache.counts("tea", ["a"], read)
+        assert time.monotonic() - started >= 0.1  # it waited for the commit
+        committing.join()
+        assert counts.tolist() == [[1.0, 4.5, 1.0, 4.5]] and total == (1.0, 4.5)
+    counts, total = cache.counts("tea", ["a"], read)
+    assert counts.tolist() == [[1.0, 4.5, 1.0, 4.5]] and total == (1.0, 4.5)
+
+
+def test_a_kept_cell_adds_the_commits_of_its_object():
     db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
           (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
     cache = CountCache(60.0)
-    write = Write()
-    cache.queue([("tea", "a", 0.5), (ALL_QUERIES, "a", 0.5), (ALL_QUERIES, ALL_DOCS, 0.5)])
-    cache.touch(write, [("tea", "a"), (ALL_QUERIES, "a"), (ALL_QUERIES, ALL_DOCS)])
-    reads = []
-
-    def read(key, doc_ids):
-        reads.append(dict(db))
-        if len(reads) == 1:  # the write commits now, and ends a moment later
-            for cell in list(db):
-                db[cell] = (db[cell][0], db[cell][1] + 0.5)
-            threading.Timer(0.1, cache.end, args=(write, {
-                c: (0.0, 0.5) for c in write.cells}, [[
-                    ("tea", "a", 0.5), (ALL_QUERIES, "a", 0.5),
-                    (ALL_QUERIES, ALL_DOCS, 0.5)]])).start()
-        return {c: v for c, v in db.items() if c[1] in doc_ids or c[1] == ALL_DOCS}
-
+    read, calls = reader(cache, db)
+    cache.counts("tea", ["a"], read)
+    cache.queue(ROWS)
+    commit_exposures(cache, db)
     counts, total = cache.counts("tea", ["a"], read)
-    assert len(reads) == 2
+    assert len(calls) == 1  # kept: no read
     assert counts.tolist() == [[1.0, 4.5, 1.0, 4.5]] and total == (1.0, 4.5)
-    counts, _ = cache.counts("tea", ["a"], read)  # kept: no read
-    assert len(reads) == 2 and counts.tolist() == [[1.0, 4.5, 1.0, 4.5]]
 
 
 def test_the_cache_forgets_everything_past_its_size_and_reads_again():
     db = {(k, d): (1.0, 2.0) for k in ("tea", "cup", ALL_QUERIES) for d in "abc"}
     db[ALL_QUERIES, ALL_DOCS] = (3.0, 6.0)
     cache = CountCache(60.0, max_cells=8)
-
-    def read(key, doc_ids):
-        return {c: v for c, v in db.items() if c[0] in (key, ALL_QUERIES)}
-
+    read, _ = reader(cache, db)
     for key in ("tea", "cup", "tea"):
         counts, total = cache.counts(key, ["a", "b", "c"], read)
         assert counts.tolist() == [[1.0, 2.0, 1.0, 2.0]] * 3 and total == (3.0, 6.0)
@@ -275,13 +348,82 @@ def test_the_counts_of_any_number_of_candidates_come_in_their_order(doc_ids):
     db = {("tea", "a"): (1.0, 2.0), ("tea", "b"): (0.0, 3.0), (ALL_QUERIES, "a"): (2.0, 5.0),
           (ALL_QUERIES, "b"): (0.0, 4.0), (ALL_QUERIES, ALL_DOCS): (2.0, 9.0)}
     cache = CountCache(60.0)
-
-    def read(key, docs):
-        return {c: v for c, v in db.items() if c[0] in (key, ALL_QUERIES)}
-
+    read, _ = reader(cache, db)
     want = np.array([[*db.get(("tea", d), (0.0, 0.0)), *db.get((ALL_QUERIES, d), (0.0, 0.0))]
                      for d in doc_ids]).reshape(len(doc_ids), 4)
     for _ in range(2):  # read, then kept
         counts, total = cache.counts("tea", doc_ids, read)
         assert np.array_equal(counts, want) and total == (2.0, 9.0)
     assert cache.reads == 1 and cache.hits == 1
+
+
+def test_an_impression_the_database_refuses_is_dropped_and_the_others_are_written(
+        open_store, caplog):
+    """One impression the database refuses (here a missing learner; on PostgreSQL a NUL in
+    a text is another) is dropped alone, its exposures no longer counted; the impressions
+    queued with it are written, and clicks on them are taken."""
+    store = open_store()
+    rng = np.random.default_rng(3)
+    docs = [f"d{i}" for i in range(8)]
+    gate = threading.Event()
+    writer = store._impressions()
+    write_batch = writer._write_batch
+    writer._write_batch = lambda batch: (gate.wait(30), write_batch(batch))
+    good = [impression(i, "tea", docs, rng) for i in range(3)]
+    bad = dataclasses.replace(impression(9, "tea", docs, rng), learner=None)
+    for imp in (good[0], bad, good[1], good[2]):
+        store.log_impression(imp)
+    gate.set()
+    store.flush()
+    assert store.stats()["impressions"] == 3 and writer.dropped == 1
+    assert "dropped 1 impressions that the event store refuses" in caplog.text
+    assert store.record_click("i1", store.get_impression("i1").shown_ids()[0])
+    fresh = open_store()
+    fresh.click_refresh = 0.0
+    assert np.array_equal(store.click_features("tea", docs, 5.0),
+                          fresh.click_features("tea", docs, 5.0))
+
+
+def test_a_batch_written_again_after_its_commit_counts_once(open_store):
+    """A commit whose answer was lost is tried again: the impressions already there are
+    left as they are, their exposures not counted twice."""
+    store = open_store()
+    docs = [f"d{i}" for i in range(6)]
+    store.log_impression(impression(0, "tea", docs, np.random.default_rng(0)))
+    store.flush()
+    rows = store_rows(store, "SELECT query_key, doc_id, exposure FROM click_stats")
+    imp = store.get_impression("i0")
+    theta = store.position_bias().weights(imp.n_shown)
+    row = (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
+           candidates_payload(imp.doc_ids, imp.ranking, imp.propensities),
+           features_payload(imp.features), imp.n_shown, imp.log_prob, None, None, imp.arm,
+           imp.experiment, imp.offset, imp.page_key)
+    cells = exposure_rows(query_key(imp.query), imp.shown_ids(), theta)
+    item = (json.dumps(["x"]), row, cells)
+    store._counts.queue(cells)
+    store._log_impressions([item])  # again
+    assert store_rows(store, "SELECT query_key, doc_id, exposure FROM click_stats") == rows
+    assert store.stats()["impressions"] == 1
+
+
+def test_what_a_search_reads_never_waits_for_the_queue(open_store):
+    """The experiment's state and a later page's first page are read without waiting for
+    the queued impressions (a store that cannot take them must not fail the searches)."""
+    store = open_store()
+    gate = threading.Event()
+    writer = store._impressions()
+    write_batch = writer._write_batch
+    writer._write_batch = lambda batch: (gate.wait(30), write_batch(batch))
+    store.log_impression(impression(0, "tea", [f"d{i}" for i in range(6)],
+                                    np.random.default_rng(0)))
+    started = time.monotonic()
+    assert store.experiment_state("exp") == {}
+    assert store.first_page("no such page", 0.0) is None
+    assert time.monotonic() - started < 5
+    gate.set()
+    store.flush()
+    # a first page still queued is written, then found
+    first = dataclasses.replace(impression(1, "tea", [f"d{i}" for i in range(6)],
+                                           np.random.default_rng(1)), page_key="p1")
+    store.log_impression(first)
+    assert store.first_page("p1", 0.0).id == "i1"

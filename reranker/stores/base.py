@@ -95,6 +95,12 @@ class EventStore(abc.ABC):
         of this object sees the impression as written: a click on it, a read, the
         counts."""
 
+    def flush(self) -> None:
+        """Return once every impression this object has logged is written, so that other
+        objects and processes sharing the store see it (a store that writes them before
+        :meth:`log_impression` returns has nothing to do)."""
+        return None
+
     @property
     def queued_impressions(self) -> int:
         """Impressions this object has logged and not yet written (0 for a store that writes

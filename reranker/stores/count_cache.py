@@ -20,20 +20,23 @@ is seen when the query's cells are read again, at most ``features.click_refresh`
 after they were read (0: every search reads the database). A click never reaches a search
 before it: the cache only ever lags.
 
-A cell read from the database while one of this object's own transactions that changes it
-was under way may or may not hold that transaction's counts. Such a cell is read again
-once the transaction has ended (a few times at most: under constant writing, the last read
-serves, and may count one transaction twice for that search).
+A read from the database and a commit of this object never overlap (:meth:`reading` and
+:meth:`committing`, a readers-writer gate taken only around the ``COMMIT`` and the update of
+the kept cells that goes with it, never while a transaction waits for the database's
+locks): a read sees a commit of this object either wholly, and then the kept cells already
+hold it, or not at all, and then the commit adds itself to them after. So no count is ever
+missed or counted twice, and a read never waits for more than a commit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
+import os
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -46,52 +49,87 @@ ALL_DOCS = ""
 MAX_CELLS = 200_000
 
 Cell = tuple[str, str]
+Rows = Sequence[tuple[str, str, float]]  # (query_key, doc_id, exposure) of one impression
 
 
-class Write:
-    """One transaction of a store object that changes counts: the cells it changes, as
-    :meth:`CountCache.touch` names them (before its commit)."""
-
-    __slots__ = ("cells",)
+class Gate:
+    """A readers-writer lock that prefers its writer: the store's reads of counts share it,
+    its commits take it alone."""
 
     def __init__(self):
-        self.cells: set[Cell] = set()
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writers = 0  # holding or waiting
+        self._write_lock = threading.Lock()  # writers exclude each other too
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._writers:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    def acquire(self) -> None:
+        with self._cond:
+            self._writers += 1
+            while self._readers:
+                self._cond.wait()
+        self._write_lock.acquire()
+
+    def release(self) -> None:
+        self._write_lock.release()
+        with self._cond:
+            self._writers -= 1
+            self._cond.notify_all()
 
 
 class CountCache:
     """The ``click_stats`` cells one store object has read in the last ``ttl`` seconds,
     with its own writes added, and the exposures of its queued impressions."""
 
-    #: Transactions ended lately whose cells a read may have to check.
-    RECENT = 256
-
     def __init__(self, ttl: float, *, max_cells: int = MAX_CELLS,
                  clock: Callable[[], float] = time.monotonic):
         self.ttl = ttl
         self.max_cells = max_cells
         self.clock = clock
-        self._cond = threading.Condition()
+        self._reset()
+        #: Reads of the database, and searches answered from the cache (for tests and
+        #: benchmarks).
+        self.reads = self.hits = 0
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self.gate = Gate()
         # Cells read, with this object's commits since added: per query, when its cells
         # were read and each document's [clicks, exposure] under it; over all queries, each
         # document's (and the total's, under ALL_DOCS).
         self._queries: dict[str, tuple[float, dict[str, list]]] = {}
         self._all: dict[str, list] = {}
-        self._size = 0  # cells kept
-        # Exposures of queued impressions: per query, per document [exposure, impressions];
-        # over all queries, the same.
+        self._size = 0  # cells (and queries) kept
+        # Exposures of queued impressions: per query (and ALL_QUERIES), per document,
+        # [exposure, impressions].
         self._queued: dict[str, dict[str, list]] = {}
-        self._busy: dict[Cell, int] = {}  # cell -> transactions under way that change it
-        self._ended = 0  # transactions ended so far
-        self._recent: deque[tuple[int, set[Cell]]] = deque(maxlen=self.RECENT)
-        #: Reads of the database, and searches answered from the cache (for tests and
-        #: benchmarks).
-        self.reads = self.hits = 0
+
+    def _forked(self) -> None:
+        """In a child process (a fork) start empty, with locks of its own: what the parent
+        queued is the parent's to write, and its locks may have been held at the fork."""
+        if os.getpid() != self._pid:
+            self._reset()
 
     # -- what this object writes ---------------------------------------------------------------
 
-    def queue(self, rows: Iterable[tuple[str, str, float]]) -> None:
+    def queue(self, rows: Rows) -> None:
         """Exposures ``(query_key, doc_id, weight)`` of an impression queued for writing."""
-        with self._cond:
+        self._forked()
+        with self._lock:
             for key, doc_id, weight in rows:
                 cell = self._queued.setdefault(key, {}).get(doc_id)
                 if cell is None:
@@ -100,47 +138,41 @@ class CountCache:
                     cell[0] += weight
                     cell[1] += 1
 
-    def unqueue(self, impressions: Iterable[Sequence[tuple[str, str, float]]]) -> None:
+    def unqueue(self, impressions: Iterable[Rows]) -> None:
         """The exposures of impressions that will never be written."""
-        with self._cond:
+        with self._lock:
             self._unqueue(impressions)
 
-    def touch(self, write: Write, cells: Iterable[Cell]) -> None:
-        """``write`` changes ``cells``: to be said before it commits."""
-        with self._cond:
-            for cell in cells:
-                if cell not in write.cells:
-                    write.cells.add(cell)
-                    self._busy[cell] = self._busy.get(cell, 0) + 1
+    @contextlib.contextmanager
+    def committing(self) -> Iterator[None]:
+        """Held from just before the ``COMMIT`` of a transaction of this object that changes
+        counts (not earlier: the database's locks are taken by then) until
+        :meth:`committed` has added what it wrote."""
+        self._forked()
+        self.gate.acquire()
+        try:
+            yield
+        finally:
+            self.gate.release()
 
-    def end(self, write: Write, committed: Mapping[Cell, tuple[float, float]] | None = None,
-            written: Iterable[Sequence[tuple[str, str, float]]] = ()) -> None:
-        """``write`` ended: ``committed`` holds what it added to each cell (``(clicks,
-        exposure)``; None when it rolled back), ``written`` the exposures of the queued
-        impressions it wrote."""
-        with self._cond:
-            for cell in write.cells:
-                left = self._busy[cell] - 1
-                if left:
-                    self._busy[cell] = left
+    def committed(self, added: Mapping[Cell, tuple[float, float]],
+                  written: Iterable[Rows] = ()) -> None:
+        """A commit of this object succeeded (call it within :meth:`committing`): what it
+        added to each cell (``{(query_key, doc_id): (clicks, exposure)}``), and the
+        exposures of the queued impressions it wrote."""
+        with self._lock:
+            for (key, doc_id), (clicks, exposure) in added.items():
+                if key == ALL_QUERIES:
+                    kept = self._all.get(doc_id)
                 else:
-                    del self._busy[cell]
-            self._ended += 1
-            self._recent.append((self._ended, write.cells))
-            if committed is not None:
-                for (key, doc_id), (clicks, exposure) in committed.items():
-                    if key == ALL_QUERIES:
-                        kept = self._all.get(doc_id)
-                    else:
-                        entry = self._queries.get(key)
-                        kept = None if entry is None else entry[1].get(doc_id)
-                    if kept is not None:
-                        kept[0] += clicks
-                        kept[1] += exposure
-                self._unqueue(written)
-            self._cond.notify_all()
+                    entry = self._queries.get(key)
+                    kept = None if entry is None else entry[1].get(doc_id)
+                if kept is not None:
+                    kept[0] += clicks
+                    kept[1] += exposure
+            self._unqueue(written)
 
-    def _unqueue(self, impressions: Iterable[Sequence[tuple[str, str, float]]]) -> None:
+    def _unqueue(self, impressions: Iterable[Rows]) -> None:
         for rows in impressions:
             for key, doc_id, weight in rows:
                 docs = self._queued[key]
@@ -155,85 +187,54 @@ class CountCache:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def counts(self, key: str, doc_ids: list[str],
-               read: Callable[[str, list[str]], dict[Cell, tuple[float, float]]]
+    def counts(self, key: str, doc_ids: list[str], read: Callable[..., None]
                ) -> tuple[np.ndarray, tuple[float, float]]:
         """The counts of the candidates ``doc_ids`` under query ``key`` (columns: clicks and
         exposure under the query, then over all queries) and the total ``(clicks,
-        exposure)``. ``read(key, docs)`` reads the cells of ``docs`` under ``key`` and over
-        all queries, and the total, from the database (the cells it lacks are 0)."""
-        now = self.clock()
-        unsure: dict[Cell, tuple[float, float]] = {}
-        with self._cond:
-            due = not self._known(key, doc_ids, now)
-            if not due:
-                self.hits += 1
-                return self._assemble(key, doc_ids, unsure)
-        wanted = [(key, d) for d in doc_ids] + [(ALL_QUERIES, d) for d in doc_ids]
-        wanted.append((ALL_QUERIES, ALL_DOCS))
-        todo = wanted
-        for attempt in range(3):  # again for the cells a write of this object changed
-            with self._cond:
-                ended, busy = self._ended, {c for c in todo if c in self._busy}
-            got = read(key, list(dict.fromkeys(d for _, d in todo if d != ALL_DOCS)))
-            with self._cond:
-                self.reads += 1
-                busy |= self._changed_since(ended, todo)
-                self._keep(key, [c for c in todo if c not in busy], got, now)
-                # A busy cell already kept stays as it is (this object's writes are added to
-                # it): only one never read waits for its write to end and is read again
-                # (the total, for one, is written by nearly every transaction).
-                busy = {c for c in busy if not self._kept(c)}
-                for cell in todo:
-                    if cell in busy:
-                        unsure[cell] = got.get(cell, (0.0, 0.0))
-                    else:
-                        unsure.pop(cell, None)
-                todo = [c for c in todo if c in busy]
-                if not todo:
-                    break
-                if attempt < 2:  # read them again once their writes have ended
-                    self._cond.wait_for(lambda cells=todo: not any(
-                        c in self._busy for c in cells), 1.0)
-        with self._cond:
-            if not self._known(key, doc_ids, now, unsure):  # forgotten meanwhile: again
-                return self.counts(key, doc_ids, read)
-            return self._assemble(key, doc_ids, unsure)
+        exposure)``.
 
-    def _known(self, key: str, doc_ids: list[str], now: float,
-               unsure: Mapping[Cell, tuple[float, float]] | None = None) -> bool:
-        """Whether every cell of the search is kept (and the query's read within the
-        ttl), or in ``unsure``."""
+        ``read(key, docs, keep)`` reads the cells of ``docs`` under ``key`` and over all
+        queries, and the total, from the database, inside ``with cache.gate.shared():``
+        (taken once it holds its connection: a reader must not wait for a connection that a
+        committing writer holds), and there calls ``keep(cells)`` with them (``{(query_key,
+        doc_id): (clicks, exposure)}``; the cells it lacks are 0)."""
+        self._forked()
+        now = self.clock()
+        with self._lock:
+            if self._known(key, doc_ids, now):
+                self.hits += 1
+                return self._assemble(key, doc_ids)
+        answer = []
+
+        def keep(cells: Mapping[Cell, tuple[float, float]]) -> None:
+            with self._lock:
+                self.reads += 1
+                self._keep(key, doc_ids, cells, now)
+                answer.append(self._assemble(key, doc_ids))
+
+        read(key, list(dict.fromkeys(doc_ids)), keep)
+        return answer[0]
+
+    def _known(self, key: str, doc_ids: list[str], now: float) -> bool:
+        """Whether every cell of the search is kept, and the query's read within the ttl."""
         entry = self._queries.get(key)
         if entry is None or now - entry[0] > self.ttl:
             return False
         docs, every = entry[1], self._all
-        if unsure:
-            return all((d in docs or (key, d) in unsure)
-                       and (d in every or (ALL_QUERIES, d) in unsure) for d in doc_ids) \
-                and (ALL_DOCS in every or (ALL_QUERIES, ALL_DOCS) in unsure)
         return ALL_DOCS in every and all(d in docs and d in every for d in doc_ids)
 
-    def _assemble(self, key: str, doc_ids: list[str],
-                  unsure: Mapping[Cell, tuple[float, float]]) -> tuple[np.ndarray,
-                                                                         tuple[float, float]]:
+    def _assemble(self, key: str, doc_ids: list[str]) -> tuple[np.ndarray, tuple[float, float]]:
         docs, every = self._queries[key][1], self._all
-        if unsure:  # (after a read that overlapped this object's writes: seldom)
-            rows = [[*(unsure.get((key, d)) or docs[d]),
-                     *(unsure.get((ALL_QUERIES, d)) or every[d])] for d in doc_ids]
-            total = list(unsure.get((ALL_QUERIES, ALL_DOCS)) or every[ALL_DOCS])
-            counts = np.array(rows, dtype=np.float64).reshape(len(doc_ids), 4)
-        else:
-            # The cells' values straight into one array (the quickest way from Python
-            # lists to numpy, for the some 200 cells of a search).
-            n = len(doc_ids)
-            pick = operator.itemgetter(*doc_ids) if n > 1 else lambda cells: (
-                tuple(cells[d] for d in doc_ids))
-            flat = np.fromiter(itertools.chain.from_iterable(pick(docs) + pick(every)),
-                               np.float64, count=4 * n)
-            counts = np.concatenate([flat[:2 * n].reshape(n, 2), flat[2 * n:].reshape(n, 2)],
-                                    axis=1)
-            total = list(every[ALL_DOCS])
+        n = len(doc_ids)
+        # The cells' values straight into one array (the quickest way from Python lists to
+        # numpy, for the some 200 cells of a search).
+        pick = operator.itemgetter(*doc_ids) if n > 1 else lambda cells: (
+            tuple(cells[d] for d in doc_ids))
+        flat = np.fromiter(itertools.chain.from_iterable(pick(docs) + pick(every)),
+                           np.float64, count=4 * n)
+        counts = np.concatenate([flat[:2 * n].reshape(n, 2), flat[2 * n:].reshape(n, 2)],
+                                axis=1)
+        total = list(every[ALL_DOCS])
         if self._queued:
             for column, cells in ((1, self._queued.get(key)),
                                   (3, self._queued.get(ALL_QUERIES))):
@@ -247,37 +248,21 @@ class CountCache:
                 total[1] += cell[0]
         return counts, (total[0], total[1])
 
-    def _kept(self, cell: Cell) -> bool:
-        if cell[0] == ALL_QUERIES:
-            return cell[1] in self._all
-        entry = self._queries.get(cell[0])
-        return entry is not None and cell[1] in entry[1]
-
-    def _keep(self, key: str, cells: list[Cell], got: Mapping[Cell, tuple[float, float]],
+    def _keep(self, key: str, doc_ids: list[str], got: Mapping[Cell, tuple[float, float]],
               now: float) -> None:
-        if self._size + len(cells) > self.max_cells:  # room: forget everything
+        if self._size + 2 * len(doc_ids) + 2 > self.max_cells:  # room: forget everything
             self._queries, self._all, self._size = {}, {}, 0
         entry = self._queries.get(key)
-        docs = {} if entry is None else entry[1]
+        if entry is None:
+            self._size += 1
+            docs: dict[str, list] = {}
+        else:
+            docs = entry[1]
         self._queries[key] = (now, docs)
-        for cell in cells:
-            target = self._all if cell[0] == ALL_QUERIES else docs
-            if cell[1] not in target:
-                self._size += 1
-            target[cell[1]] = list(got.get(cell, (0.0, 0.0)))
-
-    def _changed_since(self, ended: int, cells: list[Cell]) -> set[Cell]:
-        """Which of ``cells`` a transaction of this object is changing, or changed in one
-        that ended after ``ended`` transactions had (all of them when that is too long
-        ago to tell)."""
-        changed = {c for c in cells if c in self._busy}
-        if self._ended == ended:
-            return changed
-        if self._recent[0][0] > ended + 1:
-            return set(cells)
-        wanted = set(cells)
-        for number, touched in reversed(self._recent):
-            if number <= ended:
-                break
-            changed |= wanted & touched
-        return changed
+        zero = (0.0, 0.0)
+        for target, cell_key, names in ((docs, key, doc_ids),
+                                        (self._all, ALL_QUERIES, [*doc_ids, ALL_DOCS])):
+            for d in names:
+                if d not in target:
+                    self._size += 1
+                target[d] = list(got.get((cell_key, d), zero))

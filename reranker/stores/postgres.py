@@ -134,6 +134,7 @@ class PostgresStore(SQLEventStore):
     def __init__(self, dsn: str, pool_size: int = 10, timeout: float = 10.0):
         psycopg, psycopg_pool = _driver()
         self.DB_ERRORS = (psycopg.Error,)
+        self.DATA_ERRORS = (psycopg.DataError, psycopg.IntegrityError)
         self.dsn = dsn
         self.location = describe(dsn)
         self.timeout = timeout

@@ -34,7 +34,7 @@ from ..clicks.position_bias import randomized_pairs
 from ..errors import ConflictError, NotFoundError, RerankerError, StoreError, UnprocessableError
 from ..events import ClickResult, Impression, RewardResult
 from .base import EventStore, Reader, Retained
-from .count_cache import ALL_DOCS, ALL_QUERIES, CountCache, Write
+from .count_cache import ALL_DOCS, ALL_QUERIES, CountCache
 from .encoding import (
     candidates_payload,
     features_payload,
@@ -119,13 +119,18 @@ class SQLEventStore(EventStore):
     #: :class:`StoreError` (503) naming the store.
     DB_ERRORS: tuple[type[BaseException], ...] = ()
 
+    #: The driver's errors of a value the database refuses, whatever its state (not the
+    #: store's trouble): a write that raises one fails again if tried again.
+    DATA_ERRORS: tuple[type[BaseException], ...] = ()
+
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
         try:
             yield
         except self.DB_ERRORS as exc:
-            raise StoreError(f"event store {self.location} failed: "
-                             f"{self._error_text(exc)}") from exc
+            error = StoreError(f"event store {self.location} failed: {self._error_text(exc)}")
+            error.permanent = isinstance(exc, self.DATA_ERRORS)
+            raise error from exc
 
     def _error_text(self, exc: BaseException) -> str:
         """What a database error says, fit for a message (no secrets)."""
@@ -187,9 +192,10 @@ class SQLEventStore(EventStore):
     def _stop_writers(self) -> None:
         """Write the impressions still queued (for up to ``store.timeout`` seconds) and stop
         the writer thread: the first step of :meth:`close`."""
-        log = self.__dict__.pop("_impression_log", None)
+        log = self.__dict__.get("_impression_log")
         if log is not None:
-            log.close(self.timeout)
+            log.close(self.timeout)  # writes what is queued, then refuses more
+            self.__dict__.pop("_impression_log", None)
 
     def _impressions(self) -> WriteBehind:
         """The writer of this object's impressions, made on first use."""
@@ -218,32 +224,34 @@ class SQLEventStore(EventStore):
         """Impression rows (each with its feature names) and their exposure rows in one
         transaction; the exposures of the same document added up, and written sorted (one
         order for every writer: two transactions upserting the same rows in different orders
-        could deadlock where the database locks rows, PostgreSQL)."""
-        exposures: dict[tuple[str, str], float] = {}
-        for _, _, cells in items:
-            for key, doc_id, weight in cells:
-                exposures[key, doc_id] = exposures.get((key, doc_id), 0.0) + weight
-        rows = [(names, (*row[:6], seal(row[6]), seal(row[7]), *row[8:]))
-                for names, row, _ in items]
-        write = Write()
-        self._counts.touch(write, exposures)
-        try:
+        could deadlock where the database locks rows, PostgreSQL). An impression already
+        in the store (a batch tried again after a commit whose answer was lost) is left as
+        it is, its exposures not counted again."""
+        with contextlib.ExitStack() as stack:
             with self._write(durable=False) as conn:
-                sets = self._feature_set_ids(conn, {names for names, _ in rows})
+                ids = [row[0] for _, row, _ in items]
+                marks = ",".join("?" * len(ids))
+                there = {found for (found,) in self._run(
+                    conn, f"SELECT id FROM impressions WHERE id IN ({marks})", ids).fetchall()}
+                new = [item for item in items if item[1][0] not in there]
+                exposures: dict[tuple[str, str], float] = {}
+                for _, _, cells in new:
+                    for key, doc_id, weight in cells:
+                        exposures[key, doc_id] = exposures.get((key, doc_id), 0.0) + weight
+                sets = self._feature_set_ids(conn, {names for names, _, _ in new})
                 self._run_many(
                     conn,
                     "INSERT INTO impressions (feature_set, id, created, query, user_id, "
                     "learner, model_version, candidates, features, n_shown, log_prob, teams, "
                     "context, arm, experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, "
                     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(sets[names], *row) for names, row in rows])
+                    [(sets[names], *row[:6], seal(row[6]), seal(row[7]), *row[8:])
+                     for names, row, _ in new])
                 self._run_many(conn, UPSERT_STATS, sorted(
                     (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
-        except BaseException:
-            self._counts.end(write, None)
-            raise
-        self._counts.end(write, {cell: (0.0, weight) for cell, weight in exposures.items()},
-                         [cells for _, _, cells in items])
+                stack.enter_context(self._counts.committing())  # then COMMIT
+            self._counts.committed({cell: (0.0, weight) for cell, weight in exposures.items()},
+                                   [cells for _, _, cells in items])
         self._known_sets.update(sets)  # committed: other processes see them too
 
     @property
@@ -301,19 +309,18 @@ class SQLEventStore(EventStore):
         the database locks rows (PostgreSQL). A click's own error is raised before it writes
         anything, so it leaves the others of the transaction as they are. The counts it
         adds go to this object's count cache as it commits (:mod:`.count_cache`)."""
-        write, committed = Write(), None
-        try:
-            outcomes, stats = self._write_clicks(clicks, write)
-            committed = {cell: (count, 0.0) for cell, count in stats.items()}
-        finally:
-            self._counts.end(write, committed)
+        with contextlib.ExitStack() as stack:
+            outcomes, stats = self._write_clicks(clicks, stack)
+            if stats:  # committed, the count cache's gate still held since before COMMIT
+                self._counts.committed({cell: (count, 0.0) for cell, count in stats.items()})
         return outcomes
 
-    def _write_clicks(self, clicks: Sequence[tuple[str, str, float]], write: Write
+    def _write_clicks(self, clicks: Sequence[tuple[str, str, float]],
+                      stack: contextlib.ExitStack
                       ) -> tuple[list[ClickResult | RerankerError], dict[tuple[str, str], float]]:
-        """:meth:`_record_batch`'s transaction, which names the cells it changes to the
-        count cache before it commits (``write``); the outcomes, and the clicks it added
-        to each ``click_stats`` cell."""
+        """:meth:`_record_batch`'s transaction; the outcomes, and the clicks it added to each
+        ``click_stats`` cell. When it adds any, it takes the count cache's commit gate just
+        before its ``COMMIT``, onto ``stack``."""
         ids = sorted({click[0] for click in clicks})
         marks = ",".join("?" * len(ids))
         outcomes: list[ClickResult | RerankerError] = []
@@ -367,12 +374,13 @@ class SQLEventStore(EventStore):
                     entry[0] += top
                     entry[1] += bottom
             if stats:
-                self._counts.touch(write, stats)
                 self._run_many(conn, UPSERT_STATS, sorted(
                     (key, doc_id, clicks, 0.0) for (key, doc_id), clicks in stats.items()))
             if bias:
                 self._run_many(conn, UPSERT_BIAS, sorted(
                     (upper, top, bottom) for upper, (top, bottom) in bias.items()))
+            if stats:
+                stack.enter_context(self._counts.committing())  # then COMMIT
         return outcomes, stats
 
     def record_reward(self, impression_id: str, value: float,
@@ -558,16 +566,17 @@ class SQLEventStore(EventStore):
         counts, total = self._counts.counts(query_key(query), doc_ids, self._read_cells)
         return lifts_from_counts(counts, total[0], total[1], smoothing)
 
-    def _read_cells(self, key: str, doc_ids: list[str]) -> dict[tuple[str, str],
-                                                                 tuple[float, float]]:
-        """The ``click_stats`` cells of ``doc_ids`` under query ``key`` and over all
-        queries, and the total, as written (cells without a row are left out). One statement
-        reads them (one lookup of the primary key per cell, whatever the number of
-        documents ever shown for the query); more documents than a statement's list holds
-        take one statement per chunk, in one snapshot."""
+    def _read_cells(self, key: str, doc_ids: list[str], keep) -> None:
+        """``keep(cells)`` with the ``click_stats`` cells of ``doc_ids`` under query ``key``
+        and over all queries, and the total, as written (cells without a row are left out),
+        read while no commit of this object runs (:mod:`.count_cache`). One statement reads
+        them (one lookup of the primary key per cell, whatever the number of documents ever
+        shown for the query); more documents than a statement's list holds take one
+        statement per chunk, in one snapshot."""
         cells = {}
         chunks = range(0, max(len(doc_ids), 1), CLICK_BATCH)
-        with self._snapshot() if len(chunks) > 1 else self._reading(flush=False) as conn:
+        with self._snapshot() if len(chunks) > 1 else self._reading(flush=False) as conn, \
+                self._counts.gate.shared():
             for start in chunks:
                 chunk = doc_ids[start:start + CLICK_BATCH]
                 marks = ",".join("?" * (len(chunk) + 1))
@@ -576,7 +585,7 @@ class SQLEventStore(EventStore):
                         f"WHERE query_key IN (?, ?) AND doc_id IN ({marks})",
                         (key, ALL_QUERIES, ALL_DOCS, *chunk)).fetchall():
                     cells[cell_key, doc_id] = (clicks, exposure)
-        return cells
+            keep(cells)
 
     def position_bias(self, max_age: float | None = None) -> PositionBias:
         """The position-bias estimate from the counts logged so far (a read at most
@@ -598,11 +607,24 @@ class SQLEventStore(EventStore):
         return bias
 
     def first_page(self, page_key: str, since: float) -> Impression | None:
-        with self._reading() as conn:
-            row = self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE page_key = ? AND "
-                            f"page_offset = 0 AND created >= ? ORDER BY created DESC LIMIT 1",
-                            (page_key, since)).fetchone()
+        """A search reads it: from what is written, and only when the page is still in
+        this object's queue, after writing the queue (when that fails, None: the later page
+        is cut from a new ranking, and the search still answers)."""
+        row = self._first_page_row(page_key, since)
+        if row is None and self.queued_impressions and self._impressions().holds(
+                lambda item: item[1][15] == page_key and item[1][14] == 0):
+            try:
+                self.flush()
+            except StoreError:
+                return None
+            row = self._first_page_row(page_key, since)
         return None if row is None else impression_from_row(row)
+
+    def _first_page_row(self, page_key: str, since: float):
+        with self._reading(flush=False) as conn:
+            return self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE page_key = ? AND "
+                             f"page_offset = 0 AND created >= ? ORDER BY created DESC LIMIT 1",
+                             (page_key, since)).fetchone()
 
     def experiment_rows(self, name: str, after: int, limit: int
                         ) -> list[tuple[int, str | None, str | None, int, list[int]]]:
@@ -617,7 +639,9 @@ class SQLEventStore(EventStore):
                 for seq, arm, teams, n_shown, positions in rows]
 
     def experiment_state(self, name: str) -> dict[str, Any]:
-        with self._reading() as conn:
+        # Searches read it: never behind the queue of impressions (a failing store would
+        # fail them), and nothing queued changes it.
+        with self._reading(flush=False) as conn:
             row = self._run(conn, "SELECT state FROM experiment_state WHERE name = ?",
                             (name,)).fetchone()
         return json.loads(row[0]) if row else {}

@@ -103,6 +103,7 @@ class SQLiteStore(SQLEventStore):
 
     name = "sqlite"
     DB_ERRORS = (sqlite3.Error,)
+    DATA_ERRORS = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError)
 
     @classmethod
     def from_config(cls, config) -> SQLiteStore:

@@ -14,11 +14,14 @@ queued in the last moments, never what a durable write (a click) has confirmed.
 
 Whoever reads or writes what depends on the queued items first waits for them
 (:meth:`WriteBehind.flush`): a click for its impression, a read of the log, the trainer.
-When a batch fails (the store is unavailable, the disk full), it stays queued and is tried
-again with growing pauses; :meth:`flush` raises the failure meanwhile, so a click answers
-503 instead of waiting, and :meth:`put` refuses new items once ``max_pending`` wait. An
-error that is not the store's (a bug in the batch) drops that batch, logged, so that it
-cannot hold up the others forever.
+When a batch fails for the store's sake (unavailable, locked, the disk full), it stays
+queued and is tried again with growing pauses; :meth:`flush` raises the failure meanwhile,
+so a click answers 503 instead of waiting, and :meth:`put` refuses new items once
+``max_pending`` wait (then a search answers 503). A batch that fails for what it holds (an
+error the store marks ``permanent``: a value the database refuses) is written one item at a
+time, and only the items that fail alone are dropped, logged and counted, so that one bad
+item never holds up the others; an error that is not the store's (a bug) drops the batch
+the same way.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ class WriteBehind(Generic[T]):
     """Queues items for ``write_batch(items)``, which one thread of this process runs on
     everything queued (at most ``max_batch`` at once), after waiting up to ``linger``
     seconds for more to arrive (unless a :meth:`flush` waits); ``dropped(items)`` runs for
-    a batch dropped for an error that is not the store's."""
+    items dropped (see the module)."""
 
     def __init__(self, write_batch: Callable[[list[T]], object], *, name: str, what: str,
                  max_batch: int = 500, max_pending: int = 10_000, linger: float = 0.0,
@@ -56,6 +59,12 @@ class WriteBehind(Generic[T]):
         self.max_batch = max_batch
         self.max_pending = max_pending
         self.linger = linger
+        self._reset()
+        #: Batches written, items in them, and items dropped (for tests, benchmarks, logs).
+        self.batches = self.items = self.dropped = 0
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
         self._cond = threading.Condition()
         self._queue: list[T] = []
         self._put = 0  # items ever queued
@@ -65,23 +74,28 @@ class WriteBehind(Generic[T]):
         self._closing = False
         self._urgent = False  # a flush waits: write now (no linger, no pause)
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
-        #: Batches written, items in them, and items dropped (for tests, benchmarks, logs).
-        self.batches = self.items = self.dropped = 0
+
+    def _forked(self) -> None:
+        """In a child process (a fork), start empty, with a lock of its own: the parent
+        writes its own queue, and its lock may have been held at the fork."""
+        if os.getpid() != self._pid:
+            self._reset()
 
     def put(self, item: T) -> None:
-        """Queue ``item``; :class:`StoreError` when the store has failed and
-        ``max_pending`` items already wait."""
+        """Queue ``item``; :class:`StoreError` when ``max_pending`` items already wait (the
+        store fails, or does not keep up)."""
+        self._forked()
         with self._cond:
-            self._after_fork()
             if self._closing:
                 raise StoreError(f"the event store is closed: no more {self.what} are taken")
-            if self._failure is not None and len(self._queue) >= self.max_pending:
+            if len(self._queue) >= self.max_pending:
+                why = f"which fails: {self._failure}" if self._failure is not None else \
+                    "which does not keep up"
                 raise StoreError(f"{len(self._queue)} {self.what} wait for the event store, "
-                                 f"which fails: {self._failure}")
+                                 f"{why}")
             self._queue.append(item)
             self._put += 1
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
             if len(self._queue) == 1 or len(self._queue) >= self.max_batch:
@@ -92,12 +106,20 @@ class WriteBehind(Generic[T]):
     @property
     def pending(self) -> int:
         """Items queued and not yet written."""
+        self._forked()
         with self._cond:
             return self._put - self._done
+
+    def holds(self, test: Callable[[T], bool]) -> bool:
+        """Whether an item still queued passes ``test``."""
+        self._forked()
+        with self._cond:
+            return any(test(item) for item in self._queue)
 
     def flush(self, timeout: float) -> None:
         """Return once every item queued before this call is written; raise the store's
         error if a try fails meanwhile, or :class:`StoreError` after ``timeout`` seconds."""
+        self._forked()
         with self._cond:
             target, failures = self._put, self._failures
             if self._done < target:
@@ -115,7 +137,8 @@ class WriteBehind(Generic[T]):
 
     def close(self, timeout: float) -> None:
         """Write what is queued (for up to ``timeout`` seconds, logging what could not be)
-        and stop the thread."""
+        and stop the thread; later items are refused."""
+        self._forked()
         with self._cond:
             thread = self._thread
         try:
@@ -129,14 +152,14 @@ class WriteBehind(Generic[T]):
         if thread is not None:
             thread.join(timeout)
 
-    def _after_fork(self) -> None:
-        """In a child process (a fork), start empty: the parent writes its own queue."""
-        if os.getpid() != self._pid:
-            self._pid = os.getpid()
-            self._queue, self._thread, self._failure = [], None, None
-            self._put = self._done = 0
-
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:  # never silently: the next put starts another writer
+            log.exception("%s: the writer thread stopped", self.name)
+            raise
+
+    def _loop(self) -> None:
         pause = RETRY_PAUSES[0]
         while True:
             with self._cond:
@@ -154,7 +177,7 @@ class WriteBehind(Generic[T]):
                 self._urgent = False
                 batch = self._queue[: self.max_batch]
             try:
-                self._write_batch(batch)
+                self._write(batch)
             except StoreError as exc:  # the store's trouble: try again, later
                 with self._cond:
                     if self._failure is None or self._failures % 100 == 0:
@@ -174,17 +197,44 @@ class WriteBehind(Generic[T]):
                     self._urgent = False
                 pause = min(pause * 2, RETRY_PAUSES[1])
                 continue
-            except Exception:  # a bug in the batch: never let it hold the others up
-                log.exception("%s: dropped a batch of %d %s", self.name, len(batch), self.what)
-                self.dropped += len(batch)
-                if self._dropped is not None:
-                    self._dropped(batch)
-            else:
-                self.batches += 1
-                self.items += len(batch)
             pause = RETRY_PAUSES[0]
             with self._cond:
                 del self._queue[: len(batch)]
                 self._done += len(batch)
                 self._failure = None
                 self._cond.notify_all()
+
+    def _write(self, batch: list[T]) -> None:
+        """Write ``batch``; when it fails for what it holds, each item alone, dropping
+        those that fail so (a :class:`StoreError` of the store's own trouble is raised, and
+        the batch stays queued)."""
+        try:
+            self._write_batch(batch)
+        except StoreError as exc:
+            if not getattr(exc, "permanent", False):
+                raise
+            if len(batch) == 1:
+                self._drop(batch, exc)
+                return
+            for item in batch:  # each alone: the good ones are written
+                self._write([item])
+            return
+        except Exception as exc:  # a bug: never let it hold the others up
+            self._drop(batch, exc)
+            return
+        self.batches += 1
+        self.items += len(batch)
+
+    def _drop(self, items: list[T], exc: BaseException) -> None:
+        if isinstance(exc, StoreError):
+            log.error("%s: dropped %d %s that the event store refuses: %s", self.name,
+                      len(items), self.what, exc)
+        else:
+            log.error("%s: dropped %d %s after an error", self.name, len(items), self.what,
+                      exc_info=exc)
+        self.dropped += len(items)
+        if self._dropped is not None:
+            try:
+                self._dropped(items)
+            except Exception:  # noqa: BLE001 -- logged; the writer goes on
+                log.exception("%s: after dropping %s", self.name, self.what)
