@@ -222,7 +222,7 @@ def commit_exposures(cache, db, held=0.0):
         time.sleep(held)
         for key, doc, weight in ROWS:
             db[key, doc] = (db[key, doc][0], db[key, doc][1] + weight)
-        cache.committed({(k, d): (0.0, w) for k, d, w in ROWS}, [ROWS])
+        cache.committed({(k, d): (0.0, w) for k, d, w in ROWS}, ["i"])
 
 
 @pytest.mark.parametrize("read_first", [True, False])
@@ -234,7 +234,7 @@ def test_a_read_and_a_commit_of_the_same_object_never_overlap(read_first):
           (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
     cache = CountCache(0.0)  # every search reads
     read, calls = reader(cache, db)
-    cache.queue(ROWS)
+    cache.queue("i", ROWS)
     assert cache.counts("tea", ["a"], read)[0].tolist() == [[1.0, 4.5, 1.0, 4.5]]
     if read_first:
         slow = threading.Event()
@@ -270,7 +270,7 @@ def test_a_kept_cell_adds_the_commits_of_its_object():
     cache = CountCache(60.0)
     read, calls = reader(cache, db)
     cache.counts("tea", ["a"], read)
-    cache.queue(ROWS)
+    cache.queue("i", ROWS)
     commit_exposures(cache, db)
     counts, total = cache.counts("tea", ["a"], read)
     assert len(calls) == 1  # kept: no read
@@ -400,7 +400,7 @@ def test_a_batch_written_again_after_its_commit_counts_once(open_store):
            imp.experiment, imp.offset, imp.page_key)
     cells = exposure_rows(query_key(imp.query), imp.shown_ids(), theta)
     item = (json.dumps(["x"]), row, cells)
-    store._counts.queue(cells)
+    store._counts.queue(imp.id, cells)
     store._log_impressions([item])  # again
     assert store_rows(store, "SELECT query_key, doc_id, exposure FROM click_stats") == rows
     assert store.stats()["impressions"] == 1
@@ -427,3 +427,77 @@ def test_what_a_search_reads_never_waits_for_the_queue(open_store):
                                            np.random.default_rng(1)), page_key="p1")
     store.log_impression(first)
     assert store.first_page("p1", 0.0).id == "i1"
+
+
+def test_a_split_batch_interrupted_by_the_store_writes_and_drops_each_item_once():
+    """A batch fails for one bad item and is written item by item; the store then fails
+    for a while on a good one: the items already written or dropped stay so, and the rest
+    follow once the store is back."""
+    written, dropped, calls = [], [], []
+    hiccup = {"b": 1}  # "b" meets a store that fails once
+
+    def write_batch(batch):
+        calls.append(list(batch))
+        if "bad" in batch:
+            error = StoreError("event store x failed: invalid value")
+            error.permanent = True
+            raise error
+        if hiccup.get(batch[0]) and len(batch) == 1:
+            hiccup[batch[0]] -= 1
+            raise StoreError("event store x failed: database is locked")
+        written.extend(batch)
+
+    log = WriteBehind(write_batch, name="w", what="items", linger=0.3, dropped=dropped.extend)
+    for item in ("a", "bad", "b", "c"):
+        log.put(item)
+    deadline = time.monotonic() + 10
+    while log.pending and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert written == ["a", "b", "c"] and dropped == ["bad"]
+    assert log.dropped == 1 and log.items == 3
+    log.close(5)
+
+
+def test_an_error_that_is_not_the_stores_drops_only_the_item_it_comes_from():
+    written, dropped = [], []
+
+    def write_batch(batch):
+        if "bad" in batch:
+            raise OverflowError("a value too large")
+        written.extend(batch)
+
+    log = WriteBehind(write_batch, name="w", what="items", linger=0.3, dropped=dropped.extend)
+    for item in ("a", "bad", "b"):
+        log.put(item)
+    deadline = time.monotonic() + 10
+    while log.pending and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert written == ["a", "b"] and dropped == ["bad"]
+    log.close(5)
+
+
+def test_a_commit_that_hangs_does_not_hang_the_reads_for_longer_than_the_timeout():
+    cache = CountCache(0.0, timeout=0.2)
+    db = {(ALL_QUERIES, ALL_DOCS): (1.0, 2.0)}
+    read, _ = reader(cache, db)
+    with cache.committing():
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="store.timeout"):
+            cache.counts("tea", ["a"], read)
+        assert time.monotonic() - started < 2
+    assert cache.counts("tea", ["a"], read)[1] == (1.0, 2.0)  # and then it reads
+
+
+def test_a_commit_that_fails_forgets_the_kept_counts():
+    """A commit whose answer was lost may or may not have happened: what was kept is read
+    again."""
+    db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
+          (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
+    cache = CountCache(60.0)
+    read, calls = reader(cache, db)
+    cache.counts("tea", ["a"], read)
+    with pytest.raises(StoreError), cache.committing():
+        db["tea", "a"] = (2.0, 4.0)  # it did happen
+        raise StoreError("event store x failed: connection lost")
+    counts, _ = cache.counts("tea", ["a"], read)
+    assert len(calls) == 2 and counts[0, 0] == 2.0

@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ..errors import StoreError
+
 #: ``click_stats.query_key`` of the counts over all queries (a normalised query never holds
 #: '*'), and ``doc_id`` of the counts over all documents.
 ALL_QUERIES = "*"
@@ -54,19 +56,22 @@ Rows = Sequence[tuple[str, str, float]]  # (query_key, doc_id, exposure) of one 
 
 class Gate:
     """A readers-writer lock that prefers its writer: the store's reads of counts share it,
-    its commits take it alone."""
+    its commits take it alone. A wait longer than ``timeout`` seconds is a
+    :class:`StoreError` (a commit that hangs must not hang the searches)."""
 
-    def __init__(self):
+    def __init__(self, timeout: float = 10.0):
+        self.timeout = timeout
         self._cond = threading.Condition()
         self._readers = 0
         self._writers = 0  # holding or waiting
-        self._write_lock = threading.Lock()  # writers exclude each other too
+        self._writing = False
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
         with self._cond:
-            while self._writers:
-                self._cond.wait()
+            if not self._cond.wait_for(lambda: not self._writers, self.timeout):
+                raise StoreError(f"the event store's counts are being written for longer "
+                                 f"than store.timeout ({self.timeout:g}s)")
             self._readers += 1
         try:
             yield
@@ -79,13 +84,20 @@ class Gate:
     def acquire(self) -> None:
         with self._cond:
             self._writers += 1
-            while self._readers:
-                self._cond.wait()
-        self._write_lock.acquire()
+            try:
+                if not self._cond.wait_for(lambda: not self._readers and not self._writing,
+                                           self.timeout):
+                    raise StoreError(f"the event store's counts are being read or written "
+                                     f"for longer than store.timeout ({self.timeout:g}s)")
+            except BaseException:
+                self._writers -= 1
+                self._cond.notify_all()
+                raise
+            self._writing = True
 
     def release(self) -> None:
-        self._write_lock.release()
         with self._cond:
+            self._writing = False
             self._writers -= 1
             self._cond.notify_all()
 
@@ -94,10 +106,11 @@ class CountCache:
     """The ``click_stats`` cells one store object has read in the last ``ttl`` seconds,
     with its own writes added, and the exposures of its queued impressions."""
 
-    def __init__(self, ttl: float, *, max_cells: int = MAX_CELLS,
+    def __init__(self, ttl: float, *, max_cells: int = MAX_CELLS, timeout: float = 10.0,
                  clock: Callable[[], float] = time.monotonic):
         self.ttl = ttl
         self.max_cells = max_cells
+        self.timeout = timeout
         self.clock = clock
         self._reset()
         #: Reads of the database, and searches answered from the cache (for tests and
@@ -107,7 +120,7 @@ class CountCache:
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self.gate = Gate()
+        self.gate = Gate(self.timeout)
         # Cells read, with this object's commits since added: per query, when its cells
         # were read and each document's [clicks, exposure] under it; over all queries, each
         # document's (and the total's, under ALL_DOCS).
@@ -115,8 +128,9 @@ class CountCache:
         self._all: dict[str, list] = {}
         self._size = 0  # cells (and queries) kept
         # Exposures of queued impressions: per query (and ALL_QUERIES), per document,
-        # [exposure, impressions].
+        # [exposure, impressions]; and each queued impression's, by its id.
         self._queued: dict[str, dict[str, list]] = {}
+        self._queued_rows: dict[str, Rows] = {}
 
     def _forked(self) -> None:
         """In a child process (a fork) start empty, with locks of its own: what the parent
@@ -126,10 +140,13 @@ class CountCache:
 
     # -- what this object writes ---------------------------------------------------------------
 
-    def queue(self, rows: Rows) -> None:
+    def queue(self, impression_id: str, rows: Rows) -> None:
         """Exposures ``(query_key, doc_id, weight)`` of an impression queued for writing."""
         self._forked()
         with self._lock:
+            if impression_id in self._queued_rows:
+                return
+            self._queued_rows[impression_id] = rows
             for key, doc_id, weight in rows:
                 cell = self._queued.setdefault(key, {}).get(doc_id)
                 if cell is None:
@@ -138,28 +155,35 @@ class CountCache:
                     cell[0] += weight
                     cell[1] += 1
 
-    def unqueue(self, impressions: Iterable[Rows]) -> None:
-        """The exposures of impressions that will never be written."""
+    def unqueue(self, impression_ids: Iterable[str]) -> None:
+        """The exposures of impressions that will never be written (again: each counts
+        out once, whatever the calls)."""
         with self._lock:
-            self._unqueue(impressions)
+            self._unqueue(impression_ids)
 
     @contextlib.contextmanager
     def committing(self) -> Iterator[None]:
         """Held from just before the ``COMMIT`` of a transaction of this object that changes
         counts (not earlier: the database's locks are taken by then) until
-        :meth:`committed` has added what it wrote."""
+        :meth:`committed` has added what it wrote. When the block fails (a commit whose
+        answer was lost may or may not have happened), the kept cells are forgotten: they
+        are read again."""
         self._forked()
         self.gate.acquire()
         try:
             yield
+        except BaseException:
+            with self._lock:
+                self._queries, self._all, self._size = {}, {}, 0
+            raise
         finally:
             self.gate.release()
 
     def committed(self, added: Mapping[Cell, tuple[float, float]],
-                  written: Iterable[Rows] = ()) -> None:
+                  written: Iterable[str] = ()) -> None:
         """A commit of this object succeeded (call it within :meth:`committing`): what it
-        added to each cell (``{(query_key, doc_id): (clicks, exposure)}``), and the
-        exposures of the queued impressions it wrote."""
+        added to each cell (``{(query_key, doc_id): (clicks, exposure)}``), and the ids of
+        the queued impressions it wrote (or found written)."""
         with self._lock:
             for (key, doc_id), (clicks, exposure) in added.items():
                 if key == ALL_QUERIES:
@@ -172,9 +196,10 @@ class CountCache:
                     kept[1] += exposure
             self._unqueue(written)
 
-    def _unqueue(self, impressions: Iterable[Rows]) -> None:
-        for rows in impressions:
-            for key, doc_id, weight in rows:
+    def _unqueue(self, impression_ids: Iterable[str]) -> None:
+        for impression_id in impression_ids:
+            rows = self._queued_rows.pop(impression_id, None)
+            for key, doc_id, weight in rows or ():
                 docs = self._queued[key]
                 cell = docs[doc_id]
                 cell[1] -= 1

@@ -177,11 +177,11 @@ class SQLEventStore(EventStore):
                None if imp.teams is None else json.dumps(imp.teams),
                None if imp.context is None else json.dumps(imp.context), imp.arm,
                imp.experiment, imp.offset, imp.page_key)
-        self._counts.queue(exposures)
+        self._counts.queue(imp.id, exposures)
         try:
             self._impressions().put((_names_text(imp.feature_names), row, exposures))
         except BaseException:
-            self._counts.unqueue([exposures])
+            self._counts.unqueue([imp.id])
             raise
 
     @property
@@ -209,7 +209,7 @@ class SQLEventStore(EventStore):
                         what="impressions",
                         max_batch=CLICK_BATCH, max_pending=PENDING_IMPRESSIONS,
                         linger=IMPRESSION_LINGER,
-                        dropped=lambda items: self._counts.unqueue(c for _, _, c in items))
+                        dropped=lambda items: self._counts.unqueue(r[0] for _, r, _ in items))
         return log
 
     @property
@@ -217,7 +217,8 @@ class SQLEventStore(EventStore):
         """The click counts this object has read, with its own writes (:mod:`.count_cache`)."""
         counts = self.__dict__.get("_count_cache")
         if counts is None:
-            counts = self.__dict__.setdefault("_count_cache", CountCache(self.click_refresh))
+            counts = self.__dict__.setdefault("_count_cache", CountCache(
+                self.click_refresh, timeout=self.timeout))
         return counts
 
     def _log_impressions(self, items: Sequence[tuple[str, tuple, list[tuple]]]) -> None:
@@ -251,7 +252,7 @@ class SQLEventStore(EventStore):
                     (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
                 stack.enter_context(self._counts.committing())  # then COMMIT
             self._counts.committed({cell: (0.0, weight) for cell, weight in exposures.items()},
-                                   [cells for _, _, cells in items])
+                                   [row[0] for _, row, _ in items])
         self._known_sets.update(sets)  # committed: other processes see them too
 
     @property

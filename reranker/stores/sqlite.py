@@ -260,10 +260,12 @@ class SQLiteStore(SQLEventStore):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # (a failed COMMIT too: never leave it open)
+                    with contextlib.suppress(sqlite3.Error):  # the first error is the one
+                        conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
     @contextlib.contextmanager
     def _writer_turn(self) -> Iterator[None]:

@@ -18,10 +18,10 @@ When a batch fails for the store's sake (unavailable, locked, the disk full), it
 queued and is tried again with growing pauses; :meth:`flush` raises the failure meanwhile,
 so a click answers 503 instead of waiting, and :meth:`put` refuses new items once
 ``max_pending`` wait (then a search answers 503). A batch that fails for what it holds (an
-error the store marks ``permanent``: a value the database refuses) is written one item at a
-time, and only the items that fail alone are dropped, logged and counted, so that one bad
-item never holds up the others; an error that is not the store's (a bug) drops the batch
-the same way.
+error the store marks ``permanent``, a value the database refuses, or an error that is not
+the store's at all) is written again one item at a time, each leaving the queue once
+written, and only an item that fails so alone is dropped, logged and counted: one bad item
+never holds up the others, and no item is written or dropped twice.
 """
 
 from __future__ import annotations
@@ -161,42 +161,39 @@ class WriteBehind(Generic[T]):
 
     def _loop(self) -> None:
         pause = RETRY_PAUSES[0]
+        singles = 0  # items still to write one at a time, after a batch failed for them
         while True:
             with self._cond:
                 while not self._queue and not self._closing:
                     self._cond.wait()
                 if not self._queue:
                     return
-                resume = time.monotonic() + self.linger
-                while len(self._queue) < self.max_batch and not self._urgent \
-                        and not self._closing:
+                size = 1 if singles else self.max_batch
+                resume = time.monotonic() + (0.0 if singles else self.linger)
+                while len(self._queue) < size and not self._urgent and not self._closing:
                     left = resume - time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(left)  # for company: fewer, larger transactions
                 self._urgent = False
-                batch = self._queue[: self.max_batch]
+                batch = self._queue[:size]
             try:
-                self._write(batch)
-            except StoreError as exc:  # the store's trouble: try again, later
-                with self._cond:
-                    if self._failure is None or self._failures % 100 == 0:
-                        log.warning("%s: %d %s wait: %s", self.name, len(self._queue),
-                                    self.what, exc)
-                    self._failure = exc
-                    self._failures += 1
-                    self._cond.notify_all()
-                    resume = time.monotonic() + pause
-                    while not self._urgent and not self._closing:
-                        left = resume - time.monotonic()
-                        if left <= 0:
-                            break
-                        self._cond.wait(left)
-                    if self._closing and not self._urgent:
+                self._write_batch(batch)
+            except Exception as exc:  # noqa: BLE001 -- sorted out below
+                if isinstance(exc, StoreError) and not exc.permanent:
+                    # the store's trouble: the same items again, later
+                    if not self._failed(exc, pause):
                         return
-                    self._urgent = False
-                pause = min(pause * 2, RETRY_PAUSES[1])
-                continue
+                    pause = min(pause * 2, RETRY_PAUSES[1])
+                    continue
+                if len(batch) > 1:  # for what it holds: its items one at a time
+                    singles = len(batch)
+                    continue
+                self._drop(batch, exc)
+            else:
+                self.batches += 1
+                self.items += len(batch)
+            singles = max(0, singles - len(batch))
             pause = RETRY_PAUSES[0]
             with self._cond:
                 del self._queue[: len(batch)]
@@ -204,26 +201,25 @@ class WriteBehind(Generic[T]):
                 self._failure = None
                 self._cond.notify_all()
 
-    def _write(self, batch: list[T]) -> None:
-        """Write ``batch``; when it fails for what it holds, each item alone, dropping
-        those that fail so (a :class:`StoreError` of the store's own trouble is raised, and
-        the batch stays queued)."""
-        try:
-            self._write_batch(batch)
-        except StoreError as exc:
-            if not getattr(exc, "permanent", False):
-                raise
-            if len(batch) == 1:
-                self._drop(batch, exc)
-                return
-            for item in batch:  # each alone: the good ones are written
-                self._write([item])
-            return
-        except Exception as exc:  # a bug: never let it hold the others up
-            self._drop(batch, exc)
-            return
-        self.batches += 1
-        self.items += len(batch)
+    def _failed(self, exc: StoreError, pause: float) -> bool:
+        """Note a failed try and wait ``pause`` seconds (less when a flush asks); False
+        when the writer is to stop (closing)."""
+        with self._cond:
+            if self._failure is None or self._failures % 100 == 0:
+                log.warning("%s: %d %s wait: %s", self.name, len(self._queue), self.what, exc)
+            self._failure = exc
+            self._failures += 1
+            self._cond.notify_all()
+            resume = time.monotonic() + pause
+            while not self._urgent and not self._closing:
+                left = resume - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            if self._closing and not self._urgent:
+                return False
+            self._urgent = False
+        return True
 
     def _drop(self, items: list[T], exc: BaseException) -> None:
         if isinstance(exc, StoreError):
