@@ -172,7 +172,7 @@ def test_a_busy_event_store_answers_503_naming_the_file(live):
     both go through once the lock is released."""
     page = live.post("/search", {"query": "tea"}).json()
     live.service.events.close()
-    live.service.events.busy_timeout = 0.2
+    live.service.events.timeout = 0.2
     blocker = sqlite3.connect(live.config.store.path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:

@@ -3,7 +3,6 @@ that keeps click features exact within a process, and clicks that reach another 
 before their impression is written."""
 
 import dataclasses
-import json
 import threading
 import time
 
@@ -17,8 +16,6 @@ from reranker.errors import StoreError
 from reranker.events import Impression
 from reranker.service import RerankerService
 from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, CountCache
-from reranker.stores.encoding import candidates_payload, features_payload
-from reranker.stores.sql import exposure_rows
 from reranker.stores.write_behind import WriteBehind
 
 
@@ -388,22 +385,23 @@ def test_a_batch_written_again_after_its_commit_counts_once(open_store):
     """A commit whose answer was lost is tried again: the impressions already there are
     left as they are, their exposures not counted twice."""
     store = open_store()
-    docs = [f"d{i}" for i in range(6)]
-    store.log_impression(impression(0, "tea", docs, np.random.default_rng(0)))
+    batches, write = [], store._log_impressions
+    store._impressions()._write_batch = lambda items: (batches.append(list(items)),
+                                                       write(items))
+    store.log_impression(impression(0, "tea", [f"d{i}" for i in range(6)],
+                                    np.random.default_rng(0)))
     store.flush()
     rows = store_rows(store, "SELECT query_key, doc_id, exposure FROM click_stats")
-    imp = store.get_impression("i0")
-    theta = store.position_bias().weights(imp.n_shown)
-    row = (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
-           candidates_payload(imp.doc_ids, imp.ranking, imp.propensities),
-           features_payload(imp.features), imp.n_shown, imp.log_prob, None, None, imp.arm,
-           imp.experiment, imp.offset, imp.page_key)
-    cells = exposure_rows(query_key(imp.query), imp.shown_ids(), theta)
-    item = (json.dumps(["x"]), row, cells)
-    store._counts.queue(imp.id, cells)
-    store._log_impressions([item])  # again
+    (item,), = batches
+    store._counts.queue(item.row[0], item.exposures)  # still queued, as for a retry
+    write([item])  # again
     assert store_rows(store, "SELECT query_key, doc_id, exposure FROM click_stats") == rows
     assert store.stats()["impressions"] == 1
+    fresh = open_store()
+    fresh.click_refresh = 0.0
+    docs = [f"d{i}" for i in range(6)]
+    assert np.array_equal(store.click_features("tea", docs, 5.0),
+                          fresh.click_features("tea", docs, 5.0))
 
 
 def test_what_a_search_reads_never_waits_for_the_queue(open_store):

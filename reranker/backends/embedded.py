@@ -20,7 +20,7 @@ import tantivy
 from .. import hookimpl
 from ..errors import BackendError, BackendUnavailableError, BadRequestError
 from . import Backend, Candidates, IndexReport
-from .filters import FACET_SIZE, Clause, filter_kind, filter_types
+from .filters import FACET_SIZE, Clause, filter_kind, filter_types, filters_key
 
 META_FILE = "reranker-index.json"
 META_FORMAT = 1
@@ -271,7 +271,8 @@ class EmbeddedBackend(Backend):
             terms = self._terms(query)
             if not terms:
                 return self._empty(facets)
-            key = (tuple(terms), n, _filters_key(filters), tuple(facets))
+            # (filters_key: JSON of the clauses, so True, 1 and 1.0 stay apart)
+            key = (tuple(terms), n, filters_key(filters), tuple(facets))
             found = self._cache.get(key, searcher)
             if found is not None:
                 return found
@@ -513,13 +514,6 @@ class _SearchCache:
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
         return candidates
-
-
-def _filters_key(filters: Sequence[Clause]) -> tuple:
-    """The filters as a key of the search cache, the type of every value in it: ``True``,
-    ``1`` and ``1.0`` are equal in Python and filter differently (or are refused)."""
-    return tuple((c.kind, c.field, tuple((type(v).__name__, v) for v in c.values), c.bounds)
-                 for c in filters)
 
 
 def _id_columns(words: int) -> list[str]:

@@ -25,7 +25,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -179,7 +179,9 @@ class SQLEventStore(EventStore):
                imp.experiment, imp.offset, imp.page_key)
         self._counts.queue(imp.id, exposures)
         try:
-            self._impressions().put((_names_text(imp.feature_names), row, exposures))
+            self._impressions().put(_Queued(
+                _names_text(imp.feature_names), row, exposures,
+                imp.page_key if imp.offset == 0 else None))
         except BaseException:
             self._counts.unqueue([imp.id])
             raise
@@ -206,10 +208,10 @@ class SQLEventStore(EventStore):
                 if log is None:
                     log = self.__dict__["_impression_log"] = WriteBehind(
                         self._log_impressions, name=f"{self.name} impression writer",
-                        what="impressions",
+                        what="impressions", store=self.location,
                         max_batch=CLICK_BATCH, max_pending=PENDING_IMPRESSIONS,
                         linger=IMPRESSION_LINGER,
-                        dropped=lambda items: self._counts.unqueue(r[0] for _, r, _ in items))
+                        dropped=lambda items: self._counts.unqueue(i.row[0] for i in items))
         return log
 
     @property
@@ -221,7 +223,7 @@ class SQLEventStore(EventStore):
                 self.click_refresh, timeout=self.timeout))
         return counts
 
-    def _log_impressions(self, items: Sequence[tuple[str, tuple, list[tuple]]]) -> None:
+    def _log_impressions(self, items: Sequence[_Queued]) -> None:
         """Impression rows (each with its feature names) and their exposure rows in one
         transaction; the exposures of the same document added up, and written sorted (one
         order for every writer: two transactions upserting the same rows in different orders
@@ -230,29 +232,29 @@ class SQLEventStore(EventStore):
         it is, its exposures not counted again."""
         with contextlib.ExitStack() as stack:
             with self._write(durable=False) as conn:
-                ids = [row[0] for _, row, _ in items]
+                ids = [item.row[0] for item in items]
                 marks = ",".join("?" * len(ids))
                 there = {found for (found,) in self._run(
                     conn, f"SELECT id FROM impressions WHERE id IN ({marks})", ids).fetchall()}
-                new = [item for item in items if item[1][0] not in there]
+                new = [item for item in items if item.row[0] not in there]
                 exposures: dict[tuple[str, str], float] = {}
-                for _, _, cells in new:
-                    for key, doc_id, weight in cells:
+                for item in new:
+                    for key, doc_id, weight in item.exposures:
                         exposures[key, doc_id] = exposures.get((key, doc_id), 0.0) + weight
-                sets = self._feature_set_ids(conn, {names for names, _, _ in new})
+                sets = self._feature_set_ids(conn, {item.names for item in new})
                 self._run_many(
                     conn,
                     "INSERT INTO impressions (feature_set, id, created, query, user_id, "
                     "learner, model_version, candidates, features, n_shown, log_prob, teams, "
                     "context, arm, experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, "
                     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(sets[names], *row[:6], seal(row[6]), seal(row[7]), *row[8:])
-                     for names, row, _ in new])
+                    [(sets[item.names], *item.row[:6], seal(item.row[6]), seal(item.row[7]),
+                      *item.row[8:]) for item in new])
                 self._run_many(conn, UPSERT_STATS, sorted(
                     (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
                 stack.enter_context(self._counts.committing())  # then COMMIT
             self._counts.committed({cell: (0.0, weight) for cell, weight in exposures.items()},
-                                   [row[0] for _, row, _ in items])
+                                   ids)
         self._known_sets.update(sets)  # committed: other processes see them too
 
     @property
@@ -613,7 +615,7 @@ class SQLEventStore(EventStore):
         is cut from a new ranking, and the search still answers)."""
         row = self._first_page_row(page_key, since)
         if row is None and self.queued_impressions and self._impressions().holds(
-                lambda item: item[1][15] == page_key and item[1][14] == 0):
+                lambda item: item.first_page == page_key):
             try:
                 self.flush()
             except StoreError:
@@ -683,6 +685,17 @@ class SQLEventStore(EventStore):
                 "(SELECT COUNT(*) FROM clicks)").fetchone()
         return {"impressions": impressions, "open_impressions": open_, "clicks": clicks,
                 "closed_seq": self.last_closed_seq()}
+
+
+class _Queued(NamedTuple):
+    """An impression waiting in the writer's queue: its feature set's names (JSON), its row
+    (the compact blobs not yet compressed), its exposure rows, and its page key when it is
+    a first page (for :meth:`SQLEventStore.first_page`)."""
+
+    names: str
+    row: tuple
+    exposures: list[tuple[str, str, float]]
+    first_page: str | None
 
 
 @functools.lru_cache(maxsize=64)

@@ -114,7 +114,7 @@ class SQLiteStore(SQLEventStore):
     def __init__(self, path: str | Path, busy_timeout: float = 10.0):
         self.path = Path(path)
         self.location = str(self.path)
-        self.busy_timeout = self.timeout = busy_timeout
+        self.timeout = busy_timeout  # store.timeout: every wait of the store
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
@@ -230,7 +230,7 @@ class SQLiteStore(SQLEventStore):
         conn = getattr(self._local, "conn", None)
         if conn is None:
             try:
-                conn = sqlite3.connect(self.path, timeout=self.busy_timeout,
+                conn = sqlite3.connect(self.path, timeout=self.timeout,
                                        isolation_level=None, check_same_thread=False)
                 # For a new file only (a store's page size is fixed once it has content):
                 # pages of 8 KiB hold three or four impressions of 100 candidates (about 2 KB
@@ -275,8 +275,8 @@ class SQLiteStore(SQLEventStore):
         lock polls with sleeps growing to 100 ms, which, with several worker processes
         logging every search, left the machine idle while they slept. ``StoreError``
         after ``store.timeout`` seconds, as SQLite's own wait would."""
-        deadline = time.monotonic() + self.busy_timeout
-        if not self._writer_lock.acquire(timeout=self.busy_timeout):
+        deadline = time.monotonic() + self.timeout
+        if not self._writer_lock.acquire(timeout=self.timeout):
             raise self._locked_error()
         try:
             fd = self._writer_fd()
@@ -311,7 +311,7 @@ class SQLiteStore(SQLEventStore):
 
     def _locked_error(self) -> StoreError:
         return StoreError(f"event store {self.location} failed: its writers' turn did not come "
-                          f"within store.timeout ({self.busy_timeout:g}s)")
+                          f"within store.timeout ({self.timeout:g}s)")
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[sqlite3.Connection]:

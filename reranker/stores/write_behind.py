@@ -50,12 +50,14 @@ class WriteBehind(Generic[T]):
     items dropped (see the module)."""
 
     def __init__(self, write_batch: Callable[[list[T]], object], *, name: str, what: str,
+                 store: str = "",
                  max_batch: int = 500, max_pending: int = 10_000, linger: float = 0.0,
                  dropped: Callable[[list[T]], object] | None = None):
         self._write_batch = write_batch
         self._dropped = dropped
         self.name = name
         self.what = what  # what the items are, for messages: "impressions"
+        self.store = f"event store {store}" if store else "the event store"  # for messages
         self.max_batch = max_batch
         self.max_pending = max_pending
         self.linger = linger
@@ -87,11 +89,11 @@ class WriteBehind(Generic[T]):
         self._forked()
         with self._cond:
             if self._closing:
-                raise StoreError(f"the event store is closed: no more {self.what} are taken")
+                raise StoreError(f"{self.store} is closed: no more {self.what} are taken")
             if len(self._queue) >= self.max_pending:
                 why = f"which fails: {self._failure}" if self._failure is not None else \
                     "which does not keep up"
-                raise StoreError(f"{len(self._queue)} {self.what} wait for the event store, "
+                raise StoreError(f"{len(self._queue)} {self.what} wait for {self.store}, "
                                  f"{why}")
             self._queue.append(item)
             self._put += 1
@@ -131,7 +133,7 @@ class WriteBehind(Generic[T]):
                     raise StoreError(str(self._failure))
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise StoreError(f"the event store has not written {target - self._done} "
+                    raise StoreError(f"{self.store} has not written {target - self._done} "
                                      f"queued {self.what} within {timeout:g}s (store.timeout)")
                 self._cond.wait(left)
 
