@@ -6,8 +6,9 @@ run:
       (``RerankerService.search``: 100 candidates with per-field scores, click features,
       features, Preference Perceptron ranking, impression and exposures logged), with the
       parts of the reranked search timed alone: as configured by default, where a repeated
-      query's candidates and click counts come from the process's caches, and with both
-      caches off, as every search of a new query would be; and the mean cost of searches
+      query's candidates, click counts and shown documents come from the process's caches,
+      and with every cache off (the count cache emptied before each search), as a search
+      of a new query showing new documents would be; and the mean cost of searches
       back to back until the last one's impression is written (the writer thread's work
       counted);
   (b) the Elasticsearch stand-in (the tests' protocol-level server, which answers from its
@@ -98,11 +99,14 @@ def embedded_service(folder: Path, documents: list[dict], queries: list[str],
     return service
 
 
-def sustained_us(service: RerankerService, query, n: int) -> float:
-    """Mean microseconds per search of ``n`` searches back to back, until the last one's
-    impression is written (the writer thread's work counted)."""
+def sustained_us(service: RerankerService, query, n: int, before=None) -> float:
+    """Mean microseconds per search of ``n`` searches back to back (each after ``before()``
+    when given), until the last one's impression is written (the writer thread's work
+    counted)."""
     started = time.perf_counter_ns()
     for _ in range(n):
+        if before is not None:
+            before()
         service.search(query(), 10)
     service.events.flush()
     return (time.perf_counter_ns() - started) / n / 1000.0
@@ -111,11 +115,12 @@ def sustained_us(service: RerankerService, query, n: int) -> float:
 def embedded_part(folder: Path, documents: list[dict], queries: list[str], n: int,
                   rng: np.random.Generator) -> dict:
     """Two services on the same documents: as configured by default (a repeated search
-    answered from the engine's cache and the count cache), and with both caches off (every
-    search as a new query would be)."""
+    answered from the engine's cache, the count cache and the document cache), and with
+    every cache off (every search as a new query would be)."""
     repeated = embedded_service(folder / "repeated", documents, queries, rng)
     new = embedded_service(folder / "new", documents, queries, rng,
-                           backend={"cache_size": 0}, features={"click_refresh": 0.0})
+                           backend={"cache_size": 0, "document_cache_mb": 0.0},
+                           features={"click_refresh": 0.0})
     try:
         backend = new.backend
         query = cycle(queries)
@@ -131,8 +136,16 @@ def embedded_part(folder: Path, documents: list[dict], queries: list[str], n: in
 
         def click_features(service):
             q, c = fixed[which()]
+            if service is new:
+                forget()
             return service.events.click_features(q, c.ids, 5.0)
 
+        def new_search():
+            forget()
+            return new.search(query(), 10)
+
+        # a query never seen: its counts read from the store (none kept, none confirmed)
+        forget = new.events._counts.forget
         clicks = [new.events.click_features(q, c.ids, 5.0) for q, c in fixed]
 
         def features_and_ranking():
@@ -140,9 +153,14 @@ def embedded_part(folder: Path, documents: list[dict], queries: list[str], n: in
             X = new.spec.build(fixed[i][1], clicks[i])
             return new.model.rank(X, 10, new._rng, check=False)
 
+        # Each service's impressions are written before the next case's block starts: the
+        # writer thread's work counts in its own searches, not in the others'.
         samples = time_interleaved({
             "plain": plain, "reranked": lambda: repeated.search(query(), 10),
-            "reranked, new": lambda: new.search(query(), 10)}, n)
+            "reranked, new": new_search}, n, settle={
+            "reranked": repeated.events.flush, "reranked, new": new.events.flush})
+        repeated.events.flush()
+        new.events.flush()
         parts = time_interleaved({
             "candidates": lambda: repeated.backend.search(query(), 100),
             "candidates, new": lambda: backend.search(query(), 100),
@@ -151,7 +169,7 @@ def embedded_part(folder: Path, documents: list[dict], queries: list[str], n: in
             "features + ranking": features_and_ranking}, n)
         out = {name: median_p99_us(s) for name, s in {**samples, **parts}.items()}
         out["sustained"] = sustained_us(repeated, query, n)
-        out["sustained, new"] = sustained_us(new, query, n)
+        out["sustained, new"] = sustained_us(new, query, n, forget)
         out["plain mean"] = float(np.mean(samples["plain"])) / 1000.0
         return out
     finally:
@@ -197,7 +215,8 @@ def elasticsearch_part(folder: Path, documents: list[dict], queries: list[str], 
                 traffic[name] = ((len(standin.requests) - requests) / count,
                                  (sum(len(b) for _, _, b in standin.bodies) - sent) / count,
                                  (standin.answered_bytes - answered) / count)
-            samples = time_interleaved({"plain": plain, "reranked": reranked}, n)
+            samples = time_interleaved({"plain": plain, "reranked": reranked}, n,
+                                       settle={"reranked": service.events.flush})
             return {"times": {name: median_p99_us(s) for name, s in samples.items()},
                     "traffic": traffic}
         finally:
@@ -258,37 +277,52 @@ def main() -> None:
                         help="timed searches per case through the Elasticsearch stand-in")
     parser.add_argument("--rankings", type=int, default=20000,
                         help="timed rankings per case in process")
+    parser.add_argument("--parts", default="embedded,es,local",
+                        help="the parts to run, of embedded, es and local (comma-separated)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     name, documents, queries = load_collection(args.data)
     print(f"{name}: {len(documents)} documents, {len(queries)} queries "
           f"(python {sys.version.split()[0]}, numpy {np.__version__})")
     with tempfile.TemporaryDirectory() as tmp:
-        for part in ("embedded", "es", "local"):
+        parts = {part.strip() for part in args.parts.split(",")}
+        unknown = parts - {"embedded", "es", "local"}
+        if unknown:
+            parser.error(f"--parts: unknown part {sorted(unknown)[0]!r} (embedded, es, local)")
+        for part in parts:
             (Path(tmp) / part).mkdir()
-        emb = embedded_part(Path(tmp) / "embedded", documents, queries, args.searches, rng)
-        es = elasticsearch_part(Path(tmp) / "es", documents, queries, args.es_searches, rng)
-        local = in_process_part(Path(tmp) / "local", args.rankings, rng)
+        if "embedded" in parts:
+            report_embedded(embedded_part(Path(tmp) / "embedded", documents, queries,
+                                          args.searches, rng), args.searches)
+        if "es" in parts:
+            report_es(elasticsearch_part(Path(tmp) / "es", documents, queries,
+                                         args.es_searches, rng))
+        if "local" in parts:
+            report_local(in_process_part(Path(tmp) / "local", args.rankings, rng))
 
+
+def report_embedded(emb: dict, searches: int) -> None:
     print("\n(a) embedded index, 100 candidates reranked, 10 shown")
     table([("plain top-10 search (+ the 10 stored documents)", emb["plain"]),
            ("reranked search, repeated queries (the default)", emb["reranked"]),
            ("  part: candidates (backend.search, answered from its cache)",
             emb["candidates"]),
            ("  part: click features (the count cache)", emb["click features"]),
-           ("reranked search, every query new (both caches off)", emb["reranked, new"]),
+           ("reranked search, every query new (every cache off)", emb["reranked, new"]),
            ("  part: candidates (retrieval, ids, per-field scores)", emb["candidates, new"]),
            ("  part: click features read from the event store", emb["click features, new"]),
            ("part: features + normalisation + ranking", emb["features + ranking"])])
     print(f"  reranked / plain (median): repeated queries "
           f"{emb['reranked'][0] / emb['plain'][0]:.1f}x, every query new "
           f"{emb['reranked, new'][0] / emb['plain'][0]:.1f}x")
-    print(f"  sustained, {args.searches} searches back to back until the last impression is "
+    print(f"  sustained, {searches} searches back to back until the last impression is "
           f"written: repeated {emb['sustained']:.0f} us per search "
           f"({emb['sustained'] / emb['plain mean']:.1f}x the plain search's mean of "
           f"{emb['plain mean']:.0f} us), every query new {emb['sustained, new']:.0f} us "
           f"({emb['sustained, new'] / emb['plain mean']:.1f}x)")
 
+
+def report_es(es: dict) -> None:
     print("\n(b) Elasticsearch stand-in, the same queries")
     table([("plain top-10 multi_match search", es["times"]["plain"]),
            ("reranked search through the elasticsearch backend", es["times"]["reranked"])])
@@ -298,6 +332,8 @@ def main() -> None:
     for label, (requests, sent, received) in es["traffic"].items():
         print(f"  {label:<30}{requests:>10.1f}{sent:>12.0f}{received:>16.0f}")
 
+
+def report_local(local: dict) -> None:
     print("\n(c) in process, 100 candidates, 7 features")
     table([("features + normalisation + preference_perceptron rank", local["layer"]),
            ("  the same through the validating public Learner.rank", local["validating"]),

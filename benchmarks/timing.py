@@ -21,14 +21,20 @@ def time_calls(func: Callable[[], object], n: int, warmup: int = 200) -> list[in
 
 
 def time_interleaved(cases: dict[str, Callable[[], object]], n: int, rounds: int = 10,
-                     warmup: int = 50) -> dict[str, list[int]]:
+                     warmup: int = 50, settle: dict[str, Callable[[], object]] | None = None
+                     ) -> dict[str, list[int]]:
     """Nanoseconds of ``n`` calls of every case, run in ``rounds`` alternating blocks so that
     a slow spell of the machine touches every case alike (for ratios measured side by
-    side)."""
+    side). ``settle[name]``, untimed, ends each block of that case (say, waiting for the
+    work its calls left to a background thread), so that no case's leftover work runs
+    in another case's block."""
+    settle = settle or {}
     samples: dict[str, list[int]] = {name: [] for name in cases}
-    for func in cases.values():
+    for name, func in cases.items():
         for _ in range(min(n, warmup)):
             func()
+        if name in settle:
+            settle[name]()
     block = max(1, n // rounds)
     for _ in range(rounds):
         for name, func in cases.items():
@@ -37,6 +43,8 @@ def time_interleaved(cases: dict[str, Callable[[], object]], n: int, rounds: int
                 start = time.perf_counter_ns()
                 func()
                 out.append(time.perf_counter_ns() - start)
+            if name in settle:
+                settle[name]()
     return samples
 
 

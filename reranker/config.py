@@ -57,6 +57,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
                           "filters, facets) whose candidates each process keeps until the "
                           "index changes, so that a repeated search skips the engine; 0 "
                           "keeps none.", minimum=0),
+        "document_cache_mb": Key("float", 32.0, "Embedded backend: megabytes of stored "
+                                 "documents (their JSON text) each process keeps until the "
+                                 "index changes, the most recently shown first, so that a "
+                                 "result shown again is not read and decompressed from the "
+                                 "index again; 0 keeps none.", minimum=0.0),
         # -- elasticsearch --
         "index": Key("str", None, "Elasticsearch index or alias to search.", nullable=True),
         "hosts": Key("list[str]", ["http://localhost:9200"], "Elasticsearch node URLs."),
@@ -111,8 +116,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                "a document's own clicks).", minimum=0.01),
         "click_refresh": Key("float", 1.0, "Seconds a process reuses the click counts it "
                              "has read; its own clicks and impressions count at once, other "
-                             "processes' (workers, machines) within this time; 0 reads the "
-                             "event store on every search.", minimum=0.0),
+                             "processes' (workers, machines) within this time (when no other "
+                             "process writes, one lookup per period confirms the counts "
+                             "kept); 0 reads the event store on every search.", minimum=0.0),
     },
     "learner": {
         "name": Key("str", "preference_perceptron", "Learner plugin that ranks the candidates "

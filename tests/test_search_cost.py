@@ -194,14 +194,15 @@ def test_one_request_per_search_to_elasticsearch(tmp_path, corpus):
 
 # -- the embedded backend's cache of repeated searches ------------------------------------------
 
-def shop_backend(tmp_path, cache_size: int = 1000):
-    """An embedded index of a small shop with filter fields, searched with ``cache_size``."""
+def shop_backend(tmp_path, cache_size: int = 1000, document_cache_mb: float = 32.0):
+    """An embedded index of a small shop with filter fields, searched with ``cache_size``
+    and ``document_cache_mb``."""
     from test_search_requests import FILTER_FIELDS, shop
 
     tmp_path.mkdir(exist_ok=True)
     config = load_config(write_config(tmp_path, backend={
-        "fields": ["title", "body"], "filter_fields": FILTER_FIELDS, "cache_size": cache_size},
-        features={"numeric_fields": ["price"]}))
+        "fields": ["title", "body"], "filter_fields": FILTER_FIELDS, "cache_size": cache_size,
+        "document_cache_mb": document_cache_mb}, features={"numeric_fields": ["price"]}))
     backend = backend_class(get_plugin_manager(), "embedded")(config)
     backend.index_documents(((p["id"], p) for p in shop()), recreate=True)
     backend = backend_class(get_plugin_manager(), "embedded")(config)
@@ -265,3 +266,46 @@ def test_the_cache_keeps_the_latest_searches_and_forgets_a_changed_index(tmp_pat
     writer.index_documents([("p999", new)])
     assert "p999" in backend.search("tea", 100).ids
     assert backend._cache.misses == 5
+
+
+# -- the embedded backend's cache of stored documents -------------------------------------------
+
+def test_a_document_shown_again_comes_from_the_cache_as_the_index_holds_it(tmp_path):
+    """The same documents as a backend without the cache, each read from the index once;
+    each read hands out a document of its own."""
+    _, cached = shop_backend(tmp_path / "a")
+    _, plain = shop_backend(tmp_path / "b", document_cache_mb=0)
+    for query in ("tea", "shop", "tea", "kettle", "shop"):
+        got, want = cached.search(query, 100), plain.search(query, 100)
+        shown = list(range(min(5, len(got.ids))))
+        assert got.load_sources(shown) == want.load_sources(shown)
+    documents = cached._documents
+    assert documents.hits > 0 and documents.misses == len(documents._texts)
+    assert plain._documents.misses > 0 and not plain._documents._texts
+    first = cached.search("tea", 100).load_sources([0])[0]
+    first["title"] = "changed by the caller"
+    assert cached.search("tea", 100).load_sources([0])[0] == plain.search(
+        "tea", 100).load_sources([0])[0]
+
+
+def test_the_document_cache_keeps_the_latest_within_its_budget_and_forgets_a_changed_index(
+        tmp_path):
+    _, backend = shop_backend(tmp_path, document_cache_mb=1e-3)  # about 1,000 characters
+    documents = backend._documents
+    for query in ("tea", "shop", "kettle"):
+        found = backend.search(query, 100)
+        found.load_sources(list(range(len(found.ids))))
+        assert 0 < documents._size <= documents.budget
+        assert documents._size == sum(map(len, documents._texts.values()))
+    latest = backend.search("kettle", 100)
+    misses = documents.misses
+    latest.load_sources([len(latest.ids) - 1])  # the last read: still kept
+    assert documents.misses == misses
+    # the first document shown, changed by another backend object (as `reranker index` would)
+    old = backend.search("tea", 100)
+    doc_id, before = old.ids[0], old.load_sources([0])[0]
+    writer = backend_class(get_plugin_manager(), "embedded")(backend.config)
+    writer.index_documents([(doc_id, dict(before, title=before["title"] + " (new)"))])
+    new = backend.search("tea", 100)
+    at = new.ids.index(doc_id)
+    assert new.load_sources([at])[0]["title"] == before["title"] + " (new)"

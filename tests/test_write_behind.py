@@ -15,7 +15,7 @@ from reranker.config import load_config
 from reranker.errors import StoreError
 from reranker.events import Impression
 from reranker.service import RerankerService
-from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, CountCache
+from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, EXPOSURE, CountCache
 from reranker.stores.write_behind import WriteBehind
 
 
@@ -179,6 +179,24 @@ def test_click_features_within_a_process_are_those_of_every_write_before_them(op
     assert cached._counts.hits > 30  # most searches read no database at all
 
 
+def test_a_lone_writer_keeps_its_counts_past_the_refresh_time_and_they_stay_exact(open_store):
+    """With no other process writing, a query's cells are confirmed by a lookup of the
+    total once per refresh time instead of read again, and still match a fresh read."""
+    mine, fresh = open_store(), open_store()
+    mine.click_refresh, fresh.click_refresh = 1.0, 0.0
+    now = [0.0]
+    mine._counts.clock = lambda: now[0]
+    docs = [f"d{i}" for i in range(6)]
+    rng = np.random.default_rng(1)
+    for i in range(12):
+        now[0] = 1.5 * i
+        assert np.array_equal(mine.click_features("tea", docs, 5.0),
+                              fresh.click_features("tea", docs, 5.0)), i
+        mine.log_impression(impression(i, "tea", docs, rng))
+        mine.record_click(f"i{i}", mine.get_impression(f"i{i}").shown_ids()[i % 5])
+    assert mine._counts.reads == 1 and mine._counts.checks == 11
+
+
 def test_another_processes_writes_count_once_the_refresh_time_has_passed(open_store):
     mine, other = open_store(), open_store()
     mine.click_refresh = 10.0
@@ -219,7 +237,7 @@ def commit_exposures(cache, db, held=0.0):
         time.sleep(held)
         for key, doc, weight in ROWS:
             db[key, doc] = (db[key, doc][0], db[key, doc][1] + weight)
-        cache.committed({(k, d): (0.0, w) for k, d, w in ROWS}, ["i"])
+        cache.committed({(k, d): w for k, d, w in ROWS}, EXPOSURE, ["i"])
 
 
 @pytest.mark.parametrize("read_first", [True, False])
@@ -272,6 +290,57 @@ def test_a_kept_cell_adds_the_commits_of_its_object():
     counts, total = cache.counts("tea", ["a"], read)
     assert len(calls) == 1  # kept: no read
     assert counts.tolist() == [[1.0, 4.5, 1.0, 4.5]] and total == (1.0, 4.5)
+
+
+def total_reader(cache, db):
+    """A ``read_total`` for the cache over a dict standing for the database."""
+    def read_total(compare):
+        with cache.gate.shared():
+            compare(db.get((ALL_QUERIES, ALL_DOCS), (0.0, 0.0)))
+    return read_total
+
+
+def test_with_no_other_writer_one_lookup_of_the_total_keeps_the_cells_past_the_ttl():
+    db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
+          (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
+    now = [0.0]
+    cache = CountCache(60.0, clock=lambda: now[0])
+    read, calls = reader(cache, db)
+    read_total = total_reader(cache, db)
+    cache.counts("tea", ["a"], read, read_total)
+    cache.queue("i", ROWS)
+    commit_exposures(cache, db)  # this object's own write
+    for at in (61.0, 100.0, 119.0):  # one lookup confirms the cells for the next ttl
+        now[0] = at
+        counts, total = cache.counts("tea", ["a"], read, read_total)
+        assert counts.tolist() == [[1.0, 4.5, 1.0, 4.5]] and total == (1.0, 4.5)
+    assert (len(calls), cache.checks) == (1, 1)
+    # another process writes: the next lookup finds the total changed, and the cells are read
+    db["tea", "a"] = db[ALL_QUERIES, "a"] = db[ALL_QUERIES, ALL_DOCS] = (2.0, 5.0)
+    now[0] = 200.0
+    counts, total = cache.counts("tea", ["a"], read, read_total)
+    assert counts.tolist() == [[2.0, 5.0, 2.0, 5.0]] and total == (2.0, 5.0)
+    assert (len(calls), cache.checks) == (2, 2)
+
+
+def test_a_query_read_before_another_processes_write_is_read_again_past_the_ttl():
+    """The write is seen first by another query's read: the lookups of the total find it
+    equal from then on, but the query read before the write lacks it, and is read again."""
+    db = {(k, "a"): (1.0, 4.0) for k in ("tea", "cup", ALL_QUERIES)}
+    db[ALL_QUERIES, ALL_DOCS] = (1.0, 4.0)
+    now = [0.0]
+    cache = CountCache(60.0, clock=lambda: now[0])
+    read, calls = reader(cache, db)
+    read_total = total_reader(cache, db)
+    cache.counts("tea", ["a"], read, read_total)
+    db["tea", "a"] = db[ALL_QUERIES, "a"] = db[ALL_QUERIES, ALL_DOCS] = (2.0, 4.0)
+    now[0] = 30.0
+    cache.counts("cup", ["a"], read, read_total)  # sees the new total
+    now[0] = 95.0  # "cup" read 65 s ago, confirmed by a lookup; "tea" read again
+    assert cache.counts("cup", ["a"], read, read_total)[0].tolist() == [[1.0, 4.0, 2.0, 4.0]]
+    assert len(calls) == 2 and cache.checks == 1
+    assert cache.counts("tea", ["a"], read, read_total)[0].tolist() == [[2.0, 4.0, 2.0, 4.0]]
+    assert len(calls) == 3
 
 
 def test_the_cache_forgets_everything_past_its_size_and_reads_again():
@@ -393,7 +462,7 @@ def test_a_batch_written_again_after_its_commit_counts_once(open_store):
     store.flush()
     rows = store_rows(store, "SELECT query_key, doc_id, exposure FROM click_stats")
     (item,), = batches
-    store._counts.queue(item.row[0], item.exposures)  # still queued, as for a retry
+    store._counts.queue(item.impression.id, item.exposures)  # still queued, as for a retry
     write([item])  # again
     assert store_rows(store, "SELECT query_key, doc_id, exposure FROM click_stats") == rows
     assert store.stats()["impressions"] == 1

@@ -107,6 +107,7 @@ class EmbeddedBackend(Backend):
         self._meta_mtime = 0
         self._lock = threading.Lock()
         self._cache = _SearchCache(config.backend.cache_size)
+        self._documents = _DocumentCache(int(config.backend.document_cache_mb * 2 ** 20))
 
     # -- schema and metadata ----------------------------------------------------------------
 
@@ -214,6 +215,7 @@ class EmbeddedBackend(Backend):
                 self._searcher = self._index.searcher()
                 self._meta_mtime = mtime
                 self._cache.clear()  # its searches are of the old index (and hold its files)
+                self._documents.clear()
         return self._searcher
 
     def _terms(self, query: str) -> list[str]:
@@ -295,9 +297,11 @@ class EmbeddedBackend(Backend):
             raise BackendUnavailableError(f"embedded index at {self.path} failed to answer: "
                                           f"{exc}") from exc
 
+        documents = self._documents
+
         def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
             # Only the shown hits' stored documents are ever read.
-            return [json.loads(searcher.doc(addresses[i])[SOURCE][0]) for i in indices]
+            return [json.loads(documents.text(searcher, addresses[i])) for i in indices]
 
         candidates = Candidates(ids=ids, scores=scores, field_scores=field_scores,
                                 numeric=numeric, load_sources=load_sources, total=result.count,
@@ -514,6 +518,55 @@ class _SearchCache:
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
         return candidates
+
+
+class _DocumentCache:
+    """The stored documents (their ``_source`` JSON text) read last, up to ``budget``
+    characters, for as long as the index answers from the same searcher: a result shown
+    again is not read and decompressed from the index's document store again (as Solr's
+    documentCache keeps documents until its next searcher). Each read parses the text
+    anew, so no caller shares a document with another. ``budget`` 0 keeps none."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self._texts: collections.OrderedDict[tuple[int, int], str] = collections.OrderedDict()
+        self._searcher: tantivy.Searcher | None = None
+        self._size = 0
+        self._lock = threading.Lock()
+        #: Documents read from the cache and from the index (for tests and benchmarks).
+        self.hits = self.misses = 0
+
+    def text(self, searcher: tantivy.Searcher, address: tantivy.DocAddress) -> str:
+        """The ``_source`` text of the document at ``address`` of ``searcher``."""
+        key = (address.segment_ord, address.doc)
+        with self._lock:
+            if searcher is self._searcher:
+                text = self._texts.get(key)
+                if text is not None:
+                    self._texts.move_to_end(key)
+                    self.hits += 1
+                    return text
+            self.misses += 1
+        text = searcher.doc(address)[SOURCE][0]
+        if len(text) <= self.budget // 4:  # a few huge documents never fill it alone
+            with self._lock:
+                if searcher is not self._searcher:  # the first read of a newer index
+                    self._clear()
+                    self._searcher = searcher
+                if key not in self._texts:
+                    self._texts[key] = text
+                    self._size += len(text)
+                    while self._size > self.budget:
+                        self._size -= len(self._texts.popitem(last=False)[1])
+        return text
+
+    def clear(self) -> None:
+        with self._lock:
+            self._clear()
+
+    def _clear(self) -> None:
+        self._texts.clear()
+        self._searcher, self._size = None, 0
 
 
 def _id_columns(words: int) -> list[str]:

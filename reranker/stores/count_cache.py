@@ -18,7 +18,11 @@ search reads are exactly those of every impression and click before it, as if re
 database after each write. What other processes write (the other workers, other machines)
 is seen when the query's cells are read again, at most ``features.click_refresh`` seconds
 after they were read (0: every search reads the database). A click never reaches a search
-before it: the cache only ever lags.
+before it: the cache only ever lags. When no other process writes (one process serves),
+the cells are not read again: every write adds to the total cell, so when a lookup of the
+total, made once per ``click_refresh``, finds it equal to the kept total, and every read
+since the query's found it so too, nothing has been written but this object's own writes,
+which the kept cells hold already.
 
 A read from the database and a commit of this object never overlap (:meth:`reading` and
 :meth:`committing`, a readers-writer gate taken only around the ``COMMIT`` and the update of
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import operator
 import os
 import threading
@@ -46,6 +51,9 @@ from ..errors import StoreError
 #: '*'), and ``doc_id`` of the counts over all documents.
 ALL_QUERIES = "*"
 ALL_DOCS = ""
+
+#: The columns of a kept cell (``[clicks, exposure]``).
+CLICKS, EXPOSURE = 0, 1
 
 #: Cells kept at most; past it, all are forgotten (and read again as searches need them).
 MAX_CELLS = 200_000
@@ -113,9 +121,9 @@ class CountCache:
         self.timeout = timeout
         self.clock = clock
         self._reset()
-        #: Reads of the database, and searches answered from the cache (for tests and
-        #: benchmarks).
-        self.reads = self.hits = 0
+        #: Reads of the database, reads of the total alone, and searches answered from the
+        #: cache (for tests and benchmarks).
+        self.reads = self.checks = self.hits = 0
 
     def _reset(self) -> None:
         self._pid = os.getpid()
@@ -124,9 +132,15 @@ class CountCache:
         # Cells read, with this object's commits since added: per query, when its cells
         # were read and each document's [clicks, exposure] under it; over all queries, each
         # document's (and the total's, under ALL_DOCS).
-        self._queries: dict[str, tuple[float, dict[str, list]]] = {}
+        self._queries: dict[str, tuple[float, dict[str, list], int]] = {}
         self._all: dict[str, list] = {}
         self._size = 0  # cells (and queries) kept
+        # Each read of the database is numbered (a query's entry holds its read's number).
+        # The reads from number ``_clean`` on found the store's total as kept: no other
+        # process has written between them; ``_checked`` is when a read of the total last
+        # found it so (see :meth:`_fresh`).
+        self._read_seq = self._clean = 0
+        self._checked = -math.inf
         # Exposures of queued impressions: per query (and ALL_QUERIES), per document,
         # [exposure, impressions]; and each queued impression's, by its id.
         self._queued: dict[str, dict[str, list]] = {}
@@ -155,6 +169,11 @@ class CountCache:
                     cell[0] += weight
                     cell[1] += 1
 
+    def forget(self) -> None:
+        """Forget the kept cells (not the queued exposures): each query's are read again."""
+        with self._lock:
+            self._queries, self._all, self._size = {}, {}, 0
+
     def unqueue(self, impression_ids: Iterable[str]) -> None:
         """The exposures of impressions that will never be written (again: each counts
         out once, whatever the calls)."""
@@ -173,27 +192,27 @@ class CountCache:
         try:
             yield
         except BaseException:
-            with self._lock:
-                self._queries, self._all, self._size = {}, {}, 0
+            self.forget()
             raise
         finally:
             self.gate.release()
 
-    def committed(self, added: Mapping[Cell, tuple[float, float]],
+    def committed(self, added: Mapping[Cell, float], column: int,
                   written: Iterable[str] = ()) -> None:
         """A commit of this object succeeded (call it within :meth:`committing`): what it
-        added to each cell (``{(query_key, doc_id): (clicks, exposure)}``), and the ids of
-        the queued impressions it wrote (or found written)."""
+        added to each cell (``{(query_key, doc_id): amount}``) in ``column`` (:data:`CLICKS`
+        or :data:`EXPOSURE`), and the ids of the queued impressions it wrote (or found
+        written)."""
         with self._lock:
-            for (key, doc_id), (clicks, exposure) in added.items():
+            queries, every = self._queries, self._all
+            for (key, doc_id), amount in added.items():
                 if key == ALL_QUERIES:
-                    kept = self._all.get(doc_id)
+                    kept = every.get(doc_id)
                 else:
-                    entry = self._queries.get(key)
+                    entry = queries.get(key)
                     kept = None if entry is None else entry[1].get(doc_id)
                 if kept is not None:
-                    kept[0] += clicks
-                    kept[1] += exposure
+                    kept[column] += amount
             self._unqueue(written)
 
     def _unqueue(self, impression_ids: Iterable[str]) -> None:
@@ -212,7 +231,8 @@ class CountCache:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def counts(self, key: str, doc_ids: list[str], read: Callable[..., None]
+    def counts(self, key: str, doc_ids: list[str], read: Callable[..., None],
+               read_total: Callable[..., None] | None = None
                ) -> tuple[np.ndarray, tuple[float, float]]:
         """The counts of the candidates ``doc_ids`` under query ``key`` (columns: clicks and
         exposure under the query, then over all queries) and the total ``(clicks,
@@ -222,13 +242,36 @@ class CountCache:
         queries, and the total, from the database, inside ``with cache.gate.shared():``
         (taken once it holds its connection: a reader must not wait for a connection that a
         committing writer holds), and there calls ``keep(cells)`` with them (``{(query_key,
-        doc_id): (clicks, exposure)}``; the cells it lacks are 0)."""
+        doc_id): (clicks, exposure)}``; the cells it lacks are 0).
+
+        ``read_total(compare)`` reads the total alone, the same way, and there calls
+        ``compare((clicks, exposure))``: when the query's cells are older than the ttl but no
+        other process has written since (:meth:`_fresh`), that one lookup confirms them."""
         self._forked()
         now = self.clock()
         with self._lock:
-            if self._known(key, doc_ids, now):
+            fresh = self._fresh(key, doc_ids, now)
+            if fresh:
                 self.hits += 1
                 return self._assemble(key, doc_ids)
+        if fresh is None and read_total is not None:
+            confirmed = []
+
+            def compare(total: tuple[float, float]) -> None:
+                with self._lock:
+                    kept = self._all.get(ALL_DOCS)
+                    if kept is not None and kept[0] == total[0] and kept[1] == total[1]:
+                        self._checked = now
+                        if self._fresh(key, doc_ids, now):
+                            confirmed.append(self._assemble(key, doc_ids))
+                    else:  # another process wrote: every query is read again
+                        self._clean, self._checked = self._read_seq + 1, -math.inf
+
+            read_total(compare)
+            self.checks += 1
+            if confirmed:
+                self.hits += 1
+                return confirmed[0]
         answer = []
 
         def keep(cells: Mapping[Cell, tuple[float, float]]) -> None:
@@ -240,13 +283,23 @@ class CountCache:
         read(key, list(dict.fromkeys(doc_ids)), keep)
         return answer[0]
 
-    def _known(self, key: str, doc_ids: list[str], now: float) -> bool:
-        """Whether every cell of the search is kept, and the query's read within the ttl."""
+    def _fresh(self, key: str, doc_ids: list[str], now: float) -> bool | None:
+        """Whether the search's cells are kept and current: every cell is kept, and the
+        query's were read within the ttl, or since the store's total last matched the
+        kept total at every read (nothing written by another process: its writes change
+        the total, which only grows) and it matched again within the ttl. None: all that
+        holds but the last match is older than the ttl (one read of the total tells)."""
         entry = self._queries.get(key)
-        if entry is None or now - entry[0] > self.ttl:
+        if entry is None:
             return False
         docs, every = entry[1], self._all
-        return ALL_DOCS in every and all(d in docs and d in every for d in doc_ids)
+        if not (ALL_DOCS in every and all(d in docs and d in every for d in doc_ids)):
+            return False
+        if now - entry[0] <= self.ttl:
+            return True
+        if entry[2] < self._clean:
+            return False
+        return True if now - self._checked <= self.ttl else None
 
     def _assemble(self, key: str, doc_ids: list[str]) -> tuple[np.ndarray, tuple[float, float]]:
         docs, every = self._queries[key][1], self._all
@@ -277,13 +330,19 @@ class CountCache:
               now: float) -> None:
         if self._size + 2 * len(doc_ids) + 2 > self.max_cells:  # room: forget everything
             self._queries, self._all, self._size = {}, {}, 0
+        self._read_seq += 1
+        total, kept = got.get((ALL_QUERIES, ALL_DOCS), (0.0, 0.0)), self._all.get(ALL_DOCS)
+        if kept is None or kept[0] != total[0] or kept[1] != total[1]:
+            # Another process wrote (or nothing was kept): the queries read before may
+            # lack its writes, this one holds them.
+            self._clean, self._checked = self._read_seq, -math.inf
         entry = self._queries.get(key)
         if entry is None:
             self._size += 1
             docs: dict[str, list] = {}
         else:
             docs = entry[1]
-        self._queries[key] = (now, docs)
+        self._queries[key] = (now, docs, self._read_seq)
         zero = (0.0, 0.0)
         for target, cell_key, names in ((docs, key, doc_ids),
                                         (self._all, ALL_QUERIES, [*doc_ids, ALL_DOCS])):

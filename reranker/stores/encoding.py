@@ -77,48 +77,54 @@ def _narrowest(low: int, high: int, types) -> type:
 
 def _pack_columns(X: np.ndarray) -> bytes:
     """The columns of ``X`` (float64, shape ``(n, m)``), each in the smallest of the forms
-    that give it back exactly: every column's header, then every column's values."""
+    that give it back exactly: every column's header, then every column's values. (Each
+    test runs on every column at once: an impression's writer packs several per search.)"""
     n, m = X.shape
     bits = X.view(np.int64)
     reciprocal = (bits == _reciprocal_ranks(n).view(np.int64)[:, None]).all(axis=0)
     # Values too large for a float32 (or for a decimal's integer) fail the comparisons.
     with np.errstate(over="ignore", invalid="ignore"):
-        exact32 = (X.astype(np.float32).astype(np.float64).view(np.int64) == bits).all(axis=0)
+        as32 = X.astype(np.float32)
+        exact32 = (as32.astype(np.float64).view(np.int64) == bits).all(axis=0)
         whole = np.round(X)
         integral = (whole.view(np.int64) == bits).all(axis=0) \
             & (np.abs(whole) <= _EXACT_INTEGERS).all(axis=0)
+    decimals = _decimals(X, np.flatnonzero(~(reciprocal | exact32 | integral)).tolist())
     heads, bodies = [], []
-    for j in range(m):
-        if reciprocal[j]:  # (also every column of a page without candidates)
+    for j, (rr, e32, whole_j) in enumerate(zip(reciprocal.tolist(), exact32.tolist(),
+                                               integral.tolist(), strict=True)):
+        if rr:  # (also every column of a page without candidates)
             heads.append(_COLUMN.pack(RECIPROCAL_RANKS, 0, 0))
             continue
-        column = X[:, j]
-        forms = [((FLOAT32, 0, 4), column.astype(np.float32)) if exact32[j] else
-                 ((FLOAT64, 0, 8), column)]
-        places, values = (0, whole[:, j]) if integral[j] else \
-            (None, None) if exact32[j] else _decimal(column)
+        head, values = ((FLOAT32, 0, 4), as32[:, j]) if e32 else ((FLOAT64, 0, 8), X[:, j])
+        places, ints = (0, whole[:, j]) if whole_j else decimals.get(j, (None, None))
         if places is not None:
-            kind = _narrowest(int(values.min()), int(values.max()), _SIGNED)
-            forms.append(((DECIMAL, places, np.dtype(kind).itemsize), values.astype(kind)))
-        head, values = min(forms, key=lambda form: form[0][2])
+            kind = _narrowest(int(ints.min()), int(ints.max()), _SIGNED)
+            width = np.dtype(kind).itemsize
+            if width < head[2]:
+                head, values = (DECIMAL, places, width), ints.astype(kind)
         heads.append(_COLUMN.pack(*head))
         bodies.append(values.tobytes())
     return b"".join(heads + bodies)
 
 
-def _decimal(column: np.ndarray) -> tuple[int | None, np.ndarray | None]:
-    """The fewest decimal places ``k`` (1 to 6) such that ``round(x * 10**k) / 10**k`` gives
-    every value of ``column`` back bit for bit, with those integers; ``(None, None)`` when
-    there is none."""
+def _decimals(X: np.ndarray, columns: list[int]) -> dict[int, tuple[int, np.ndarray]]:
+    """For each of ``columns`` that has them: the fewest decimal places ``k`` (1 to 6) such
+    that ``round(x * 10**k) / 10**k`` gives every value back bit for bit, with those
+    integers."""
+    if not columns:
+        return {}
+    sub = X[:, columns]
     with np.errstate(over="ignore", invalid="ignore"):
-        scaled = np.round(column[None, :] * _SCALES[1:, None])
-        exact = ((scaled / _SCALES[1:, None]).view(np.int64) == column.view(np.int64)) \
+        scaled = np.round(sub[None] * _SCALES[1:, None, None])  # (places, rows, columns)
+        exact = ((scaled / _SCALES[1:, None, None]).view(np.int64) == sub.view(np.int64)) \
             & (np.abs(scaled) <= _EXACT_INTEGERS)
-    found = exact.all(axis=1)
-    if not found.any():
-        return None, None
-    k = int(found.argmax())
-    return k + 1, scaled[k]
+    found = exact.all(axis=1)  # (places, columns)
+    out = {}
+    for c in np.flatnonzero(found.any(axis=0)).tolist():
+        k = int(found[:, c].argmax())
+        out[columns[c]] = (k + 1, scaled[k, :, c])
+    return out
 
 
 def _unpack_columns(data: memoryview, n: int, m: int) -> tuple[np.ndarray, int]:
@@ -154,21 +160,9 @@ def _open(blob: bytes) -> memoryview:
 
 def pack_features(X: np.ndarray) -> bytes:
     """The ``features`` blob of a raw feature matrix (shape ``(n, m)``)."""
-    return seal(features_payload(X))
-
-
-def features_payload(X: np.ndarray) -> bytes:
-    """:func:`pack_features` before compression (:func:`seal`): the packing holds
-    Python's interpreter lock, zlib lets go of it, so a writer thread can compress while
-    the searches go on."""
     X = np.asarray(X, dtype=np.float64)
     n, m = X.shape
-    return _HEADER.pack(FORMAT, n, m) + _pack_columns(X)
-
-
-def seal(payload: bytes) -> bytes:
-    """A blob from its payload (:func:`features_payload`, :func:`candidates_payload`)."""
-    return zlib.compress(payload, LEVEL)
+    return zlib.compress(_HEADER.pack(FORMAT, n, m) + _pack_columns(X), LEVEL)
 
 
 def unpack_features(blob: bytes) -> np.ndarray:
@@ -182,12 +176,6 @@ def unpack_features(blob: bytes) -> np.ndarray:
 def pack_candidates(doc_ids: list[str], ranking: np.ndarray,
                     propensities: np.ndarray | None) -> bytes:
     """The ``candidates`` blob: the ranking, the propensities (if any) and the ids."""
-    return seal(candidates_payload(doc_ids, ranking, propensities))
-
-
-def candidates_payload(doc_ids: list[str], ranking: np.ndarray,
-                       propensities: np.ndarray | None) -> bytes:
-    """:func:`pack_candidates` before compression (:func:`seal`)."""
     # Each index's offset from its own position: a ranking stays close to the engine's order
     # (0, 1, 2, ...) for most candidates, and the runs of small offsets compress.
     moves = np.asarray(ranking, dtype=np.int64) - np.arange(len(ranking))
@@ -201,7 +189,7 @@ def candidates_payload(doc_ids: list[str], ranking: np.ndarray,
         column = np.asarray(propensities, dtype=np.float64).reshape(-1, 1)
         parts += [b"\1", struct.pack("<I", len(column)), _pack_columns(column)]
     parts.append(json.dumps(doc_ids).encode("ascii"))
-    return b"".join(parts)
+    return zlib.compress(b"".join(parts), LEVEL)
 
 
 def unpack_candidates(blob: bytes) -> tuple[list[str], np.ndarray, np.ndarray | None]:

@@ -34,16 +34,8 @@ from ..clicks.position_bias import randomized_pairs
 from ..errors import ConflictError, NotFoundError, RerankerError, StoreError, UnprocessableError
 from ..events import ClickResult, Impression, RewardResult
 from .base import EventStore, Reader, Retained
-from .count_cache import ALL_DOCS, ALL_QUERIES, CountCache
-from .encoding import (
-    candidates_payload,
-    features_payload,
-    pack_candidates,
-    pack_features,
-    seal,
-    unpack_candidates,
-    unpack_features,
-)
+from .count_cache import ALL_DOCS, ALL_QUERIES, CLICKS, EXPOSURE, CountCache
+from .encoding import pack_candidates, pack_features, unpack_candidates, unpack_features
 from .group_commit import GroupCommit
 from .write_behind import WriteBehind
 
@@ -169,18 +161,10 @@ class SQLEventStore(EventStore):
         count in :meth:`click_features` from this object's queue."""
         theta = self.position_bias().weights(imp.offset + imp.n_shown)[imp.offset:]
         exposures = exposure_rows(query_key(imp.query), imp.shown_ids(), theta)
-        # Packed here, compressed by the writer: its thread then runs little but zlib's and
-        # the database's own code, which let go of the interpreter lock the searches need.
-        row = (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
-               candidates_payload(imp.doc_ids, imp.ranking, imp.propensities),
-               features_payload(imp.features), imp.n_shown, imp.log_prob,
-               None if imp.teams is None else json.dumps(imp.teams),
-               None if imp.context is None else json.dumps(imp.context), imp.arm,
-               imp.experiment, imp.offset, imp.page_key)
         self._counts.queue(imp.id, exposures)
         try:
             self._impressions().put(_Queued(
-                _names_text(imp.feature_names), row, exposures,
+                _names_text(imp.feature_names), imp, exposures,
                 imp.page_key if imp.offset == 0 else None))
         except BaseException:
             self._counts.unqueue([imp.id])
@@ -211,7 +195,7 @@ class SQLEventStore(EventStore):
                         what="impressions", store=self.location,
                         max_batch=CLICK_BATCH, max_pending=PENDING_IMPRESSIONS,
                         linger=IMPRESSION_LINGER,
-                        dropped=lambda items: self._counts.unqueue(i.row[0] for i in items))
+                        dropped=lambda items: self._counts.unqueue(i.impression.id for i in items))
         return log
 
     @property
@@ -232,11 +216,11 @@ class SQLEventStore(EventStore):
         it is, its exposures not counted again."""
         with contextlib.ExitStack() as stack:
             with self._write(durable=False) as conn:
-                ids = [item.row[0] for item in items]
+                ids = [item.impression.id for item in items]
                 marks = ",".join("?" * len(ids))
                 there = {found for (found,) in self._run(
                     conn, f"SELECT id FROM impressions WHERE id IN ({marks})", ids).fetchall()}
-                new = [item for item in items if item.row[0] not in there]
+                new = [item for item in items if item.impression.id not in there]
                 exposures: dict[tuple[str, str], float] = {}
                 for item in new:
                     for key, doc_id, weight in item.exposures:
@@ -248,13 +232,11 @@ class SQLEventStore(EventStore):
                     "learner, model_version, candidates, features, n_shown, log_prob, teams, "
                     "context, arm, experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, "
                     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(sets[item.names], *item.row[:6], seal(item.row[6]), seal(item.row[7]),
-                      *item.row[8:]) for item in new])
+                    [(sets[item.names], *_impression_row(item.impression)) for item in new])
                 self._run_many(conn, UPSERT_STATS, sorted(
                     (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
                 stack.enter_context(self._counts.committing())  # then COMMIT
-            self._counts.committed({cell: (0.0, weight) for cell, weight in exposures.items()},
-                                   ids)
+            self._counts.committed(exposures, EXPOSURE, ids)
         self._known_sets.update(sets)  # committed: other processes see them too
 
     @property
@@ -315,7 +297,7 @@ class SQLEventStore(EventStore):
         with contextlib.ExitStack() as stack:
             outcomes, stats = self._write_clicks(clicks, stack)
             if stats:  # committed, the count cache's gate still held since before COMMIT
-                self._counts.committed({cell: (count, 0.0) for cell, count in stats.items()})
+                self._counts.committed(stats, CLICKS)
         return outcomes
 
     def _write_clicks(self, clicks: Sequence[tuple[str, str, float]],
@@ -566,7 +548,8 @@ class SQLEventStore(EventStore):
         """The lifts of the counts of the clicks and impressions logged before (this
         object's own at once, even while queued; other processes' as
         ``features.click_refresh`` says: :mod:`.count_cache`)."""
-        counts, total = self._counts.counts(query_key(query), doc_ids, self._read_cells)
+        counts, total = self._counts.counts(query_key(query), doc_ids, self._read_cells,
+                                            self._read_total)
         return lifts_from_counts(counts, total[0], total[1], smoothing)
 
     def _read_cells(self, key: str, doc_ids: list[str], keep) -> None:
@@ -589,6 +572,14 @@ class SQLEventStore(EventStore):
                         (key, ALL_QUERIES, ALL_DOCS, *chunk)).fetchall():
                     cells[cell_key, doc_id] = (clicks, exposure)
             keep(cells)
+
+    def _read_total(self, compare) -> None:
+        """``compare((clicks, exposure))`` with the total ``click_stats`` cell, read while no
+        commit of this object runs (:mod:`.count_cache`)."""
+        with self._reading(flush=False) as conn, self._counts.gate.shared():
+            row = self._run(conn, "SELECT clicks, exposure FROM click_stats WHERE query_key = ? "
+                            "AND doc_id = ?", (ALL_QUERIES, ALL_DOCS)).fetchone()
+            compare((0.0, 0.0) if row is None else (row[0], row[1]))
 
     def position_bias(self, max_age: float | None = None) -> PositionBias:
         """The position-bias estimate from the counts logged so far (a read at most
@@ -688,14 +679,25 @@ class SQLEventStore(EventStore):
 
 
 class _Queued(NamedTuple):
-    """An impression waiting in the writer's queue: its feature set's names (JSON), its row
-    (the compact blobs not yet compressed), its exposure rows, and its page key when it is
-    a first page (for :meth:`SQLEventStore.first_page`)."""
+    """An impression waiting in the writer's queue: its feature set's names (JSON), the
+    impression (packed by the writer: the search that logged it does not wait for that),
+    its exposure rows, and its page key when it is a first page (for
+    :meth:`SQLEventStore.first_page`)."""
 
     names: str
-    row: tuple
+    impression: Impression
     exposures: list[tuple[str, str, float]]
     first_page: str | None
+
+
+def _impression_row(imp: Impression) -> tuple:
+    """The columns of ``impressions`` after ``feature_set``, for :meth:`_log_impressions`."""
+    return (imp.id, imp.created, imp.query, imp.user_id, imp.learner, imp.model_version,
+            pack_candidates(imp.doc_ids, imp.ranking, imp.propensities),
+            pack_features(imp.features), imp.n_shown, imp.log_prob,
+            None if imp.teams is None else json.dumps(imp.teams),
+            None if imp.context is None else json.dumps(imp.context), imp.arm,
+            imp.experiment, imp.offset, imp.page_key)
 
 
 @functools.lru_cache(maxsize=64)
