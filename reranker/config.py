@@ -58,10 +58,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
                           "index changes, so that a repeated search skips the engine; 0 "
                           "keeps none.", minimum=0),
         "document_cache_mb": Key("float", 32.0, "Embedded backend: megabytes of stored "
-                                 "documents (their JSON text) each process keeps until the "
-                                 "index changes, the most recently shown first, so that a "
-                                 "result shown again is not read and decompressed from the "
-                                 "index again; 0 keeps none.", minimum=0.0),
+                                 "documents (their stored JSON, and about 200 bytes each for "
+                                 "keeping it) each process keeps until the index changes, "
+                                 "the most recently shown first, so that a result shown "
+                                 "again is not read and decompressed from the index again; "
+                                 "0 keeps none.", minimum=0.0),
         # -- elasticsearch --
         "index": Key("str", None, "Elasticsearch index or alias to search.", nullable=True),
         "hosts": Key("list[str]", ["http://localhost:9200"], "Elasticsearch node URLs."),

@@ -136,7 +136,7 @@ def test_a_search_reads_the_stored_documents_of_the_shown_results_only(workdir):
     service = RerankerService(load_config(workdir / "config.yaml")).open()
     try:
         counting = CountingSearcher(service.backend._current_searcher())
-        service.backend._current_searcher = lambda: counting
+        service.backend._view = service.backend._new_view(counting)
         search, retrieved = service.backend.search, []
         service.backend.search = lambda *args: retrieved.append(search(*args)) or retrieved[-1]
         page = service.search("tea kettle", 10)
@@ -236,8 +236,8 @@ def test_a_repeated_search_is_answered_from_the_cache_as_the_engine_answers(tmp_
             assert same_candidates(got, want)
             assert got.load_sources([0, 3]) == want.load_sources([0, 3])
     # "shop" and "Shop!" are the same terms: five distinct searches, each run once
-    assert (cached._cache.misses, cached._cache.hits) == (5, 13)
-    assert (plain._cache.misses, plain._cache.hits) == (0, 0)
+    assert (cached._view.searches.misses, cached._view.searches.hits) == (5, 13)
+    assert (plain._view.searches.misses, plain._view.searches.hits) == (0, 0)
 
 
 def test_what_the_cache_hands_out_cannot_change_what_it_keeps(tmp_path):
@@ -259,13 +259,15 @@ def test_the_cache_keeps_the_latest_searches_and_forgets_a_changed_index(tmp_pat
         backend.search(query, 100)
     backend.search("kettle", 100)
     backend.search("tea", 100)
-    assert (backend._cache.misses, backend._cache.hits) == (4, 1)
+    searches = backend._view.searches
+    assert (searches.misses, searches.hits) == (4, 1)
     # a new document, indexed by another backend object (as `reranker index` would)
     writer = backend_class(get_plugin_manager(), "embedded")(backend.config)
     new = dict(shop()[0], id="p999", title="tea kettle tea")
     writer.index_documents([("p999", new)])
     assert "p999" in backend.search("tea", 100).ids
-    assert backend._cache.misses == 5
+    assert backend._view.searches is not searches  # the engine ran again, on the new index
+    assert (backend._view.searches.misses, backend._view.searches.hits) == (1, 0)
 
 
 # -- the embedded backend's cache of stored documents -------------------------------------------
@@ -279,9 +281,9 @@ def test_a_document_shown_again_comes_from_the_cache_as_the_index_holds_it(tmp_p
         got, want = cached.search(query, 100), plain.search(query, 100)
         shown = list(range(min(5, len(got.ids))))
         assert got.load_sources(shown) == want.load_sources(shown)
-    documents = cached._documents
-    assert documents.hits > 0 and documents.misses == len(documents._texts)
-    assert plain._documents.misses > 0 and not plain._documents._texts
+    documents = cached._view.documents
+    assert documents.hits > 0 and documents.misses == len(documents)
+    assert len(plain._view.documents) == 0
     first = cached.search("tea", 100).load_sources([0])[0]
     first["title"] = "changed by the caller"
     assert cached.search("tea", 100).load_sources([0])[0] == plain.search(
@@ -290,13 +292,15 @@ def test_a_document_shown_again_comes_from_the_cache_as_the_index_holds_it(tmp_p
 
 def test_the_document_cache_keeps_the_latest_within_its_budget_and_forgets_a_changed_index(
         tmp_path):
-    _, backend = shop_backend(tmp_path, document_cache_mb=1e-3)  # about 1,000 characters
-    documents = backend._documents
+    _, backend = shop_backend(tmp_path, document_cache_mb=4e-3)  # about 4,000 bytes
+    documents = backend._view.documents
     for query in ("tea", "shop", "kettle"):
         found = backend.search(query, 100)
         found.load_sources(list(range(len(found.ids))))
-        assert 0 < documents._size <= documents.budget
-        assert documents._size == sum(map(len, documents._texts.values()))
+        assert 0 < documents.weight <= documents.capacity
+        assert documents.weight == sum(embedded._stored_size(stored) for stored, _ in
+                                       documents._entries.values())
+    assert len(documents) < len(backend.search("shop", 100).ids)  # some were let go
     latest = backend.search("kettle", 100)
     misses = documents.misses
     latest.load_sources([len(latest.ids) - 1])  # the last read: still kept
@@ -309,3 +313,19 @@ def test_the_document_cache_keeps_the_latest_within_its_budget_and_forgets_a_cha
     new = backend.search("tea", 100)
     at = new.ids.index(doc_id)
     assert new.load_sources([at])[0]["title"] == before["title"] + " (new)"
+
+
+def test_documents_read_again_after_the_index_is_rebuilt_are_the_new_index_s(tmp_path):
+    """Rebuilt, the index holds other documents at the same addresses: none is read from
+    the cache of the old one."""
+    from test_search_requests import shop
+
+    _, backend = shop_backend(tmp_path)
+    for query in ("tea", "shop", "kettle"):
+        found = backend.search(query, 100)
+        found.load_sources(list(range(len(found.ids))))
+    writer = backend_class(get_plugin_manager(), "embedded")(backend.config)
+    writer.index_documents(((p["id"], p) for p in reversed(shop())), recreate=True)
+    for query in ("tea", "shop", "kettle"):
+        found = backend.search(query, 100)
+        assert [d["id"] for d in found.load_sources(list(range(len(found.ids))))] == found.ids

@@ -142,6 +142,24 @@ def test_close_writes_what_is_queued_and_takes_no_more():
         log.put(3)
 
 
+def test_close_tries_again_while_the_store_fails_for_up_to_its_timeout(caplog):
+    sink = Sink()
+    log = WriteBehind(sink, name="w", what="items")
+    sink.fail.set()
+    for i in range(3):
+        log.put(i)
+    threading.Timer(0.3, sink.fail.clear).start()  # a passing failure
+    log.close(5)
+    assert [x for batch in sink.batches for x in batch] == [0, 1, 2] and log.pending == 0
+    failing = WriteBehind(Sink(), name="w2", what="items")
+    failing._write_batch.fail.set()
+    failing.put("x")
+    started = time.monotonic()
+    failing.close(0.3)  # a store that stays down: given up after the timeout, and said
+    assert time.monotonic() - started < 3 and failing.pending == 1
+    assert "w2: 1 items lost at close: event store x failed: disk full" in caplog.text
+
+
 # -- the count cache ---------------------------------------------------------------------------
 
 def impression(i, query, docs, rng):
@@ -177,6 +195,37 @@ def test_click_features_within_a_process_are_those_of_every_write_before_them(op
             earlier = logged[int(rng.integers(len(logged)))]
             cached.record_click(earlier.id, earlier.shown_ids()[int(rng.integers(5))])
     assert cached._counts.hits > 30  # most searches read no database at all
+
+
+def test_a_query_searched_with_other_candidates_keeps_only_the_cells_of_its_last_read(
+        open_store):
+    """A document left out of a query's last read (a filter, a changed index) is read again
+    when it comes back, with what another process wrote meanwhile."""
+    mine, other, fresh = open_store(), open_store(), open_store()
+    mine.click_refresh, fresh.click_refresh = 10.0, 0.0
+    now = [0.0]
+    mine._counts.clock = lambda: now[0]
+    docs = [f"d{i}" for i in range(6)]
+    other.log_impression(impression(1, "tea", docs, np.random.default_rng(0)))
+    other.flush()
+    mine.click_features("tea", docs, 5.0)
+    clicked = other.get_impression("i1").shown_ids()[0]
+    other.record_click("i1", clicked)
+    now[0] = 100.0
+    mine.click_features("tea", [d for d in docs if d != clicked], 5.0)
+    for at in (101.0, 200.0):
+        now[0] = at
+        assert np.array_equal(mine.click_features("tea", docs, 5.0),
+                              fresh.click_features("tea", docs, 5.0)), at
+
+
+def test_a_refresh_time_of_0_reads_the_store_on_every_search(open_store):
+    store = open_store()
+    store.click_refresh = 0.0
+    docs = [f"d{i}" for i in range(6)]
+    for _ in range(3):
+        store.click_features("tea", docs, 5.0)
+    assert (store._counts.reads, store._counts.checks) == (3, 0)
 
 
 def test_a_lone_writer_keeps_its_counts_past_the_refresh_time_and_they_stay_exact(open_store):
@@ -247,25 +296,33 @@ def test_a_read_and_a_commit_of_the_same_object_never_overlap(read_first):
     way the queued impression counts once, before, during and after its commit."""
     db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
           (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
-    cache = CountCache(0.0)  # every search reads
+    # Read first: the cells are kept after (what the commit adds to them is checked);
+    # commit first: every search reads.
+    cache = CountCache(60.0 if read_first else 0.0)
     read, calls = reader(cache, db)
     cache.queue("i", ROWS)
     assert cache.counts("tea", ["a"], read)[0].tolist() == [[1.0, 4.5, 1.0, 4.5]]
     if read_first:
-        slow = threading.Event()
+        cache.forget()  # the next search reads
+        slow, answers = threading.Event(), []
 
         def slow_read(key, doc_ids, keep):
             with cache.gate.shared():
+                snapshot = dict(db)  # the database as the read finds it
                 slow.set()
                 time.sleep(0.2)  # the commit waits meanwhile
-                keep({c: v for c, v in db.items()})
-        other = threading.Thread(target=cache.counts, args=("tea", ["a"], slow_read))
+                keep(snapshot)
+        other = threading.Thread(target=lambda: answers.append(
+            cache.counts("tea", ["a"], slow_read)))
         other.start()
         assert slow.wait(5)
         started = time.monotonic()
         commit_exposures(cache, db)
         assert time.monotonic() - started >= 0.15
         other.join()
+        (counts, total), = answers  # before the commit: the impression counted from the queue
+        assert counts.tolist() == [[1.0, 4.5, 1.0, 4.5]] and total == (1.0, 4.5)
+        reads = len(calls)
     else:
         committing = threading.Thread(target=commit_exposures, args=(cache, db, 0.2))
         committing.start()
@@ -277,6 +334,8 @@ def test_a_read_and_a_commit_of_the_same_object_never_overlap(read_first):
         assert counts.tolist() == [[1.0, 4.5, 1.0, 4.5]] and total == (1.0, 4.5)
     counts, total = cache.counts("tea", ["a"], read)
     assert counts.tolist() == [[1.0, 4.5, 1.0, 4.5]] and total == (1.0, 4.5)
+    if read_first:  # from the kept cells, the commit added to them after the read
+        assert len(calls) == reads
 
 
 def test_a_kept_cell_adds_the_commits_of_its_object():
@@ -354,6 +413,16 @@ def test_the_cache_forgets_everything_past_its_size_and_reads_again():
     assert cache.reads == 3 and cache._size <= 8
 
 
+def hold_writer(store) -> threading.Event:
+    """Hold ``store``'s impression writer before each batch until the event returned is
+    set."""
+    gate = threading.Event()
+    writer = store._impressions()
+    write_batch = writer._write_batch
+    writer._write_batch = lambda batch: (gate.wait(30), write_batch(batch))
+    return gate
+
+
 def test_a_click_on_an_impression_another_process_has_not_written_yet_waits(workdir):
     """Two services on one store (two worker processes would be the same): the click
     reaches the one that did not serve the page while the other still holds its
@@ -361,10 +430,7 @@ def test_a_click_on_an_impression_another_process_has_not_written_yet_waits(work
     config = load_config(write_config(workdir, trainer={"enabled": False}))
     serving, other = RerankerService(config).open(), RerankerService(config).open()
     try:
-        gate = threading.Event()
-        writer = serving.events._impressions()
-        write_batch = writer._write_batch
-        writer._write_batch = lambda batch: (gate.wait(30), write_batch(batch))
+        gate = hold_writer(serving.events)
         page = serving.search("tea kettle", 10)
         threading.Timer(0.3, gate.set).start()
         started = time.monotonic()
@@ -401,9 +467,8 @@ def test_lifts_of_the_cached_counts_match_the_formula(open_store):
     docs = ["a", "b"]
     store.log_impression(impression(0, "Tea", docs, np.random.default_rng(1)))
     store.record_click("i0", store.get_impression("i0").shown_ids()[0])
-    with store._reading() as conn:
-        rows = {(k, d): (c, e) for k, d, c, e in store._run(
-            conn, "SELECT query_key, doc_id, clicks, exposure FROM click_stats").fetchall()}
+    rows = {(k, d): (c, e) for k, d, c, e in store_rows(
+        store, "SELECT query_key, doc_id, clicks, exposure FROM click_stats")}
     counts = np.array([[*rows[query_key("Tea"), d], *rows[ALL_QUERIES, d]] for d in docs])
     np.testing.assert_array_equal(store.click_features("tea", docs, 5.0), lifts_from_counts(
         counts, *rows[ALL_QUERIES, ALL_DOCS], 5.0))
@@ -431,17 +496,14 @@ def test_an_impression_the_database_refuses_is_dropped_and_the_others_are_writte
     store = open_store()
     rng = np.random.default_rng(3)
     docs = [f"d{i}" for i in range(8)]
-    gate = threading.Event()
-    writer = store._impressions()
-    write_batch = writer._write_batch
-    writer._write_batch = lambda batch: (gate.wait(30), write_batch(batch))
+    gate = hold_writer(store)
     good = [impression(i, "tea", docs, rng) for i in range(3)]
     bad = dataclasses.replace(impression(9, "tea", docs, rng), learner=None)
     for imp in (good[0], bad, good[1], good[2]):
         store.log_impression(imp)
     gate.set()
     store.flush()
-    assert store.stats()["impressions"] == 3 and writer.dropped == 1
+    assert store.stats()["impressions"] == 3 and store._impressions().dropped == 1
     assert "dropped 1 impressions that the event store refuses" in caplog.text
     assert store.record_click("i1", store.get_impression("i1").shown_ids()[0])
     fresh = open_store()
@@ -477,23 +539,31 @@ def test_what_a_search_reads_never_waits_for_the_queue(open_store):
     """The experiment's state and a later page's first page are read without waiting for
     the queued impressions (a store that cannot take them must not fail the searches)."""
     store = open_store()
-    gate = threading.Event()
-    writer = store._impressions()
-    write_batch = writer._write_batch
-    writer._write_batch = lambda batch: (gate.wait(30), write_batch(batch))
-    store.log_impression(impression(0, "tea", [f"d{i}" for i in range(6)],
-                                    np.random.default_rng(0)))
+    gate = hold_writer(store)
+    docs = [f"d{i}" for i in range(6)]
+    store.log_impression(impression(0, "tea", docs, np.random.default_rng(0)))
     started = time.monotonic()
     assert store.experiment_state("exp") == {}
     assert store.first_page("no such page", 0.0) is None
     assert time.monotonic() - started < 5
     gate.set()
     store.flush()
-    # a first page still queued is written, then found
-    first = dataclasses.replace(impression(1, "tea", [f"d{i}" for i in range(6)],
-                                           np.random.default_rng(1)), page_key="p1")
-    store.log_impression(first)
-    assert store.first_page("p1", 0.0).id == "i1"
+    # the newest first page of a key: written, or still queued (read from the queue)
+    older = dataclasses.replace(impression(1, "tea", docs, np.random.default_rng(1)),
+                                page_key="p1")
+    store.log_impression(older)
+    store.flush()
+    gate.clear()
+    newer = dataclasses.replace(impression(2, "tea", docs, np.random.default_rng(2)),
+                                page_key="p1")
+    store.log_impression(newer)
+    started = time.monotonic()
+    assert store.first_page("p1", 0.0) is newer and store.queued_impressions == 1
+    assert store.first_page("p1", 3.0) is None  # both older than asked
+    assert time.monotonic() - started < 5
+    gate.set()
+    store.flush()
+    assert store.first_page("p1", 0.0).id == "i2"  # written now
 
 
 def test_a_split_batch_interrupted_by_the_store_writes_and_drops_each_item_once():

@@ -10,7 +10,7 @@ import math
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +103,9 @@ class EmbeddedBackend(Backend):
         self._analyzer = _analyzer()
         self._index: tantivy.Index | None = None
         self._schema: tantivy.Schema | None = None
-        self._searcher: tantivy.Searcher | None = None
+        self._view: _View | None = None  # the searcher, with its caches
         self._meta_mtime = 0
         self._lock = threading.Lock()
-        self._cache = _SearchCache(config.backend.cache_size)
-        self._documents = _DocumentCache(int(config.backend.document_cache_mb * 2 ** 20))
 
     # -- schema and metadata ----------------------------------------------------------------
 
@@ -190,7 +188,7 @@ class EmbeddedBackend(Backend):
         try:
             self._index = self._open_index(self.path, self._build_schema(
                 meta.get("fields"), meta.get("numeric_fields"), self.filter_types))
-            self._searcher = self._index.searcher()
+            self._view = self._new_view(self._index.searcher())
         except (OSError, ValueError) as exc:
             raise BackendError(f"backend.path: cannot open the index at {self.path}: "
                                f"{exc}") from exc
@@ -202,21 +200,31 @@ class EmbeddedBackend(Backend):
         except OSError:
             return -1
 
-    def _current_searcher(self) -> tantivy.Searcher:
+    def _new_view(self, searcher: tantivy.Searcher) -> _View:
+        backend = self.config.backend
+        return _View(searcher, _Lru(backend.cache_size),
+                     _Lru(int(backend.document_cache_mb * 2 ** 20), weigh=_stored_size))
+
+    def _current_view(self) -> _View:
+        """The searcher of the index as last committed, with its caches: a new one, with
+        empty caches, once `reranker index` has committed new documents (a search or a
+        page already under way keeps the view it started with)."""
         if self._index is None:
             self.open()
         mtime = self._mtime()
         if mtime < 0:
             raise BackendUnavailableError(f"embedded index at {self.path} is unavailable "
                                           f"(its meta.json is gone)")
-        if mtime != self._meta_mtime:  # `reranker index` committed new documents
+        if mtime != self._meta_mtime:
             with self._lock:
-                self._index.reload()
-                self._searcher = self._index.searcher()
-                self._meta_mtime = mtime
-                self._cache.clear()  # its searches are of the old index (and hold its files)
-                self._documents.clear()
-        return self._searcher
+                if mtime != self._meta_mtime:
+                    self._index.reload()
+                    self._view = self._new_view(self._index.searcher())
+                    self._meta_mtime = mtime
+        return self._view
+
+    def _current_searcher(self) -> tantivy.Searcher:
+        return self._current_view().searcher
 
     def _terms(self, query: str) -> list[str]:
         return list(dict.fromkeys(self._analyzer.analyze(query)))
@@ -263,7 +271,8 @@ class EmbeddedBackend(Backend):
     def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
                facets: tuple[str, ...] = ()) -> Candidates:
         try:
-            searcher = self._current_searcher()
+            view = self._current_view()
+            searcher = view.searcher
             missing = [f for f in [c.field for c in filters] + list(facets)
                        if f not in self.filter_types]
             if missing:
@@ -275,9 +284,10 @@ class EmbeddedBackend(Backend):
                 return self._empty(facets)
             # (filters_key: JSON of the clauses, so True, 1 and 1.0 stay apart)
             key = (tuple(terms), n, filters_key(filters), tuple(facets))
-            found = self._cache.get(key, searcher)
-            if found is not None:
-                return found
+            found = view.searches.get(key)
+            if found is not None:  # kept unchanged: hand out copies of its lists
+                return dataclasses.replace(found, ids=list(found.ids),
+                                           facets=copy.deepcopy(found.facets))
             text_query = self._field_query(self.fields, terms)
             if filters:
                 text_query = tantivy.Query.boolean_query([
@@ -297,16 +307,20 @@ class EmbeddedBackend(Backend):
             raise BackendUnavailableError(f"embedded index at {self.path} failed to answer: "
                                           f"{exc}") from exc
 
-        documents = self._documents
-
         def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
-            # Only the shown hits' stored documents are ever read.
-            return [json.loads(documents.text(searcher, addresses[i])) for i in indices]
+            # Only the shown hits' stored documents are ever read (each parsed anew, so no
+            # caller shares one with another).
+            return [json.loads(view.stored(addresses[i])) for i in indices]
 
         candidates = Candidates(ids=ids, scores=scores, field_scores=field_scores,
                                 numeric=numeric, load_sources=load_sources, total=result.count,
                                 facets=facet_counts)
-        return self._cache.put(key, searcher, candidates)
+        if view.searches.capacity:
+            for array in (scores, field_scores, numeric):
+                array.setflags(write=False)
+            view.searches.put(key, dataclasses.replace(candidates, ids=list(ids),
+                                                       facets=copy.deepcopy(facet_counts)))
+        return candidates
 
     def _ids(self, searcher: tantivy.Searcher,
              addresses: list[tantivy.DocAddress]) -> list[str]:
@@ -469,104 +483,82 @@ class EmbeddedBackend(Backend):
         return state
 
 
-class _SearchCache:
-    """The candidates of the latest ``size`` distinct searches (analysed terms, number of
-    candidates, filters, facets), for as long as the index answers from the same searcher:
-    a search repeated before the index changes costs no engine work but reading the shown
-    results' stored documents. The same idea as Elasticsearch's shard request cache, which
-    keeps a search's answer until the shard's next refresh. What it hands out is never
-    written to (its arrays are read-only, its lists copies); ``size`` 0 keeps nothing."""
+class _Lru:
+    """The values put last, up to ``capacity``: each weighs ``weigh(value)`` (1 by default:
+    ``capacity`` is a number of values); the least recently used go first, and a value
+    heavier than a quarter of the capacity is never kept. ``capacity`` 0 keeps none."""
 
-    def __init__(self, size: int):
-        self.size = size
+    def __init__(self, capacity: int, weigh: Callable[[Any], int] | None = None):
+        self.capacity = capacity
+        self.weigh = weigh
+        self.weight = 0
         self._entries: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
-        #: Searches answered from the cache and searches that ran (for tests and
-        #: benchmarks).
+        #: Gets answered from the cache, and not (for tests and benchmarks).
         self.hits = self.misses = 0
 
-    def get(self, key: tuple, searcher: tantivy.Searcher) -> Candidates | None:
-        if not self.size:
+    def get(self, key: Hashable) -> Any:
+        """The value kept under ``key``, or None."""
+        if not self.capacity:
             return None
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None or entry[0] is not searcher:  # none, or of an older index
+            if entry is None:
                 self.misses += 1
                 return None
             self._entries.move_to_end(key)
             self.hits += 1
-        cached = entry[1]
-        return dataclasses.replace(cached, ids=list(cached.ids), facets=copy.deepcopy(
-            cached.facets))
+            return entry[0]
 
-    def clear(self) -> None:
+    def put(self, key: Hashable, value: Any) -> None:
+        weight = 1 if self.weigh is None else self.weigh(value)
+        if not self.capacity or 4 * weight > max(self.capacity, 4):
+            return
         with self._lock:
-            self._entries.clear()
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.weight -= old[1]
+            self._entries[key] = (value, weight)
+            self.weight += weight
+            while self.weight > self.capacity:
+                self.weight -= self._entries.popitem(last=False)[1][1]
 
-    def put(self, key: tuple, searcher: tantivy.Searcher,
-            candidates: Candidates) -> Candidates:
-        """Keep ``candidates`` (of ``searcher``) and return them."""
-        if not self.size:
-            return candidates
-        for array in (candidates.scores, candidates.field_scores, candidates.numeric):
-            array.setflags(write=False)
-        kept = dataclasses.replace(candidates, ids=list(candidates.ids),
-                                   facets=copy.deepcopy(candidates.facets))
-        with self._lock:
-            self._entries[key] = (searcher, kept)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-        return candidates
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
-class _DocumentCache:
-    """The stored documents (their ``_source`` JSON text) read last, up to ``budget``
-    characters, for as long as the index answers from the same searcher: a result shown
-    again is not read and decompressed from the index's document store again (as Solr's
-    documentCache keeps documents until its next searcher). Each read parses the text
-    anew, so no caller shares a document with another. ``budget`` 0 keeps none."""
+#: What keeping a stored document costs besides its bytes (the entry, its key, the bytes
+#: object), counted in ``backend.document_cache_mb``.
+STORED_OVERHEAD = 200
 
-    def __init__(self, budget: int):
-        self.budget = budget
-        self._texts: collections.OrderedDict[tuple[int, int], str] = collections.OrderedDict()
-        self._searcher: tantivy.Searcher | None = None
-        self._size = 0
-        self._lock = threading.Lock()
-        #: Documents read from the cache and from the index (for tests and benchmarks).
-        self.hits = self.misses = 0
 
-    def text(self, searcher: tantivy.Searcher, address: tantivy.DocAddress) -> str:
-        """The ``_source`` text of the document at ``address`` of ``searcher``."""
+def _stored_size(stored: bytes) -> int:
+    return len(stored) + STORED_OVERHEAD
+
+
+@dataclasses.dataclass(frozen=True)
+class _View:
+    """A searcher of the index and the caches of what it answered, which go with it when
+    the index changes: the candidates of the latest distinct searches (analysed terms,
+    number of candidates, filters, facets; ``backend.cache_size`` of them, as Elasticsearch's
+    shard request cache keeps an answer until the shard's next refresh), read-only, and the
+    stored documents (``_source``) read last (``backend.document_cache_mb`` of them, as
+    Solr's document cache keeps documents until its next searcher), so that a repeated
+    search costs no engine work and a result shown again is not read and decompressed from
+    the index's document store."""
+
+    searcher: tantivy.Searcher
+    searches: _Lru
+    documents: _Lru
+
+    def stored(self, address: tantivy.DocAddress) -> bytes:
+        """The ``_source`` JSON of the document at ``address``."""
         key = (address.segment_ord, address.doc)
-        with self._lock:
-            if searcher is self._searcher:
-                text = self._texts.get(key)
-                if text is not None:
-                    self._texts.move_to_end(key)
-                    self.hits += 1
-                    return text
-            self.misses += 1
-        text = searcher.doc(address)[SOURCE][0]
-        if len(text) <= self.budget // 4:  # a few huge documents never fill it alone
-            with self._lock:
-                if searcher is not self._searcher:  # the first read of a newer index
-                    self._clear()
-                    self._searcher = searcher
-                if key not in self._texts:
-                    self._texts[key] = text
-                    self._size += len(text)
-                    while self._size > self.budget:
-                        self._size -= len(self._texts.popitem(last=False)[1])
-        return text
-
-    def clear(self) -> None:
-        with self._lock:
-            self._clear()
-
-    def _clear(self) -> None:
-        self._texts.clear()
-        self._searcher, self._size = None, 0
+        stored = self.documents.get(key)
+        if stored is None:
+            stored = self.searcher.doc(address)[SOURCE][0]
+            self.documents.put(key, stored)
+        return stored
 
 
 def _id_columns(words: int) -> list[str]:

@@ -22,14 +22,18 @@ before it: the cache only ever lags. When no other process writes (one process s
 the cells are not read again: every write adds to the total cell, so when a lookup of the
 total, made once per ``click_refresh``, finds it equal to the kept total, and every read
 since the query's found it so too, nothing has been written but this object's own writes,
-which the kept cells hold already.
+which the kept cells hold already. (Not with ``click_refresh`` 0, which always reads.)
 
 A read from the database and a commit of this object never overlap (:meth:`reading` and
 :meth:`committing`, a readers-writer gate taken only around the ``COMMIT`` and the update of
 the kept cells that goes with it, never while a transaction waits for the database's
 locks): a read sees a commit of this object either wholly, and then the kept cells already
 hold it, or not at all, and then the commit adds itself to them after. So no count is ever
-missed or counted twice, and a read never waits for more than a commit.
+missed or counted twice, and a read never waits for more than a commit. One exception: a
+``COMMIT`` whose answer is lost (the connection breaks during it) may have happened; the
+kept cells are then forgotten, but the exposures of the impressions it wrote count twice,
+from the database and from the queue, until the writer tries them again and finds them
+written (:mod:`.write_behind`, within its backoff).
 """
 
 from __future__ import annotations
@@ -132,14 +136,13 @@ class CountCache:
         # Cells read, with this object's commits since added: per query, when its cells
         # were read and each document's [clicks, exposure] under it; over all queries, each
         # document's (and the total's, under ALL_DOCS).
-        self._queries: dict[str, tuple[float, dict[str, list], int]] = {}
+        self._queries: dict[str, tuple[float, dict[str, list], int]] = {}  # read, docs, epoch
         self._all: dict[str, list] = {}
         self._size = 0  # cells (and queries) kept
-        # Each read of the database is numbered (a query's entry holds its read's number).
-        # The reads from number ``_clean`` on found the store's total as kept: no other
-        # process has written between them; ``_checked`` is when a read of the total last
-        # found it so (see :meth:`_fresh`).
-        self._read_seq = self._clean = 0
+        # A new epoch begins whenever a read finds the store's total other than the kept
+        # one (another process has written); a query's entry holds the epoch of its read.
+        # ``_checked``: when a lookup of the total last found it as kept (see :meth:`_fresh`).
+        self._epoch = 0
         self._checked = -math.inf
         # Exposures of queued impressions: per query (and ALL_QUERIES), per document,
         # [exposure, impressions]; and each queued impression's, by its id.
@@ -265,7 +268,8 @@ class CountCache:
                         if self._fresh(key, doc_ids, now):
                             confirmed.append(self._assemble(key, doc_ids))
                     else:  # another process wrote: every query is read again
-                        self._clean, self._checked = self._read_seq + 1, -math.inf
+                        self._epoch += 1
+                        self._checked = -math.inf
 
             read_total(compare)
             self.checks += 1
@@ -285,10 +289,11 @@ class CountCache:
 
     def _fresh(self, key: str, doc_ids: list[str], now: float) -> bool | None:
         """Whether the search's cells are kept and current: every cell is kept, and the
-        query's were read within the ttl, or since the store's total last matched the
-        kept total at every read (nothing written by another process: its writes change
-        the total, which only grows) and it matched again within the ttl. None: all that
-        holds but the last match is older than the ttl (one read of the total tells)."""
+        query's were read within the ttl, or (a ttl above 0) in the current epoch, every
+        read since having found the store's total as kept (nothing written by another
+        process: its writes change the total, which only grows), and a lookup of the total
+        found it so within the ttl. None: all that holds but the last lookup is older than
+        the ttl (one more tells)."""
         entry = self._queries.get(key)
         if entry is None:
             return False
@@ -297,7 +302,7 @@ class CountCache:
             return False
         if now - entry[0] <= self.ttl:
             return True
-        if entry[2] < self._clean:
+        if not self.ttl or entry[2] != self._epoch:
             return False
         return True if now - self._checked <= self.ttl else None
 
@@ -330,19 +335,20 @@ class CountCache:
               now: float) -> None:
         if self._size + 2 * len(doc_ids) + 2 > self.max_cells:  # room: forget everything
             self._queries, self._all, self._size = {}, {}, 0
-        self._read_seq += 1
         total, kept = got.get((ALL_QUERIES, ALL_DOCS), (0.0, 0.0)), self._all.get(ALL_DOCS)
         if kept is None or kept[0] != total[0] or kept[1] != total[1]:
             # Another process wrote (or nothing was kept): the queries read before may
             # lack its writes, this one holds them.
-            self._clean, self._checked = self._read_seq, -math.inf
-        entry = self._queries.get(key)
-        if entry is None:
-            self._size += 1
-            docs: dict[str, list] = {}
-        else:
-            docs = entry[1]
-        self._queries[key] = (now, docs, self._read_seq)
+            self._epoch += 1
+            self._checked = -math.inf
+        # The query's cells are those of this read alone (a document it read before and
+        # not now would pass for read now).
+        old = self._queries.pop(key, None)
+        if old is not None:
+            self._size -= 1 + len(old[1])
+        docs: dict[str, list] = {}
+        self._size += 1
+        self._queries[key] = (now, docs, self._epoch)
         zero = (0.0, 0.0)
         for target, cell_key, names in ((docs, key, doc_ids),
                                         (self._all, ALL_QUERIES, [*doc_ids, ALL_DOCS])):

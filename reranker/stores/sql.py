@@ -24,7 +24,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -163,9 +163,7 @@ class SQLEventStore(EventStore):
         exposures = exposure_rows(query_key(imp.query), imp.shown_ids(), theta)
         self._counts.queue(imp.id, exposures)
         try:
-            self._impressions().put(_Queued(
-                _names_text(imp.feature_names), imp, exposures,
-                imp.page_key if imp.offset == 0 else None))
+            self._impressions().put(_Queued(imp, exposures))
         except BaseException:
             self._counts.unqueue([imp.id])
             raise
@@ -185,27 +183,28 @@ class SQLEventStore(EventStore):
 
     def _impressions(self) -> WriteBehind:
         """The writer of this object's impressions, made on first use."""
-        log = self.__dict__.get("_impression_log")
-        if log is None:
-            with _GROUP_LOCK:
-                log = self.__dict__.get("_impression_log")
-                if log is None:
-                    log = self.__dict__["_impression_log"] = WriteBehind(
-                        self._log_impressions, name=f"{self.name} impression writer",
-                        what="impressions", store=self.location,
-                        max_batch=CLICK_BATCH, max_pending=PENDING_IMPRESSIONS,
-                        linger=IMPRESSION_LINGER,
-                        dropped=lambda items: self._counts.unqueue(i.impression.id for i in items))
-        return log
+        return self._part("_impression_log", lambda: WriteBehind(
+            self._log_impressions, name=f"{self.name} impression writer",
+            what="impressions", store=self.location, max_batch=CLICK_BATCH,
+            max_pending=PENDING_IMPRESSIONS, linger=IMPRESSION_LINGER,
+            dropped=lambda items: self._counts.unqueue(i.impression.id for i in items)))
 
     @property
     def _counts(self) -> CountCache:
         """The click counts this object has read, with its own writes (:mod:`.count_cache`)."""
-        counts = self.__dict__.get("_count_cache")
-        if counts is None:
-            counts = self.__dict__.setdefault("_count_cache", CountCache(
-                self.click_refresh, timeout=self.timeout))
-        return counts
+        return self._part("_count_cache", lambda: CountCache(self.click_refresh,
+                                                             timeout=self.timeout))
+
+    def _part(self, name: str, make: Callable[[], Any]) -> Any:
+        """The part of this object kept as ``name`` (its writer, its group commits, its
+        count cache), made on first use, once."""
+        part = self.__dict__.get(name)
+        if part is None:
+            with _GROUP_LOCK:
+                part = self.__dict__.get(name)
+                if part is None:
+                    part = self.__dict__[name] = make()
+        return part
 
     def _log_impressions(self, items: Sequence[_Queued]) -> None:
         """Impression rows (each with its feature names) and their exposure rows in one
@@ -225,14 +224,16 @@ class SQLEventStore(EventStore):
                 for item in new:
                     for key, doc_id, weight in item.exposures:
                         exposures[key, doc_id] = exposures.get((key, doc_id), 0.0) + weight
-                sets = self._feature_set_ids(conn, {item.names for item in new})
+                names = [_names_text(item.impression.feature_names) for item in new]
+                sets = self._feature_set_ids(conn, set(names))
                 self._run_many(
                     conn,
                     "INSERT INTO impressions (feature_set, id, created, query, user_id, "
                     "learner, model_version, candidates, features, n_shown, log_prob, teams, "
                     "context, arm, experiment, page_offset, page_key) VALUES (?, ?, ?, ?, ?, "
                     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(sets[item.names], *_impression_row(item.impression)) for item in new])
+                    [(sets[text], *_impression_row(item.impression))
+                     for text, item in zip(names, new, strict=True)])
                 self._run_many(conn, UPSERT_STATS, sorted(
                     (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
                 stack.enter_context(self._counts.committing())  # then COMMIT
@@ -269,13 +270,7 @@ class SQLEventStore(EventStore):
 
     def _commits(self, name: str, write_batch) -> GroupCommit:
         """The store's group commit of one kind of write, made on first use."""
-        group = self.__dict__.get(name)
-        if group is None:
-            with _GROUP_LOCK:
-                group = self.__dict__.get(name)
-                if group is None:
-                    group = self.__dict__[name] = GroupCommit(write_batch, CLICK_BATCH)
-        return group
+        return self._part(name, lambda: GroupCommit(write_batch, CLICK_BATCH))
 
     def record_clicks(self, clicks: Sequence[tuple[str, str, float]]
                       ) -> list[ClickResult | RerankerError]:
@@ -601,24 +596,20 @@ class SQLEventStore(EventStore):
         return bias
 
     def first_page(self, page_key: str, since: float) -> Impression | None:
-        """A search reads it: from what is written, and only when the page is still in
-        this object's queue, after writing the queue (when that fails, None: the later page
-        is cut from a new ranking, and the search still answers)."""
-        row = self._first_page_row(page_key, since)
-        if row is None and self.queued_impressions and self._impressions().holds(
-                lambda item: item.first_page == page_key):
-            try:
-                self.flush()
-            except StoreError:
-                return None
-            row = self._first_page_row(page_key, since)
-        return None if row is None else impression_from_row(row)
-
-    def _first_page_row(self, page_key: str, since: float):
+        """A search reads it without waiting for the queue: the newer of the latest written
+        and the latest still in this object's queue."""
         with self._reading(flush=False) as conn:
-            return self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE page_key = ? AND "
-                             f"page_offset = 0 AND created >= ? ORDER BY created DESC LIMIT 1",
-                             (page_key, since)).fetchone()
+            row = self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE page_key = ? AND "
+                            f"page_offset = 0 AND created >= ? ORDER BY created DESC LIMIT 1",
+                            (page_key, since)).fetchone()
+        pages = [] if row is None else [impression_from_row(row)]
+        log = self.__dict__.get("_impression_log")
+        queued = None if log is None else log.last(
+            lambda item: item.impression.page_key == page_key
+            and item.impression.offset == 0 and item.impression.created >= since)
+        if queued is not None:
+            pages.append(queued.impression)
+        return max(pages, key=lambda page: page.created, default=None)
 
     def experiment_rows(self, name: str, after: int, limit: int
                         ) -> list[tuple[int, str | None, str | None, int, list[int]]]:
@@ -679,15 +670,11 @@ class SQLEventStore(EventStore):
 
 
 class _Queued(NamedTuple):
-    """An impression waiting in the writer's queue: its feature set's names (JSON), the
-    impression (packed by the writer: the search that logged it does not wait for that),
-    its exposure rows, and its page key when it is a first page (for
-    :meth:`SQLEventStore.first_page`)."""
+    """An impression waiting in the writer's queue (packed by the writer: the search that
+    logged it does not wait for that), and its exposure rows."""
 
-    names: str
     impression: Impression
     exposures: list[tuple[str, str, float]]
-    first_page: str | None
 
 
 def _impression_row(imp: Impression) -> tuple:

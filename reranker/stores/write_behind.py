@@ -27,6 +27,7 @@ never holds up the others, and no item is written or dropped twice.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -74,6 +75,7 @@ class WriteBehind(Generic[T]):
         self._failures = 0  # failed tries so far
         self._failure: StoreError | None = None  # of the latest try, while it fails
         self._closing = False
+        self._close_by = math.inf  # closing: the writer tries until then
         self._urgent = False  # a flush waits: write now (no linger, no pause)
         self._thread: threading.Thread | None = None
 
@@ -112,11 +114,11 @@ class WriteBehind(Generic[T]):
         with self._cond:
             return self._put - self._done
 
-    def holds(self, test: Callable[[T], bool]) -> bool:
-        """Whether an item still queued passes ``test``."""
+    def last(self, test: Callable[[T], bool]) -> T | None:
+        """The last item still queued that passes ``test``, or None."""
         self._forked()
         with self._cond:
-            return any(test(item) for item in self._queue)
+            return next((item for item in reversed(self._queue) if test(item)), None)
 
     def flush(self, timeout: float) -> None:
         """Return once every item queued before this call is written; raise the store's
@@ -129,8 +131,8 @@ class WriteBehind(Generic[T]):
                 self._cond.notify_all()
             deadline = time.monotonic() + timeout
             while self._done < target:
-                if self._failures > failures:  # a try failed since this call began
-                    raise StoreError(str(self._failure))
+                if self._failures > failures and self._failure is not None:
+                    raise StoreError(str(self._failure))  # a try failed since this call began
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise StoreError(f"{self.store} has not written {target - self._done} "
@@ -138,21 +140,21 @@ class WriteBehind(Generic[T]):
                 self._cond.wait(left)
 
     def close(self, timeout: float) -> None:
-        """Write what is queued (for up to ``timeout`` seconds, logging what could not be)
-        and stop the thread; later items are refused."""
+        """Write what is queued, trying again while the store fails, for up to ``timeout``
+        seconds (logging what could not be written), and stop the thread; later items are
+        refused."""
         self._forked()
         with self._cond:
-            thread = self._thread
-        try:
-            if thread is not None:
-                self.flush(timeout)
-        except StoreError as exc:
-            log.error("%s: %d %s lost at close: %s", self.name, self.pending, self.what, exc)
-        with self._cond:
             self._closing = True
+            self._close_by = time.monotonic() + timeout
             self._cond.notify_all()
+            thread = self._thread
         if thread is not None:
-            thread.join(timeout)
+            thread.join(timeout + 1.0)  # (a try under way when the time is up ends first)
+        lost = self.pending
+        if lost:
+            log.error("%s: %d %s lost at close: %s", self.name, lost, self.what,
+                      self._failure or f"not written within {timeout:g}s")
 
     def _run(self) -> None:
         try:
@@ -205,7 +207,7 @@ class WriteBehind(Generic[T]):
 
     def _failed(self, exc: StoreError, pause: float) -> bool:
         """Note a failed try and wait ``pause`` seconds (less when a flush asks); False
-        when the writer is to stop (closing)."""
+        when the writer is to stop (closing, and its time is up)."""
         with self._cond:
             if self._failure is None or self._failures % 100 == 0:
                 log.warning("%s: %d %s wait: %s", self.name, len(self._queue), self.what, exc)
@@ -213,12 +215,12 @@ class WriteBehind(Generic[T]):
             self._failures += 1
             self._cond.notify_all()
             resume = time.monotonic() + pause
-            while not self._urgent and not self._closing:
-                left = resume - time.monotonic()
+            while not self._urgent:
+                left = min(resume, self._close_by) - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
-            if self._closing and not self._urgent:
+            if time.monotonic() >= self._close_by:
                 return False
             self._urgent = False
         return True
