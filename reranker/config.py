@@ -77,6 +77,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
                         path=True),
         "request_timeout": Key("float", 2.0, "Seconds an Elasticsearch request may take before "
                                "the search fails with 503.", minimum=0.001),
+        "fetch_sources": Key("str", "shown", "Elasticsearch backend: whose _source a search "
+                             "reads: 'shown' (the search asks for the numeric fields alone, "
+                             "then one _mget reads the shown hits' documents) or "
+                             "'candidates' (every candidate's with the search: one request, "
+                             "about ten times the bytes for 100 candidates).",
+                             choices=("shown", "candidates")),
         "max_retries": Key("int", 1, "Retries of a failed or timed-out request (on another "
                            "node when there are several).", minimum=0),
         "query": Key("mapping", None, "Retrieval query (Query DSL) with {{query}} where the "

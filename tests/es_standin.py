@@ -96,6 +96,7 @@ class Index:
             writer.wait_merging_threads()
             index.reload()
             self._built = (index, schema, index.searcher())
+            self._ids: dict[tuple[int, int], str] = {}
         return self._built
 
     def field_scores(self, field: str, text: str, operator: str = "or") -> dict[str, float]:
@@ -112,7 +113,15 @@ class Index:
         query = tantivy.Query.boolean_query(
             [(occur, tantivy.Query.term_query(schema, field, t)) for t in terms])
         hits = searcher.search(query, max(1, len(self.docs)), count=False).hits
-        return {searcher.doc(address)["_id"][0]: score for score, address in hits}
+        return {self._doc_id(searcher, address): score for score, address in hits}
+
+    def _doc_id(self, searcher, address) -> str:
+        """A hit's id, read from the stored document once per build of the index."""
+        key = (address.segment_ord, address.doc)
+        doc_id = self._ids.get(key)
+        if doc_id is None:
+            doc_id = self._ids[key] = searcher.doc(address)["_id"][0]
+        return doc_id
 
 
 class Standin:
@@ -127,9 +136,11 @@ class Standin:
         self.delay = 0.0  # seconds before answering a search
         self.drop = False  # close the connection instead of answering
         self.fail_status: int | None = None  # answer every search with this status
+        self.faulty = {"_search", "_mget"}  # the requests delay, drop and fail_status hit
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.bodies: list[tuple[str, str, bytes]] = []  # the raw body of each request
         self.answered_bytes = 0  # bytes of the answers' bodies, all requests together
+        self.serving_seconds = 0.0  # time spent answering (from a read request to its answer)
         self.connections: set = set()
         handler = type("Handler", (_Handler,), {"standin": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -280,8 +291,10 @@ class Standin:
         with_scores = params.get("include_named_queries_score") == "true"
         hits = []
         for doc, score in ranked[:size]:
-            hit = {"_index": index.name, "_id": doc, "_score": score,
-                   "_source": index.docs[doc]}
+            hit = {"_index": index.name, "_id": doc, "_score": score}
+            source = _filtered_source(index.docs[doc], body.get("_source", True))
+            if source is not None:
+                hit["_source"] = source
             names = {n: s[doc] for n, s in named.items() if doc in s}
             if names:
                 hit["matched_queries"] = names if with_scores else sorted(names)
@@ -340,6 +353,9 @@ def _term_text(value: Any) -> str:
 class _Handler(BaseHTTPRequestHandler):
     standin: Standin
     protocol_version = "HTTP/1.1"
+    # Elasticsearch answers with TCP_NODELAY (http.tcp.no_delay); without it, an answer
+    # written as headers then body waits about 40 ms on the client's delayed ACK.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args) -> None:
         pass
@@ -375,6 +391,7 @@ class _Handler(BaseHTTPRequestHandler):
         params = {k: v[-1] for k, v in parse_qs(url.query).items()}
         standin.requests.append((method, url.path, dict(self.headers)))
         standin.bodies.append((method, url.path, raw))
+        started = time.perf_counter()
         try:
             self._check_compatibility()
             status, body = self._route(method, url.path.strip("/").split("/"), params, raw)
@@ -384,6 +401,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self._answer(status, body, method)
+        standin.serving_seconds += time.perf_counter() - started
 
     def _check_compatibility(self) -> None:
         versions = set()
@@ -437,6 +455,9 @@ class _Handler(BaseHTTPRequestHandler):
                 {"_source": {"featureset": {"name": name, "features": [
                     {"name": f["name"], "template": f["template"]} for f in features]}}}]
             return 200, {"hits": {"total": {"value": len(hits)}, "hits": hits}}
+        if parts == ["_mget"]:
+            self._faults("_mget")
+            return 200, self._mget(body, None)
         name = parts[0]
         if len(parts) == 1:
             if method == "HEAD":
@@ -465,17 +486,52 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, {"valid": False, "explanations": [
                     {"index": index.name, "valid": False, "error": f"{exc.kind}: {exc.reason}"}]}
             return 200, {"valid": True, "explanations": [{"index": index.name, "valid": True}]}
+        if action == "_mget":
+            self._faults(action)
+            return 200, self._mget(body, index.name)
         if action == "_search":
-            if standin.drop:
-                raise _Drop()
-            if standin.delay:
-                time.sleep(standin.delay)
-            if standin.fail_status:
-                raise ApiError(standin.fail_status, "unavailable_shards_exception",
-                               "the stand-in was told to fail")
+            self._faults(action)
             return 200, standin.search(index, body, params)
         raise ApiError(400, "illegal_argument_exception",
                        f"unsupported [{method} /{'/'.join(parts)}]")
+
+    def _faults(self, action: str) -> None:
+        """The fault the stand-in was told to show, if ``action`` is one it applies to."""
+        standin = self.standin
+        if action not in standin.faulty:
+            return
+        if standin.drop:
+            raise _Drop()
+        if standin.delay:
+            time.sleep(standin.delay)
+        if standin.fail_status:
+            raise ApiError(standin.fail_status, "unavailable_shards_exception",
+                           "the stand-in was told to fail")
+
+    def _mget(self, body: dict[str, Any], default_index: str | None) -> dict[str, Any]:
+        """Documents by id, in the order asked: ``docs`` (each naming its ``_index`` unless
+        the path does) or ``ids`` of the path's index."""
+        wanted = [{"_id": i} for i in body.get("ids", [])] or body.get("docs", [])
+        if not wanted:
+            raise ApiError(400, "action_request_validation_exception",
+                           "Validation Failed: 1: no documents to get;")
+        docs = []
+        for item in wanted:
+            name, doc_id = item.get("_index", default_index), str(item["_id"])
+            if name is None:
+                raise ApiError(400, "action_request_validation_exception",
+                               "Validation Failed: 1: index is missing for doc 0;")
+            try:
+                index = self.standin.resolve(name)
+            except ApiError as exc:
+                docs.append({"_index": name, "_id": doc_id, "error": exc.body()["error"]})
+                continue
+            if doc_id not in index.docs:
+                docs.append({"_index": index.name, "_id": doc_id, "found": False})
+                continue
+            docs.append({"_index": index.name, "_id": doc_id, "_version": 1, "_seq_no": 0,
+                         "_primary_term": 1, "found": True, "_source": index.docs[doc_id]})
+        return {"docs": docs}
 
     def _bulk(self, raw: bytes, default_index: str | None) -> dict[str, Any]:
         lines = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
@@ -495,6 +551,31 @@ class _Handler(BaseHTTPRequestHandler):
                 items.append({op: {"_index": name, "_id": doc_id, "status": exc.status,
                                    "error": {"type": exc.kind, "reason": exc.reason}}})
         return {"took": 1, "errors": errors, "items": items}
+
+
+def _filtered_source(source: dict[str, Any], spec: Any) -> dict[str, Any] | None:
+    """A search hit's ``_source`` as the body's ``_source`` asks: ``false`` none, ``true``
+    all, a field, a list of fields or ``{"includes": [...]}`` those (dotted paths keep
+    their objects)."""
+    if spec is False:
+        return None
+    if spec is True:
+        return source
+    includes = spec.get("includes", []) if isinstance(spec, dict) else spec
+    includes = [includes] if isinstance(includes, str) else list(includes)
+    if not includes:
+        return source
+    out: dict[str, Any] = {}
+    for path in includes:
+        value = _dotted(source, path)
+        if value is None:
+            continue
+        *parents, last = path.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
 
 
 class _Drop(Exception):

@@ -26,6 +26,7 @@ from reranker.testing import cli_env
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "elasticsearch"
 ROLLOUT = EXAMPLE / "ROLLOUT.md"
+WITH_SEARCH = "reranker, sources with the search"  # a row of feature_cost.py's table
 
 
 @pytest.fixture
@@ -97,20 +98,25 @@ def test_feature_cost_prints_the_table():
     rows = {}
     for line in result.stdout.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if cells[0] in ("plain _search", "reranker"):
+        if cells[0] in ("plain _search", "reranker", WITH_SEARCH):
             rows[cells[0], int(cells[1])] = cells
-    assert set(rows) == {("plain _search", 10), ("reranker", 10), ("plain _search", 100),
-                         ("reranker", 100)}
+    assert set(rows) == {(name, size) for name in ("plain _search", "reranker", WITH_SEARCH)
+                         for size in (10, 100)}
 
     def number(cell: str) -> float:
         return float(cell.split()[0].replace(",", ""))
 
     for size in (10, 100):
-        plain, reranked = rows["plain _search", size], rows["reranker", size]
-        assert plain[3:5] == reranked[3:5] == ["1", "1"]  # one request, one _search each
-        assert number(reranked[5]) > number(plain[5])  # the feature queries are sent
-        assert number(reranked[6]) > number(plain[6])  # and their scores come back
-        assert "(x" in reranked[5] and "(x" in reranked[6]
+        plain, shown = rows["plain _search", size], rows["reranker", size]
+        with_search = rows[WITH_SEARCH, size]
+        assert plain[3:5] == with_search[3:5] == ["1", "1"]  # one request, one _search each
+        assert shown[3:5] == ["2", "1"]  # the _search, then the _mget of the page shown
+        for reranked in (shown, with_search):
+            assert number(reranked[5]) > number(plain[5])  # the feature queries are sent
+            assert "(x" in reranked[5] and "(x" in reranked[6]
+        assert number(with_search[6]) > number(plain[6])  # and their scores come back
+    # Reading the shown documents alone: fewer bytes than every candidate's document
+    assert number(rows["reranker", 100][6]) < number(rows[WITH_SEARCH, 100][6])
 
 
 def test_the_guide_quotes_the_scripts_it_documents():

@@ -1,6 +1,7 @@
 """What a reranked search asks of its engine: per-field scores and ids of the candidates
 without loading their stored documents (the embedded index), the stored documents of the
-shown results only, and one request per search to Elasticsearch."""
+shown results only; from Elasticsearch, the candidates' features in one request and the shown
+results' documents in a second (or every candidate's with the first)."""
 
 import json
 
@@ -8,11 +9,12 @@ import numpy as np
 import pytest
 import tantivy
 from conftest import write_config
-from es_scenarios import backend_for, index_corpus
+from es_scenarios import backend_for, es_config, index_corpus
 from es_standin import Standin
 
 from reranker.backends import Candidates, embedded
 from reranker.config import load_config
+from reranker.errors import BackendUnavailableError
 from reranker.features import FeatureSpec
 from reranker.plugins import backend_class, get_plugin_manager
 from reranker.service import RerankerService
@@ -176,20 +178,134 @@ def test_features_with_a_nan_score_are_refused():
     assert spec.build(candidates)[1, 0] == FeatureSpec.LIMIT
 
 
-def test_one_request_per_search_to_elasticsearch(tmp_path, corpus):
+@pytest.fixture
+def es8():
     server = Standin("8.15.1")
+    yield server
+    server.stop()
+
+
+def requested(server: Standin, before: int) -> list[tuple[str, str]]:
+    """The requests the stand-in received since the first ``before``: method and action."""
+    return [(method, where.rsplit("/", 1)[-1]) for method, where, _ in server.requests[before:]]
+
+
+def test_elasticsearch_answers_the_candidates_numeric_fields_then_the_shown_documents(
+        es8, tmp_path, corpus):
+    index, path = index_corpus(tmp_path, es8.url, corpus)
+    backend = backend_for(path)
+    backend.open()
+    docs = {d["id"]: d for d in corpus.documents}
+    before = len(es8.requests)
+    candidates = backend.search("espresso grinder", 100)
+    assert requested(es8, before) == [("POST", "_search")]  # one request for the features
+    assert json.loads(es8.bodies[-1][2])["_source"] == ["popularity"]
+    assert len(candidates) > 10
+    assert candidates.numeric[:, 0].tolist() == [docs[i]["popularity"] for i in candidates.ids]
+    sources = candidates.load_sources([3, 0, 7])  # the page shown, in its order
+    assert requested(es8, before) == [("POST", "_search"), ("POST", "_mget")]
+    assert sources == [docs[candidates.ids[i]] for i in (3, 0, 7)]
+    assert candidates.load_sources([]) == []
+    assert len(es8.requests) == before + 2  # nothing shown, nothing read
+    backend.close()
+
+
+def test_a_search_with_the_sources_of_every_candidate_is_one_request(es8, tmp_path, corpus):
+    index, path = index_corpus(tmp_path, es8.url, corpus, fetch_sources="candidates")
+    backend = backend_for(path)
+    backend.open()
+    before = len(es8.requests)
+    candidates = backend.search("espresso grinder", 100)
+    assert "_source" not in json.loads(es8.bodies[-1][2])  # every document, as it is
+    docs = {d["id"]: d for d in corpus.documents}
+    assert candidates.load_sources([3, 0]) == [docs[candidates.ids[i]] for i in (3, 0)]
+    assert requested(es8, before) == [("POST", "_search")]
+    backend.close()
+
+
+def test_the_service_shows_the_same_documents_either_way_and_shown_reads_fewer_bytes(
+        es8, tmp_path, corpus):
+    index, path = index_corpus(tmp_path, es8.url, corpus)
+    docs = {d["id"]: d for d in corpus.documents}
+    received, matches = {}, None
+    for fetch in ("shown", "candidates"):
+        folder = tmp_path / fetch
+        folder.mkdir()
+        service = RerankerService(load_config(es_config(folder, es8.url, index,
+                                                        fetch_sources=fetch))).open()
+        try:
+            matches = matches or service.backend.search("espresso grinder", 100).ids
+            before, answered = len(es8.requests), es8.answered_bytes
+            page = service.search("espresso grinder", 10)
+            assert len(page["hits"]) == 10
+            assert all(hit["source"] == docs[hit["id"]] for hit in page["hits"])
+            assert requested(es8, before) == [("POST", "_search")] + (
+                [("POST", "_mget")] if fetch == "shown" else [])
+            received[fetch] = es8.answered_bytes - answered
+            left_out = set(matches) - {hit["id"] for hit in page["hits"]}
+        finally:
+            service.close()
+    # The shown way saves the documents of the candidates left out, less the wrapping of
+    # the _mget's answer and each candidate's numeric fields (the demo's documents are
+    # short: about 300 bytes)
+    assert len(left_out) >= 10
+    saved = sum(len(json.dumps(docs[i])) for i in left_out)
+    assert saved - 200 * len(matches) < received["candidates"] - received["shown"] < saved
+
+
+def test_a_document_deleted_before_it_is_read_is_shown_without_its_source(es8, tmp_path,
+                                                                          corpus):
+    index, path = index_corpus(tmp_path, es8.url, corpus)
+    backend = backend_for(path)
+    backend.open()
+    candidates = backend.search("espresso grinder", 20)
+    gone = candidates.ids[1]
+    es8.resolve(index).docs.pop(gone)
+    sources = candidates.load_sources([0, 1, 2])
+    assert sources[1] == {}
+    assert sources[0]["id"] == candidates.ids[0] and sources[2]["id"] == candidates.ids[2]
+    backend.close()
+
+
+def test_the_shown_documents_of_several_indices_and_routings_are_read_by_index(
+        es8, tmp_path, corpus, caplog):
+    index, path = index_corpus(tmp_path, es8.url, corpus)
+    backend = backend_for(path)
+    backend.open()
+    first, second = corpus.documents[0]["id"], corpus.documents[1]["id"]
+    hits = [{"_index": index, "_id": first}, {"_index": "no-such-index", "_id": "x"},
+            {"_index": index, "_id": second, "_routing": "shop-2"}]
+    with caplog.at_level("WARNING"):
+        sources = backend.read_sources(hits)
+    assert json.loads(es8.bodies[-1][2]) == {"docs": [
+        {"_index": index, "_id": first}, {"_index": "no-such-index", "_id": "x"},
+        {"_index": index, "_id": second, "routing": "shop-2"}]}
+    assert es8.requests[-1][1] == "/_mget"
+    assert sources == [corpus.documents[0], {}, corpus.documents[1]]
+    assert "could not read shown document 'x'" in caplog.text
+    assert "index_not_found_exception" in caplog.text
+    backend.close()
+
+
+def test_a_cluster_failing_to_read_the_shown_documents_is_503_and_logs_nothing(
+        es8, tmp_path, corpus):
+    index, path = index_corpus(tmp_path, es8.url, corpus, max_retries=0)
+    service = RerankerService(load_config(path)).open()
     try:
-        index, path = index_corpus(tmp_path, server.url, corpus)
-        backend = backend_for(path)
-        backend.open()
-        before = len(server.requests)
-        candidates = backend.search("espresso grinder", 100)
-        assert [(method, where.rsplit("/", 1)[-1]) for method, where, _ in
-                server.requests[before:]] == [("POST", "_search")]
-        assert len(candidates) > 10
-        backend.close()
+        service.search("espresso grinder", 10)
+        service.events.flush()
+        logged = service.events.stats()["impressions"]
+        es8.faulty, es8.fail_status = {"_mget"}, 503  # the search answers, the read fails
+        before = len(es8.requests)
+        with pytest.raises(BackendUnavailableError, match="reading the shown documents"):
+            service.search("espresso grinder", 10)
+        assert requested(es8, before) == [("POST", "_search"), ("POST", "_mget")]
+        service.events.flush()
+        assert service.events.stats()["impressions"] == logged
+        es8.fail_status = None
+        assert len(service.search("espresso grinder", 10)["hits"]) == 10
     finally:
-        server.stop()
+        service.close()
 
 
 # -- the embedded backend's cache of repeated searches ------------------------------------------

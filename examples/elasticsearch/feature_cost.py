@@ -5,9 +5,13 @@ searches two ways, for a page of 10 and a window of 100 candidates:
 
 * **plain**: one ``_search`` with the retrieval query alone (the default ``multi_match`` over
   the text fields), ``size`` and ``track_total_hits``, as a site's own search sends it;
-* **reranker**: the real backend's one ``_search``: the same retrieval query plus a named
+* **reranker**: the real backend's ``_search``: the same retrieval query plus a named
   ``match`` query per text field in a non-scoring filter, with
-  ``include_named_queries_score``.
+  ``include_named_queries_score``, and the candidates' numeric fields alone for their
+  ``_source``; then one ``_mget`` of the page of 10 shown (``backend.fetch_sources: shown``,
+  the default);
+* **reranker, sources with the search**: the same with ``backend.fetch_sources:
+  candidates``: every candidate's ``_source`` comes with the one ``_search``.
 
 It prints, per search, the HTTP requests and ``_search`` requests the server received, the
 bytes it received and sent (HTTP headers included) and the time, with the ratios to the plain
@@ -40,6 +44,8 @@ from reranker.democorpus import generate_corpus  # noqa: E402
 from reranker.plugins import backend_class, get_plugin_manager  # noqa: E402
 
 FIELDS = ["title", "body"]
+PAGE = 10  # results a page shows, whose documents the reranked search reads
+WITH_SEARCH = "reranker, sources with the search"
 INDEX = "feature-cost"
 
 
@@ -150,37 +156,47 @@ def run_measurements(n: int, version: str = "8.15.1", copies: int = 5) -> list[R
     try:
         with tempfile.TemporaryDirectory() as folder:
             rows: list[Row] = []
-            backend = None
+            backend_indexed = False
             for size in (10, 100):
-                config_path = Path(folder) / f"config-{size}.yaml"
-                config_path.write_text(yaml.safe_dump({
-                    "backend": {"type": "elasticsearch", "hosts": [standin.url],
-                                "index": INDEX, "fields": FIELDS, "candidates": size},
-                    "features": {"numeric_fields": ["popularity"]},
-                    "store": {"path": "events.sqlite", "models": "models"}}), encoding="utf-8")
-                config = load_config(config_path)
-                backend = backend_class(get_plugin_manager(), "elasticsearch")(config)
-                if size == 10:
-                    report = backend.index_documents(
-                        ((f"document {i + 1}", d) for i, d in enumerate(docs)),
-                        recreate=True)
-                    if report.failed:
-                        raise SystemExit(f"indexing failed: {report.failed[:3]}")
-                backend.open()
-                es = backend.es
+                for name, fetch in (("reranker", "shown"), (WITH_SEARCH, "candidates")):
+                    config_path = Path(folder) / f"config-{size}-{fetch}.yaml"
+                    config_path.write_text(yaml.safe_dump({
+                        "backend": {"type": "elasticsearch", "hosts": [standin.url],
+                                    "index": INDEX, "fields": FIELDS, "candidates": size,
+                                    "fetch_sources": fetch},
+                        "features": {"numeric_fields": ["popularity"]},
+                        "store": {"path": "events.sqlite", "models": "models"}}),
+                        encoding="utf-8")
+                    backend = backend_class(get_plugin_manager(), "elasticsearch")(
+                        load_config(config_path))
+                    if backend_indexed is False:
+                        report = backend.index_documents(
+                            ((f"document {i + 1}", d) for i, d in enumerate(docs)),
+                            recreate=True)
+                        if report.failed:
+                            raise SystemExit(f"indexing failed: {report.failed[:3]}")
+                        backend_indexed = True
+                    backend.open()
+                    if fetch == "shown":
+                        es = backend.es
 
-                def plain(text: str, size: int = size, es: Any = es) -> int:
-                    response = es.search(index=INDEX, size=size, track_total_hits=True,
-                                         query={"multi_match": {"query": text,
-                                                                "fields": FIELDS}})
-                    return len(response["hits"]["hits"])
+                        def plain(text: str, size: int = size, es: Any = es) -> int:
+                            response = es.search(index=INDEX, size=size,
+                                                 track_total_hits=True,
+                                                 query={"multi_match": {"query": text,
+                                                                        "fields": FIELDS}})
+                            return len(response["hits"]["hits"])
 
-                def reranked(text: str, size: int = size, backend: Any = backend) -> int:
-                    return len(backend.search(text, size))
+                        rows.append(measure("plain _search", size, plain, queries, n, standin,
+                                            counter))
 
-                rows.append(measure("plain _search", size, plain, queries, n, standin, counter))
-                rows.append(measure("reranker", size, reranked, queries, n, standin, counter))
-                backend.close()
+                    def reranked(text: str, size: int = size, backend: Any = backend) -> int:
+                        candidates = backend.search(text, size)
+                        candidates.load_sources(range(min(PAGE, len(candidates))))
+                        return len(candidates)
+
+                    rows.append(measure(name, size, reranked, queries, n, standin, counter))
+                    backend.close()
             return rows
     finally:
         standin.stop()

@@ -206,6 +206,7 @@ class ElasticsearchBackend(Backend):
         self.numeric_fields = tuple(config.features.numeric_fields)
         self.id_field = backend.id_field
         self.timeout = backend.request_timeout
+        self.sources_with_search = backend.fetch_sources == "candidates"
         self._template: TemplateQuery | None = None
         if backend.template is not None:
             self._template = TemplateQuery(backend.template, dict(backend.template_params),
@@ -420,6 +421,8 @@ class ElasticsearchBackend(Backend):
         retrieval, aggs = self._retrieval(text)  # a fresh structure for every request
         named = [{"bool": {"must": [retrieval], "_name": "backend_score"}}]
         body: dict[str, Any] = {"size": n, "track_total_hits": True}
+        if not self.sources_with_search:  # the shown hits' documents come after ranking
+            body["_source"] = list(self.numeric_fields) if self.numeric_fields else False
         backend = self.config.backend
         if backend.ltr_featureset:
             sltr = {"_name": "reranker_features", "featureset": backend.ltr_featureset,
@@ -492,11 +495,43 @@ class ElasticsearchBackend(Backend):
                 for b in agg.get("buckets", [])}
 
         def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
-            return [hits[i].get("_source") or {} for i in indices]
+            if self.sources_with_search:
+                return [hits[i].get("_source") or {} for i in indices]
+            return self.read_sources([hits[i] for i in indices])
 
         return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,
                           load_sources=load_sources, total=total, facets=facets,
                           aggregations=aggregations)
+
+    def read_sources(self, hits: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The ``_source`` of search ``hits``, in one ``_mget`` of each hit's own index (an
+        alias or a pattern may span several) with its routing. A document deleted since the
+        search has none (``{}``): its hit still stands for the ranked result."""
+        if not hits:
+            return []
+        indices = {hit.get("_index", self.index) for hit in hits}
+        es = self.es
+        if len(indices) == 1 and all(hit.get("_routing") is None for hit in hits):
+            (index,) = indices  # the usual case: the ids alone
+            ids = [hit["_id"] for hit in hits]
+            response = self._call(lambda: es.mget(index=index, ids=ids),
+                                  "reading the shown documents")
+        else:
+            docs = [{"_index": hit.get("_index", self.index), "_id": hit["_id"],
+                     **({} if hit.get("_routing") is None else {"routing": hit["_routing"]})}
+                    for hit in hits]
+            response = self._call(lambda: es.mget(docs=docs), "reading the shown documents")
+        found = response.get("docs", [])
+        if len(found) != len(hits):
+            raise BackendError(f"Elasticsearch answered {len(found)} documents to an _mget "
+                               f"of {len(hits)}", status=502)
+        sources = []
+        for doc in found:
+            if doc.get("error"):
+                log.warning("Elasticsearch could not read shown document %r: %s",
+                            doc.get("_id"), _item_error(doc["error"]))
+            sources.append((doc.get("_source") or {}) if doc.get("found") else {})
+        return sources
 
     # -- indexing ---------------------------------------------------------------------------
 
