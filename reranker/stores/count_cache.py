@@ -346,13 +346,17 @@ class CountCache:
         old = self._queries.pop(key, None)
         if old is not None:
             self._size -= 1 + len(old[1])
-        docs: dict[str, list] = {}
-        self._size += 1
+        # Every cell asked for, 0 unless read (one pass over the cells read, which may be
+        # fewer than those asked for: a search's cells are some 200)
+        docs = {d: [0.0, 0.0] for d in doc_ids}
+        every = {d: [0.0, 0.0] for d in doc_ids}
+        every[ALL_DOCS] = [0.0, 0.0]
+        for (cell_key, d), value in got.items():
+            if cell_key == key and d in docs:
+                docs[d] = [value[0], value[1]]
+            if cell_key == ALL_QUERIES and d in every:
+                every[d] = [value[0], value[1]]
+        kept = self._all
+        self._size += 1 + len(docs) + len([d for d in every if d not in kept])
         self._queries[key] = (now, docs, self._epoch)
-        zero = (0.0, 0.0)
-        for target, cell_key, names in ((docs, key, doc_ids),
-                                        (self._all, ALL_QUERIES, [*doc_ids, ALL_DOCS])):
-            for d in names:
-                if d not in target:
-                    self._size += 1
-                target[d] = list(got.get((cell_key, d), zero))
+        kept.update(every)

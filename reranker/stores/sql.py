@@ -561,11 +561,10 @@ class SQLEventStore(EventStore):
             for start in chunks:
                 chunk = doc_ids[start:start + CLICK_BATCH]
                 marks = ",".join("?" * (len(chunk) + 1))
-                for cell_key, doc_id, clicks, exposure in self._run(
-                        conn, f"SELECT query_key, doc_id, clicks, exposure FROM click_stats "
-                        f"WHERE query_key IN (?, ?) AND doc_id IN ({marks})",
-                        (key, ALL_QUERIES, ALL_DOCS, *chunk)).fetchall():
-                    cells[cell_key, doc_id] = (clicks, exposure)
+                cells.update({(row[0], row[1]): (row[2], row[3]) for row in self._run(
+                    conn, f"SELECT query_key, doc_id, clicks, exposure FROM click_stats "
+                    f"WHERE query_key IN (?, ?) AND doc_id IN ({marks})",
+                    (key, ALL_QUERIES, ALL_DOCS, *chunk)).fetchall()})
             keep(cells)
 
     def _read_total(self, compare) -> None:
