@@ -54,7 +54,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         config = config_from_dict({
-            "backend": {"type": "elasticsearch", "index": "products", "fields": ["title", "body"]},
+            # the answer below carries every candidate's _source, as with fetch_sources:
+            # candidates, so that the shown documents need no request
+            "backend": {"type": "elasticsearch", "index": "products", "fields": ["title", "body"],
+                        "fetch_sources": "candidates"},
             "features": {"numeric_fields": ["popularity"]},
             "store": {"path": "events.sqlite"}}, tmp)
         pm = get_plugin_manager()

@@ -14,10 +14,10 @@ run:
   (b) the Elasticsearch stand-in (the tests' protocol-level server, which answers from its
       own Tantivy index): a plain top-10 ``multi_match`` search through the official client
       against the reranked search through the Elasticsearch backend (the candidates'
-      features in one ``_search``, the shown documents in one ``_mget``; and with every
-      candidate's ``_source`` in the one ``_search``, ``backend.fetch_sources:
-      candidates``), with the requests and the bytes sent to and received from the cluster
-      per search;
+      features in one ``_search``, the shown documents in a second, of their ids; and
+      with every candidate's ``_source`` in the one ``_search``,
+      ``backend.fetch_sources: candidates``), with the requests and the bytes sent to and
+      received from the cluster per search;
   (c) in process: features + normalisation + ranking of 100 candidates against a bare
       ``np.argsort(-(X @ w))`` (the numpy floor).
 

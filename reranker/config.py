@@ -75,14 +75,15 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "verify_certs": Key("bool", True, "Verify the cluster's TLS certificate."),
         "ca_certs": Key("str", None, "CA bundle file for TLS verification.", nullable=True,
                         path=True),
-        "request_timeout": Key("float", 2.0, "Seconds an Elasticsearch request may take before "
-                               "the search fails with 503.", minimum=0.001),
+        "request_timeout": Key("float", 2.0, "Seconds an Elasticsearch search may take (its "
+                               "candidates and the shown documents' request together) "
+                               "before it fails with 503.", minimum=0.001),
         "fetch_sources": Key("str", "shown", "Elasticsearch backend: whose _source a search "
                              "reads: 'shown' (the search asks for the numeric fields alone, "
-                             "then one _mget reads the shown hits' documents) or "
-                             "'candidates' (every candidate's with the search: one request, "
-                             "about ten times the bytes for 100 candidates).",
-                             choices=("shown", "candidates")),
+                             "then a search of their ids reads the shown hits' documents) "
+                             "or 'candidates' (every candidate's with the search: one "
+                             "request, about 4.5 times the bytes received for 100 "
+                             "candidates of 1.4 KB).", choices=("shown", "candidates")),
         "max_retries": Key("int", 1, "Retries of a failed or timed-out request (on another "
                            "node when there are several).", minimum=0),
         "query": Key("mapping", None, "Retrieval query (Query DSL) with {{query}} where the "
@@ -275,13 +276,17 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "impression_ttl": Key("float", 3600.0, "Seconds after its search that a signed "
                               "impression id is accepted by /click and /reward.", minimum=1),
         "clicks_per_impression": Key("int", 10, "Click requests one impression accepts at "
-                                     "most (each process counts its own).", minimum=1),
+                                     "most.", minimum=1),
         "searches_per_minute": Key("int", 120, "Searches one client (user_id, else "
                                    "session_id, else address) may make per minute, in bursts "
-                                   "of as many (each process counts its own); 0: no limit.",
-                                   minimum=0),
+                                   "of as many; 0: no limit.", minimum=0),
         "clicks_per_minute": Key("int", 120, "Clicks and rewards one client may send per "
                                  "minute, as searches_per_minute; 0: no limit.", minimum=0),
+        "limits_exchange": Key("float", 0.5, "Seconds between two exchanges of the requests "
+                               "each process accepted, through the event store, so that the "
+                               "limits above count the requests of every process and "
+                               "machine sharing it; 0: each process counts its own.",
+                               minimum=0.0),
         "api_keys_env": Key("str", None, "Environment variable that holds the API keys (comma "
                             "separated) that /search and /explain then require in an "
                             "X-API-Key or Authorization: Bearer header; null: no key.",

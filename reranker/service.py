@@ -16,6 +16,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -128,6 +129,8 @@ class RerankerService:
         for thread, _ in self.background:
             thread.join(timeout=30)
         self.background.clear()
+        if self.trust is not None:
+            self.trust.close()
         if self.events is not None:
             self.events.close()
         self.backend.close()
@@ -180,13 +183,8 @@ class RerankerService:
         page_key = None if who is None else hashlib.sha256("\x1f".join(
             (query_key(query), filters_key(clauses), who)).encode("utf-8")).hexdigest()[:32]
         if candidates is None:
-            try:
-                candidates = self.backend.search(query, max(window, offset + size), clauses,
-                                                 facet_fields)
-            except RerankerError as exc:
-                if exc.status >= 500:
-                    self.metrics.backend_errors.inc()
-                raise
+            candidates = self._from_backend(self.backend.search, query,
+                                            max(window, offset + size), clauses, facet_fields)
         elif clauses or facet_fields:
             raise BadRequestError("'filter' and 'facets' need the search backend; the "
                                   "application filters the candidates it passes itself",
@@ -215,7 +213,7 @@ class RerankerService:
             else:
                 page = self._single(X, offset + n_shown, decision.labels[0])
         shown = page["ranking"][offset: offset + n_shown]
-        sources = candidates.load_sources(shown.tolist())
+        sources = self._from_backend(candidates.load_sources, shown.tolist())
         in_experiment = decision.counted and self.experiment is not None and not offset \
             and page["arm"] != BACKEND_ORDER
         impression = Impression(
@@ -245,6 +243,15 @@ class RerankerService:
             answer["experiment"] = impression.experiment
             answer["arm"] = page["label"]
         return answer
+
+    def _from_backend(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``, a request to the search backend: its failures (5xx) counted."""
+        try:
+            return call(*args)
+        except RerankerError as exc:
+            if exc.status >= 500:
+                self.metrics.backend_errors.inc()
+            raise
 
     def rerank(self, query: Any, candidates: Any, size: Any = None, user_id: Any = None,
                session_id: Any = None, offset: Any = None) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Trust no client: signed impression ids bound to whom they were served, limits per client
-and per impression, API keys, the client's address behind a proxy, and the per-client bound
-on what training learns (README, "Security").
+and per impression (counted by :mod:`reranker.limits`), API keys, the client's address
+behind a proxy, and the per-client bound on what training learns (README, "Security").
 
 An impression id is a token the service signs (:class:`ImpressionSigner`)::
 
@@ -43,7 +43,6 @@ import os
 import re
 import secrets
 import struct
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from .errors import (
     RerankerError,
     TooManyRequestsError,
 )
+from .limits import ImpressionCounter, RateLimiter, SharedCounts
 
 #: Bytes of a token: random id, issue time, binding tag, MAC.
 _ID, _TIME, _BIND, _MAC = 16, 4, 8, 16
@@ -233,75 +233,6 @@ def parse_keys(text: str, name: str) -> list[tuple[str, bytes]]:
     return keys
 
 
-class RateLimiter:
-    """Token buckets per key: ``per_minute`` requests a minute, in bursts of as many.
-
-    Kept in this process: with several worker processes each one limits separately (a
-    client spread over N workers gets up to N times the rate). At most ``max_keys`` buckets
-    are kept; full buckets are dropped first (a full bucket is the same as none)."""
-
-    def __init__(self, per_minute: int, *, clock: Callable[[], float] = time.monotonic,
-                 max_keys: int = 100_000):
-        self.capacity = float(per_minute)
-        self.rate = per_minute / 60.0
-        self.clock = clock
-        self.max_keys = max_keys
-        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, when)
-        self._lock = threading.Lock()
-
-    def take(self, key: str) -> float:
-        """Take one request for ``key``: 0 when allowed, else the seconds until it would be."""
-        with self._lock:
-            now = self.clock()
-            tokens, when = self._buckets.get(key, (self.capacity, now))
-            tokens = min(self.capacity, tokens + (now - when) * self.rate)
-            if tokens < 1.0:
-                self._buckets[key] = (tokens, now)
-                return (1.0 - tokens) / self.rate
-            if len(self._buckets) >= self.max_keys and key not in self._buckets:
-                self._prune(now)
-            self._buckets[key] = (tokens - 1.0, now)
-            return 0.0
-
-    def _prune(self, now: float) -> None:
-        full = [k for k, (tokens, when) in self._buckets.items()
-                if tokens + (now - when) * self.rate >= self.capacity]
-        for key in full:
-            del self._buckets[key]
-        if len(self._buckets) >= self.max_keys:  # a flood of new clients: forget the oldest
-            for key in list(self._buckets)[: len(self._buckets) // 2]:
-                del self._buckets[key]
-
-
-class ImpressionCounter:
-    """Click requests per impression id in this process, each kept until its id expires."""
-
-    def __init__(self, limit: int, ttl: float, *, clock: Callable[[], float] = time.monotonic,
-                 max_keys: int = 200_000):
-        self.limit = limit
-        self.ttl = ttl
-        self.clock = clock
-        self.max_keys = max_keys
-        self._counts: dict[str, tuple[int, float]] = {}  # id -> (count, forget after)
-        self._lock = threading.Lock()
-
-    def take(self, impression_id: str) -> float:
-        """Count one request: 0 when within the limit, else the seconds until it is
-        forgotten (the id has expired by then)."""
-        with self._lock:
-            now = self.clock()
-            count, until = self._counts.get(impression_id, (0, now + self.ttl))
-            if count >= self.limit:
-                return max(1.0, until - now)
-            if len(self._counts) >= self.max_keys and impression_id not in self._counts:
-                self._counts = {k: v for k, v in self._counts.items() if v[1] > now}
-                if len(self._counts) >= self.max_keys:
-                    for key in list(self._counts)[: len(self._counts) // 2]:
-                        del self._counts[key]
-            self._counts[impression_id] = (count + 1, until)
-            return 0.0
-
-
 def client_key(user_id: str | None, session_id: str | None, address: str | None) -> str | None:
     """Who a request comes from, for its limits: its user, else its session, else its
     address (None: none of them, an in-process call)."""
@@ -333,7 +264,7 @@ class TrustGuard:
     """A service's signer, limits and API keys, and the count of what they refused."""
 
     def __init__(self, config, signer: ImpressionSigner, refused,
-                 api_keys: tuple[bytes, ...] = ()):
+                 api_keys: tuple[bytes, ...] = (), events=None):
         security = config.security
         self.signer = signer
         self.api_keys = api_keys
@@ -344,6 +275,15 @@ class TrustGuard:
                        if security.clicks_per_minute else None)
         self.per_impression = ImpressionCounter(security.clicks_per_impression,
                                                 security.impression_ttl)
+        #: The counts exchanged with the other processes of the store (None: each process
+        #: limits on its own, ``security.limits_exchange: 0``).
+        self.shared: SharedCounts | None = None
+        if events is not None and security.limits_exchange:
+            counters = {"impression": self.per_impression}
+            counters.update({scope: limiter for scope, limiter in (("search", self.searches),
+                                                                   ("click", self.clicks))
+                             if limiter is not None})
+            self.shared = SharedCounts(events, counters, security.limits_exchange)
         #: Requests refused, a Prometheus counter labelled ``endpoint`` and ``reason``
         #: (``("click", "forged")``, ...): the service's metrics, summed over its workers.
         self.refused = refused
@@ -351,7 +291,12 @@ class TrustGuard:
     @classmethod
     def from_config(cls, config, events, refused) -> TrustGuard:
         return cls(config, ImpressionSigner.from_config(config, events), refused,
-                   api_keys_from(config))
+                   api_keys_from(config), events)
+
+    def close(self) -> None:
+        """Share this process's last counts and stop exchanging them."""
+        if self.shared is not None:
+            self.shared.close()
 
     def count(self, endpoint: str, reason: str) -> None:
         self.refused.labels(endpoint, reason).inc()
@@ -397,6 +342,8 @@ class TrustGuard:
                 f"too many requests from this client: at most {int(limiter.capacity)} a "
                 f"minute (security.{per}); retry in {wait:.0f} s", retry_after=wait),
                 "rate_limited")
+        if self.shared is not None:
+            self.shared.note(endpoint, client)
 
     def limit_impression(self, impression_id: str) -> None:
         wait = self.per_impression.take(impression_id)
@@ -405,6 +352,8 @@ class TrustGuard:
                 f"'impression_id' has had {self.per_impression.limit} click requests, the "
                 f"most one page accepts (security.clicks_per_impression)",
                 retry_after=wait, field="impression_id"), "impression_limit")
+        if self.shared is not None:
+            self.shared.note("impression", impression_id)
 
 
 

@@ -136,7 +136,10 @@ class Standin:
         self.delay = 0.0  # seconds before answering a search
         self.drop = False  # close the connection instead of answering
         self.fail_status: int | None = None  # answer every search with this status
-        self.faulty = {"_search", "_mget"}  # the requests delay, drop and fail_status hit
+        #: What delay, drop and fail_status hit: every search, or those whose query is
+        #: ``ids`` alone (reading documents by id) or not (finding candidates).
+        self.faulty = {"ids", "other"}
+        self._timing = threading.Lock()
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.bodies: list[tuple[str, str, bytes]] = []  # the raw body of each request
         self.answered_bytes = 0  # bytes of the answers' bodies, all requests together
@@ -209,6 +212,8 @@ class Standin:
                 for doc, score in index.field_scores(field, text).items():
                     scaled = score * (float(weight) if weight else 1.0)
                     result[doc] = max(result.get(doc, 0.0), scaled)  # best_fields
+        elif kind == "ids":
+            result = {str(v): 1.0 for v in spec.get("values", []) if str(v) in index.docs}
         elif kind in ("term", "terms"):
             (field, value), = spec.items()
             values = value if kind == "terms" else [value.get("value") if isinstance(value, dict)
@@ -401,7 +406,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self._answer(status, body, method)
-        standin.serving_seconds += time.perf_counter() - started
+        with standin._timing:
+            standin.serving_seconds += time.perf_counter() - started
 
     def _check_compatibility(self) -> None:
         versions = set()
@@ -455,9 +461,6 @@ class _Handler(BaseHTTPRequestHandler):
                 {"_source": {"featureset": {"name": name, "features": [
                     {"name": f["name"], "template": f["template"]} for f in features]}}}]
             return 200, {"hits": {"total": {"value": len(hits)}, "hits": hits}}
-        if parts == ["_mget"]:
-            self._faults("_mget")
-            return 200, self._mget(body, None)
         name = parts[0]
         if len(parts) == 1:
             if method == "HEAD":
@@ -486,19 +489,17 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, {"valid": False, "explanations": [
                     {"index": index.name, "valid": False, "error": f"{exc.kind}: {exc.reason}"}]}
             return 200, {"valid": True, "explanations": [{"index": index.name, "valid": True}]}
-        if action == "_mget":
-            self._faults(action)
-            return 200, self._mget(body, index.name)
         if action == "_search":
-            self._faults(action)
+            self._faults("ids" if "ids" in body.get("query", {}) else "other")
             return 200, standin.search(index, body, params)
         raise ApiError(400, "illegal_argument_exception",
                        f"unsupported [{method} /{'/'.join(parts)}]")
 
-    def _faults(self, action: str) -> None:
-        """The fault the stand-in was told to show, if ``action`` is one it applies to."""
+    def _faults(self, kind: str) -> None:
+        """The fault the stand-in was told to show, if a search of ``kind`` is one it
+        applies to."""
         standin = self.standin
-        if action not in standin.faulty:
+        if kind not in standin.faulty:
             return
         if standin.drop:
             raise _Drop()
@@ -507,31 +508,6 @@ class _Handler(BaseHTTPRequestHandler):
         if standin.fail_status:
             raise ApiError(standin.fail_status, "unavailable_shards_exception",
                            "the stand-in was told to fail")
-
-    def _mget(self, body: dict[str, Any], default_index: str | None) -> dict[str, Any]:
-        """Documents by id, in the order asked: ``docs`` (each naming its ``_index`` unless
-        the path does) or ``ids`` of the path's index."""
-        wanted = [{"_id": i} for i in body.get("ids", [])] or body.get("docs", [])
-        if not wanted:
-            raise ApiError(400, "action_request_validation_exception",
-                           "Validation Failed: 1: no documents to get;")
-        docs = []
-        for item in wanted:
-            name, doc_id = item.get("_index", default_index), str(item["_id"])
-            if name is None:
-                raise ApiError(400, "action_request_validation_exception",
-                               "Validation Failed: 1: index is missing for doc 0;")
-            try:
-                index = self.standin.resolve(name)
-            except ApiError as exc:
-                docs.append({"_index": name, "_id": doc_id, "error": exc.body()["error"]})
-                continue
-            if doc_id not in index.docs:
-                docs.append({"_index": index.name, "_id": doc_id, "found": False})
-                continue
-            docs.append({"_index": index.name, "_id": doc_id, "_version": 1, "_seq_no": 0,
-                         "_primary_term": 1, "found": True, "_source": index.docs[doc_id]})
-        return {"docs": docs}
 
     def _bulk(self, raw: bytes, default_index: str | None) -> dict[str, Any]:
         lines = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
@@ -566,9 +542,12 @@ def _filtered_source(source: dict[str, Any], spec: Any) -> dict[str, Any] | None
     if not includes:
         return source
     out: dict[str, Any] = {}
+    missing = object()
     for path in includes:
-        value = _dotted(source, path)
-        if value is None:
+        value: Any = source
+        for part in path.split("."):
+            value = value.get(part, missing) if isinstance(value, dict) else missing
+        if value is missing:
             continue
         *parents, last = path.split(".")
         node = out

@@ -110,7 +110,7 @@ def test_feature_cost_prints_the_table():
         plain, shown = rows["plain _search", size], rows["reranker", size]
         with_search = rows[WITH_SEARCH, size]
         assert plain[3:5] == with_search[3:5] == ["1", "1"]  # one request, one _search each
-        assert shown[3:5] == ["2", "1"]  # the _search, then the _mget of the page shown
+        assert shown[3:5] == ["2", "2"]  # the candidates, then the documents of the page shown
         for reranked in (shown, with_search):
             assert number(reranked[5]) > number(plain[5])  # the feature queries are sent
             assert "(x" in reranked[5] and "(x" in reranked[6]

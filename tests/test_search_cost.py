@@ -4,11 +4,12 @@ shown results only; from Elasticsearch, the candidates' features in one request 
 results' documents in a second (or every candidate's with the first)."""
 
 import json
+import time
 
 import numpy as np
 import pytest
 import tantivy
-from conftest import write_config
+from conftest import run_cli, write_config, write_docs
 from es_scenarios import backend_for, es_config, index_corpus
 from es_standin import Standin
 
@@ -185,9 +186,22 @@ def es8():
     server.stop()
 
 
+def subfolder(folder, name: str):
+    """A new folder in ``folder`` (for another config file)."""
+    (folder / name).mkdir()
+    return folder / name
+
+
 def requested(server: Standin, before: int) -> list[tuple[str, str]]:
-    """The requests the stand-in received since the first ``before``: method and action."""
-    return [(method, where.rsplit("/", 1)[-1]) for method, where, _ in server.requests[before:]]
+    """The requests the stand-in received since the first ``before``: method and what they
+    asked (a search for candidates, or for documents by id)."""
+    out = []
+    for method, where, raw in server.bodies[before:]:
+        action = where.rsplit("/", 1)[-1]
+        if action == "_search":
+            action = "ids" if "ids" in json.loads(raw).get("query", {}) else "candidates"
+        out.append((method, action))
+    return out
 
 
 def test_elasticsearch_answers_the_candidates_numeric_fields_then_the_shown_documents(
@@ -198,15 +212,64 @@ def test_elasticsearch_answers_the_candidates_numeric_fields_then_the_shown_docu
     docs = {d["id"]: d for d in corpus.documents}
     before = len(es8.requests)
     candidates = backend.search("espresso grinder", 100)
-    assert requested(es8, before) == [("POST", "_search")]  # one request for the features
+    assert requested(es8, before) == [("POST", "candidates")]  # one request for the features
     assert json.loads(es8.bodies[-1][2])["_source"] == ["popularity"]
     assert len(candidates) > 10
     assert candidates.numeric[:, 0].tolist() == [docs[i]["popularity"] for i in candidates.ids]
     sources = candidates.load_sources([3, 0, 7])  # the page shown, in its order
-    assert requested(es8, before) == [("POST", "_search"), ("POST", "_mget")]
+    assert requested(es8, before) == [("POST", "candidates"), ("POST", "ids")]
+    asked = json.loads(es8.bodies[-1][2])
+    assert es8.requests[-1][1] == f"/{index}/_search"  # the index the candidates came from
+    assert asked["query"] == {"ids": {"values": [candidates.ids[i] for i in (3, 0, 7)]}}
     assert sources == [docs[candidates.ids[i]] for i in (3, 0, 7)]
     assert candidates.load_sources([]) == []
     assert len(es8.requests) == before + 2  # nothing shown, nothing read
+    backend.close()
+
+
+def test_without_numeric_fields_the_candidates_come_without_source(es8, tmp_path, corpus):
+    index, path = index_corpus(tmp_path, es8.url, corpus)
+    config = es_config(subfolder(tmp_path, "plain"), es8.url, index, sections={
+        "features": {"numeric_fields": []}})
+    backend = backend_for(config)
+    backend.open()
+    candidates = backend.search("espresso grinder", 50)
+    assert json.loads(es8.bodies[-1][2])["_source"] is False
+    assert candidates.numeric.shape == (len(candidates), 0)
+    docs = {d["id"]: d for d in corpus.documents}
+    assert candidates.load_sources([1]) == [docs[candidates.ids[1]]]
+    backend.close()
+
+
+def test_dotted_numeric_fields_are_read_from_the_filtered_source(es8, tmp_path):
+    documents = [{"id": f"p{i}", "title": "espresso grinder", "body": "burr grinder",
+                  "price": {"amount": 10.0 + i, "currency": "EUR"}} for i in range(5)]
+    config = es_config(tmp_path, es8.url, "shop", sections={
+        "features": {"numeric_fields": ["price.amount"]}})
+    run_cli("index", "-c", str(config), str(write_docs(tmp_path, documents)))
+    backend = backend_for(config)
+    backend.open()
+    candidates = backend.search("espresso", 10)
+    assert json.loads(es8.bodies[-1][2])["_source"] == ["price.amount"]
+    by_id = dict(zip(candidates.ids, candidates.numeric[:, 0].tolist(), strict=True))
+    assert by_id == {f"p{i}": 10.0 + i for i in range(5)}
+    shown = candidates.load_sources([0])[0]
+    assert shown["price"] == {"amount": by_id[shown["id"]], "currency": "EUR"}  # the whole
+    backend.close()
+
+
+def test_a_template_s_source_is_not_what_the_search_asks_for(es8, tmp_path, corpus):
+    index, _ = index_corpus(tmp_path, es8.url, corpus)
+    template = ('{"query": {"match": {"title": "{{query}}"}}, "_source": ["title"], '
+                '"size": 3}')
+    path = es_config(subfolder(tmp_path, "template"), es8.url, index, template=template)
+    backend = backend_for(path)
+    backend.open()
+    candidates = backend.search("espresso", 20)
+    sent = json.loads(es8.bodies[-1][2])
+    assert sent["_source"] == ["popularity"] and sent["size"] == 20
+    docs = {d["id"]: d for d in corpus.documents}
+    assert candidates.load_sources([0]) == [docs[candidates.ids[0]]]  # whole documents
     backend.close()
 
 
@@ -219,7 +282,7 @@ def test_a_search_with_the_sources_of_every_candidate_is_one_request(es8, tmp_pa
     assert "_source" not in json.loads(es8.bodies[-1][2])  # every document, as it is
     docs = {d["id"]: d for d in corpus.documents}
     assert candidates.load_sources([3, 0]) == [docs[candidates.ids[i]] for i in (3, 0)]
-    assert requested(es8, before) == [("POST", "_search")]
+    assert requested(es8, before) == [("POST", "candidates")]
     backend.close()
 
 
@@ -229,25 +292,23 @@ def test_the_service_shows_the_same_documents_either_way_and_shown_reads_fewer_b
     docs = {d["id"]: d for d in corpus.documents}
     received, matches = {}, None
     for fetch in ("shown", "candidates"):
-        folder = tmp_path / fetch
-        folder.mkdir()
-        service = RerankerService(load_config(es_config(folder, es8.url, index,
-                                                        fetch_sources=fetch))).open()
+        service = RerankerService(load_config(es_config(
+            subfolder(tmp_path, fetch), es8.url, index, fetch_sources=fetch))).open()
         try:
             matches = matches or service.backend.search("espresso grinder", 100).ids
             before, answered = len(es8.requests), es8.answered_bytes
             page = service.search("espresso grinder", 10)
             assert len(page["hits"]) == 10
             assert all(hit["source"] == docs[hit["id"]] for hit in page["hits"])
-            assert requested(es8, before) == [("POST", "_search")] + (
-                [("POST", "_mget")] if fetch == "shown" else [])
+            assert requested(es8, before) == [("POST", "candidates")] + (
+                [("POST", "ids")] if fetch == "shown" else [])
             received[fetch] = es8.answered_bytes - answered
             left_out = set(matches) - {hit["id"] for hit in page["hits"]}
         finally:
             service.close()
     # The shown way saves the documents of the candidates left out, less the wrapping of
-    # the _mget's answer and each candidate's numeric fields (the demo's documents are
-    # short: about 300 bytes)
+    # the second search's answer and each candidate's numeric fields (the demo's documents
+    # are short: about 300 bytes)
     assert len(left_out) >= 10
     saved = sum(len(json.dumps(docs[i])) for i in left_out)
     assert saved - 200 * len(matches) < received["candidates"] - received["shown"] < saved
@@ -267,27 +328,42 @@ def test_a_document_deleted_before_it_is_read_is_shown_without_its_source(es8, t
     backend.close()
 
 
-def test_the_shown_documents_of_several_indices_and_routings_are_read_by_index(
-        es8, tmp_path, corpus, caplog):
-    index, path = index_corpus(tmp_path, es8.url, corpus)
+def test_through_an_alias_the_shown_documents_are_read_through_the_alias(es8, tmp_path,
+                                                                         corpus):
+    index, _ = index_corpus(tmp_path, es8.url, corpus)
+    es8.aliases["products"] = index  # a key may be allowed to read the alias alone
+    path = es_config(subfolder(tmp_path, "alias"), es8.url, "products")
     backend = backend_for(path)
     backend.open()
-    first, second = corpus.documents[0]["id"], corpus.documents[1]["id"]
-    hits = [{"_index": index, "_id": first}, {"_index": "no-such-index", "_id": "x"},
-            {"_index": index, "_id": second, "_routing": "shop-2"}]
-    with caplog.at_level("WARNING"):
-        sources = backend.read_sources(hits)
-    assert json.loads(es8.bodies[-1][2]) == {"docs": [
-        {"_index": index, "_id": first}, {"_index": "no-such-index", "_id": "x"},
-        {"_index": index, "_id": second, "routing": "shop-2"}]}
-    assert es8.requests[-1][1] == "/_mget"
-    assert sources == [corpus.documents[0], {}, corpus.documents[1]]
-    assert "could not read shown document 'x'" in caplog.text
-    assert "index_not_found_exception" in caplog.text
+    candidates = backend.search("espresso grinder", 20)
+    sources = candidates.load_sources([2, 0])
+    assert [where for _, where, _ in es8.requests[-2:]] == ["/products/_search"] * 2
+    docs = {d["id"]: d for d in corpus.documents}
+    assert sources == [docs[candidates.ids[i]] for i in (2, 0)]
     backend.close()
 
 
-def test_a_cluster_failing_to_read_the_shown_documents_is_503_and_logs_nothing(
+def test_reading_the_shown_documents_takes_what_is_left_of_the_request_timeout(
+        es8, tmp_path, corpus):
+    index, path = index_corpus(tmp_path, es8.url, corpus, request_timeout=1.0,
+                               max_retries=0)
+    backend = backend_for(path)
+    backend.open()
+    candidates = backend.search("espresso grinder", 20)
+    time.sleep(0.6)  # ranking, say
+    es8.faulty, es8.delay = {"ids"}, 0.8  # within the timeout alone, not what is left of it
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailableError, match="reading the shown documents"):
+        candidates.load_sources([0])
+    assert time.monotonic() - started < 0.7
+    es8.delay = 0.0
+    time.sleep(0.5)
+    with pytest.raises(BackendUnavailableError, match="did not answer within 1s"):
+        candidates.load_sources([0])  # nothing left
+    backend.close()
+
+
+def test_a_cluster_failing_to_read_the_shown_documents_is_503_counted_and_logs_nothing(
         es8, tmp_path, corpus):
     index, path = index_corpus(tmp_path, es8.url, corpus, max_retries=0)
     service = RerankerService(load_config(path)).open()
@@ -295,11 +371,13 @@ def test_a_cluster_failing_to_read_the_shown_documents_is_503_and_logs_nothing(
         service.search("espresso grinder", 10)
         service.events.flush()
         logged = service.events.stats()["impressions"]
-        es8.faulty, es8.fail_status = {"_mget"}, 503  # the search answers, the read fails
+        errors = service.metrics.backend_errors._value.get()
+        es8.faulty, es8.fail_status = {"ids"}, 503  # the candidates come, their documents not
         before = len(es8.requests)
         with pytest.raises(BackendUnavailableError, match="reading the shown documents"):
             service.search("espresso grinder", 10)
-        assert requested(es8, before) == [("POST", "_search"), ("POST", "_mget")]
+        assert requested(es8, before) == [("POST", "candidates"), ("POST", "ids")]
+        assert service.metrics.backend_errors._value.get() == errors + 1
         service.events.flush()
         assert service.events.stats()["impressions"] == logged
         es8.fail_status = None

@@ -8,8 +8,8 @@ searches two ways, for a page of 10 and a window of 100 candidates:
 * **reranker**: the real backend's ``_search``: the same retrieval query plus a named
   ``match`` query per text field in a non-scoring filter, with
   ``include_named_queries_score``, and the candidates' numeric fields alone for their
-  ``_source``; then one ``_mget`` of the page of 10 shown (``backend.fetch_sources: shown``,
-  the default);
+  ``_source``; then one ``_search`` of the ids of the page of 10 shown, for their
+  documents (``backend.fetch_sources: shown``, the default);
 * **reranker, sources with the search**: the same with ``backend.fetch_sources:
   candidates``: every candidate's ``_source`` comes with the one ``_search``.
 

@@ -1,6 +1,9 @@
 """Wrap an existing Elasticsearch index (8.8 and later, 9.x) with the official client.
 
-One ``_search`` request per search retrieves the top candidates *and* every per-hit feature:
+One ``_search`` request retrieves the top candidates *and* every per-hit feature, with only
+the numeric fields of their ``_source``; once they are ranked, one more ``_search`` (an
+``ids`` query on the same index, alias or pattern) reads the documents of the hits shown
+(``backend.fetch_sources: candidates``: every candidate's ``_source`` with the first):
 
 * the retrieval query (the user's, from ``backend.query``, an inline template or a stored
   template) is the ``must`` clause, named ``backend_score``, so the hits keep its order and
@@ -28,6 +31,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -40,6 +44,10 @@ from . import Backend, Candidates, IndexReport
 from .filters import FACET_PREFIX, FACET_SIZE, Clause, filter_types
 
 log = logging.getLogger(__name__)
+
+#: Hits the search that reads the shown documents asks for at most, and per id: room for an
+#: id that several indices behind an alias or pattern hold.
+SOURCE_SEARCH_SIZE, SAME_ID_ROOM = 10_000, 4
 
 PLACEHOLDER = "{{query}}"
 PROBE_TEXT = "reranker start-up check"
@@ -446,15 +454,19 @@ class ElasticsearchBackend(Backend):
 
     def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
                facets: tuple[str, ...] = ()) -> Candidates:
+        deadline = time.monotonic() + self.timeout
         body = self.request_body(query, n, filters, facets)
         es = self.es
         response = self._call(lambda: es.search(index=self.index, include_named_queries_score=True,
                                                 **body), "searching")
-        return self.candidates_from_response(response)
+        return self.candidates_from_response(response, deadline)
 
-    def candidates_from_response(self, response: dict[str, Any]) -> Candidates:
+    def candidates_from_response(self, response: dict[str, Any],
+                                 deadline: float | None = None) -> Candidates:
         """Features from a search response: ``_score``, the named queries' scores (or the
-        Learning to Rank log) and the numeric fields of ``_source``."""
+        Learning to Rank log) and the numeric fields of ``_source``; the shown hits'
+        documents as the response has them, or (``fetch_sources: shown``) read by
+        :meth:`read_sources` before ``deadline``."""
         hits = response.get("hits", {}).get("hits", [])
         n = len(hits)
         ids = [str(hit["_id"]) for hit in hits]
@@ -497,41 +509,38 @@ class ElasticsearchBackend(Backend):
         def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
             if self.sources_with_search:
                 return [hits[i].get("_source") or {} for i in indices]
-            return self.read_sources([hits[i] for i in indices])
+            return self.read_sources([hits[i] for i in indices], deadline)
 
         return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,
                           load_sources=load_sources, total=total, facets=facets,
                           aggregations=aggregations)
 
-    def read_sources(self, hits: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The ``_source`` of search ``hits``, in one ``_mget`` of each hit's own index (an
-        alias or a pattern may span several) with its routing. A document deleted since the
-        search has none (``{}``): its hit still stands for the ranked result."""
+    def read_sources(self, hits: Sequence[dict[str, Any]],
+                     deadline: float | None = None) -> list[dict[str, Any]]:
+        """The ``_source`` of search ``hits``, read by one search of ``backend.index`` for
+        their ids: the index, alias or pattern the candidates came from, so that it needs
+        no more than their search does (a key allowed to read an alias only, remote
+        clusters, filtered aliases, custom routing). Matched by index and id; a document
+        deleted since the candidates' search has none (``{}``): its hit still stands for
+        the ranked result. The search and this read share ``backend.request_timeout``
+        (``deadline``, a :func:`time.monotonic` time)."""
         if not hits:
             return []
-        indices = {hit.get("_index", self.index) for hit in hits}
-        es = self.es
-        if len(indices) == 1 and all(hit.get("_routing") is None for hit in hits):
-            (index,) = indices  # the usual case: the ids alone
-            ids = [hit["_id"] for hit in hits]
-            response = self._call(lambda: es.mget(index=index, ids=ids),
-                                  "reading the shown documents")
-        else:
-            docs = [{"_index": hit.get("_index", self.index), "_id": hit["_id"],
-                     **({} if hit.get("_routing") is None else {"routing": hit["_routing"]})}
-                    for hit in hits]
-            response = self._call(lambda: es.mget(docs=docs), "reading the shown documents")
-        found = response.get("docs", [])
-        if len(found) != len(hits):
-            raise BackendError(f"Elasticsearch answered {len(found)} documents to an _mget "
-                               f"of {len(hits)}", status=502)
-        sources = []
-        for doc in found:
-            if doc.get("error"):
-                log.warning("Elasticsearch could not read shown document %r: %s",
-                            doc.get("_id"), _item_error(doc["error"]))
-            sources.append((doc.get("_source") or {}) if doc.get("found") else {})
-        return sources
+        ids = list(dict.fromkeys(str(hit["_id"]) for hit in hits))
+        timeout = self.timeout if deadline is None else deadline - time.monotonic()
+        if timeout <= 0:
+            raise BackendUnavailableError(f"Elasticsearch at {self._where()} did not answer "
+                                          f"within {self.timeout:g}s while reading the shown "
+                                          f"documents")
+        es = self.es.options(request_timeout=timeout)
+        # room for an id held by several indices behind an alias or pattern
+        size = min(SOURCE_SEARCH_SIZE, SAME_ID_ROOM * len(ids))
+        response = self._call(lambda: es.search(
+            index=self.index, query={"ids": {"values": ids}}, size=size,
+            track_total_hits=False), "reading the shown documents")
+        found = {(hit.get("_index"), str(hit.get("_id"))): hit.get("_source") or {}
+                 for hit in response.get("hits", {}).get("hits", [])}
+        return [found.get((hit.get("_index"), str(hit["_id"])), {}) for hit in hits]
 
     # -- indexing ---------------------------------------------------------------------------
 

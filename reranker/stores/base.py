@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,6 +214,20 @@ class EventStore(abc.ABC):
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:
         """``{"impressions", "open_impressions", "clicks", "closed_seq"}``."""
+
+    # -- limits -----------------------------------------------------------------------------
+
+    def exchange_requests(self, added: Mapping[tuple[str, str, int], int], since: int,
+                          prune: Mapping[str, int]
+                          ) -> tuple[list[tuple[str, str, int, int]], int] | None:
+        """Share request counts between the processes of this store
+        (:class:`reranker.limits.SharedCounts`): add ``added`` (``{(scope, client, slot):
+        requests}``, this process's since its last exchange) to the counts kept, delete
+        each ``prune`` scope's slots before the one given, and return every count changed
+        since mark ``since``, as ``(scope, client, slot, requests)`` of all processes
+        together, with the mark to pass next time. The default returns None: a store that
+        keeps no counts, where each process limits on its own."""
+        return None
 
     # -- retention --------------------------------------------------------------------------
 

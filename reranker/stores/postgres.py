@@ -39,7 +39,7 @@ _TRY_LEADER = "SELECT pg_try_advisory_lock(%s, %s)"
 
 #: The tables of the event store.
 TABLES = ("meta", "feature_sets", "impressions", "clicks", "click_stats", "experiment_state",
-          "rewards", "position_bias")
+          "rewards", "position_bias", "request_counts")
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS meta (
@@ -93,6 +93,14 @@ _SCHEMA = (
         position INTEGER PRIMARY KEY,
         upper DOUBLE PRECISION NOT NULL,
         lower DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS request_counts (
+        scope TEXT NOT NULL,
+        client TEXT NOT NULL,
+        slot BIGINT NOT NULL,
+        requests BIGINT NOT NULL,
+        mark BIGINT NOT NULL,
+        PRIMARY KEY (scope, client, slot))""",
+    "CREATE INDEX IF NOT EXISTS request_counts_mark ON request_counts (mark)",
     *LATE_INDEXES,
 )
 
@@ -157,7 +165,8 @@ class PostgresStore(SQLEventStore):
                     for statement in _SCHEMA:
                         conn.execute(statement)
                     conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s), "
-                                 "('closed_seq', '0'), ('store_id', %s) ON CONFLICT DO NOTHING",
+                                 "('closed_seq', '0'), ('store_id', %s), ('request_mark', '0') "
+                                 "ON CONFLICT DO NOTHING",
                                  (str(SCHEMA_VERSION), uuid.uuid4().hex))
                     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
                     if int(meta["schema_version"]) == 3:
@@ -180,13 +189,26 @@ class PostgresStore(SQLEventStore):
         self._pool = psycopg_pool.ConnectionPool(
             dsn, min_size=1, max_size=pool_size, timeout=timeout, open=False,
             kwargs=self._connect_args, configure=self._configure,
-            check=psycopg_pool.ConnectionPool.check_connection, name="reranker-events")
+            check=self._check, name="reranker-events")
         try:
             self._pool.open(wait=True, timeout=timeout)
         except psycopg.Error as exc:
             self.close()
             raise StoreError(f"store.dsn: cannot connect to the PostgreSQL server "
                              f"{self.location}: {self._error_text(exc)}") from None
+
+    def _check(self, conn) -> None:
+        """The pool's check of a connection it is about to hand out. A broken one means
+        that the server restarted or ended the sessions: every other idle connection is
+        checked at once then, and the broken ones replaced (the pool would wait a second,
+        then two, ... before each further check, past ``store.timeout``)."""
+        _, psycopg_pool = _driver()
+        try:
+            psycopg_pool.ConnectionPool.check_connection(conn)
+        except Exception:
+            if self._pool is not None:
+                self._pool.check()
+            raise
 
     def _configure(self, conn) -> None:
         # A store operation waits at most store.timeout for a row lock or a statement, as

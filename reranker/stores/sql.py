@@ -24,7 +24,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -64,6 +64,10 @@ UPSERT_STATS = ("INSERT INTO click_stats (query_key, doc_id, clicks, exposure) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
                 "clicks = click_stats.clicks + excluded.clicks, "
                 "exposure = click_stats.exposure + excluded.exposure")
+UPSERT_REQUESTS = ("INSERT INTO request_counts (scope, client, slot, requests, mark) "
+                   "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, client, slot) DO UPDATE SET "
+                   "requests = request_counts.requests + excluded.requests, "
+                   "mark = excluded.mark")
 UPSERT_BIAS = ("INSERT INTO position_bias (position, upper, lower) VALUES (?, ?, ?) "
                "ON CONFLICT (position) DO UPDATE SET upper = position_bias.upper + "
                "excluded.upper, lower = position_bias.lower + excluded.lower")
@@ -653,6 +657,33 @@ class SQLEventStore(EventStore):
                                "ORDER BY closed_seq LIMIT 1", (cursor,)).fetchone()
         return {"open_impressions": open_, "closed_unapplied": closed,
                 "oldest_unapplied": float(oldest[0]) if oldest else None}
+
+    def exchange_requests(self, added: Mapping[tuple[str, str, int], int], since: int,
+                          prune: Mapping[str, int]
+                          ) -> tuple[list[tuple[str, str, int, int]], int]:
+        # The mark is taken by updating its meta row, which a concurrent exchange waits for
+        # until this one commits: marks are handed out in the order of the commits, so a
+        # reader that has seen a mark has seen every smaller one.
+        changed = ("SELECT scope, client, slot, requests, mark FROM request_counts "
+                   "WHERE mark > ?")
+        if not added and not prune:
+            with self._reading(flush=False) as conn:
+                rows = self._run(conn, changed, (since,)).fetchall()
+        else:
+            with self._write(durable=False) as conn:
+                if added:
+                    self._run(conn, "UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 "
+                              "AS TEXT) WHERE key = 'request_mark'")
+                    mark = int(self._run(conn, "SELECT value FROM meta WHERE key = "
+                                         "'request_mark'").fetchone()[0])
+                    self._run_many(conn, UPSERT_REQUESTS,
+                                   [(*cell, n, mark) for cell, n in sorted(added.items())])
+                for scope, oldest in prune.items():
+                    self._run(conn, "DELETE FROM request_counts WHERE scope = ? AND slot < ?",
+                              (scope, oldest))
+                rows = self._run(conn, changed, (since,)).fetchall()
+        return ([(r[0], r[1], int(r[2]), int(r[3])) for r in rows],
+                max([since, *(int(r[4]) for r in rows)]))
 
     def check_writable(self) -> None:
         with self._write() as conn:

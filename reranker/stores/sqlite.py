@@ -90,6 +90,15 @@ CREATE TABLE IF NOT EXISTS position_bias (
     upper REAL NOT NULL,           -- inverse-propensity-weighted clicks at it
     lower REAL NOT NULL            -- and at the position below it
 );
+CREATE TABLE IF NOT EXISTS request_counts (
+    scope TEXT NOT NULL,           -- search, click or impression (reranker.limits)
+    client TEXT NOT NULL,          -- the client (user:, session:, address:) or impression id
+    slot INTEGER NOT NULL,         -- the span of time counted in (minutes, or impression_ttl)
+    requests INTEGER NOT NULL,     -- accepted, by every process
+    mark INTEGER NOT NULL,         -- the exchange that changed it last
+    PRIMARY KEY (scope, client, slot)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS request_counts_mark ON request_counts (mark);
 """
 
 
@@ -126,7 +135,8 @@ class SQLiteStore(SQLEventStore):
         try:
             conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "INSERT OR IGNORE INTO meta VALUES "
                                f"('schema_version', '{SCHEMA_VERSION}'); INSERT OR IGNORE INTO "
-                               "meta VALUES ('closed_seq', '0'); INSERT OR IGNORE INTO meta "
+                               "meta VALUES ('closed_seq', '0'); INSERT OR IGNORE INTO meta VALUES "
+                               "('request_mark', '0'); INSERT OR IGNORE INTO meta "
                                f"VALUES ('store_id', '{uuid.uuid4().hex}'); COMMIT;")
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             for version, step in ((1, self._migrate_from_1), (2, self._migrate_from_2),

@@ -1,0 +1,243 @@
+"""Request limits per client and per impression, shared by every process of one event store.
+
+Each process decides at once from its own counters (:class:`RateLimiter`: token buckets of a
+client's searches or clicks; :class:`ImpressionCounter`: click requests per impression id),
+so a limit never waits on the store. :class:`SharedCounts` makes the counters of all the
+processes (the workers of ``reranker serve --workers N``, and the machines sharing a
+PostgreSQL store) count together: every ``security.limits_exchange`` seconds a thread adds
+the requests its process accepted to counts kept in the event store, reads what every
+process added since its last exchange, and applies the others' requests to its own
+counters, as if it had served them. A client spread over N workers then gets its rate once,
+give or take what the workers accept between two exchanges (at most the requests of one
+exchange interval on each of them), instead of N times.
+
+The store keeps a count per scope (``search``, ``click``, ``impression``), client (or
+impression id) and slot (a fixed span of time: a minute for the rates, ``impression_ttl``
+for the impressions), each row marked with the exchange that last changed it, so that a
+reader asks only for the rows changed since its last exchange; slots older than the one
+before the current are deleted (:meth:`reranker.stores.EventStore.exchange_requests`).
+
+What a process counted before its first exchange is not undone, and the rates do not apply
+other processes' requests made before it started (a token bucket forgives old requests
+anyway); the impressions do, since an impression's clicks never expire before the
+impression does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from .errors import RerankerError
+
+log = logging.getLogger(__name__)
+
+
+class RateLimiter:
+    """Token buckets per key: ``per_minute`` requests a minute, in bursts of as many. At most
+    ``max_keys`` buckets are kept; full buckets are dropped first (a full bucket is the same
+    as none)."""
+
+    #: Seconds of the slots :class:`SharedCounts` counts this limiter's requests in.
+    slot_seconds = 60.0
+
+    def __init__(self, per_minute: int, *, clock: Callable[[], float] = time.monotonic,
+                 max_keys: int = 100_000):
+        self.capacity = float(per_minute)
+        self.rate = per_minute / 60.0
+        self.clock = clock
+        self.max_keys = max_keys
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, when)
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> float:
+        """Take one request for ``key``: 0 when allowed, else the seconds until it would be."""
+        with self._lock:
+            now = self.clock()
+            tokens = self._tokens(key, now)
+            if tokens < 1.0:
+                self._buckets[key] = (tokens, now)
+                return (1.0 - tokens) / self.rate
+            if len(self._buckets) >= self.max_keys and key not in self._buckets:
+                self._prune(now)
+            self._buckets[key] = (tokens - 1.0, now)
+            return 0.0
+
+    def absorb(self, key: str, requests: int, first: bool) -> None:
+        """Take ``requests`` that other processes accepted for ``key`` since the last
+        exchange (the bucket may go below zero: the client then waits for what it spent
+        elsewhere). Those read at a process's ``first`` exchange are not taken: they may be
+        a minute old, and a bucket forgives a minute's requests."""
+        if first:
+            return
+        with self._lock:
+            now = self.clock()
+            if len(self._buckets) >= self.max_keys and key not in self._buckets:
+                self._prune(now)
+            self._buckets[key] = (self._tokens(key, now) - requests, now)
+
+    def _tokens(self, key: str, now: float) -> float:
+        tokens, when = self._buckets.get(key, (self.capacity, now))
+        return min(self.capacity, tokens + (now - when) * self.rate)
+
+    def _prune(self, now: float) -> None:
+        full = [k for k, (tokens, when) in self._buckets.items()
+                if tokens + (now - when) * self.rate >= self.capacity]
+        for key in full:
+            del self._buckets[key]
+        if len(self._buckets) >= self.max_keys:  # a flood of new clients: forget the oldest
+            for key in list(self._buckets)[: len(self._buckets) // 2]:
+                del self._buckets[key]
+
+
+class ImpressionCounter:
+    """Click requests per impression id, each kept until its id expires."""
+
+    def __init__(self, limit: int, ttl: float, *, clock: Callable[[], float] = time.monotonic,
+                 max_keys: int = 200_000):
+        self.limit = limit
+        self.ttl = ttl
+        self.slot_seconds = ttl  # an impression's clicks fall in two slots at most
+        self.clock = clock
+        self.max_keys = max_keys
+        self._counts: dict[str, tuple[int, float]] = {}  # id -> (count, forget after)
+        self._lock = threading.Lock()
+
+    def take(self, impression_id: str) -> float:
+        """Count one request: 0 when within the limit, else the seconds until it is
+        forgotten (the id has expired by then)."""
+        with self._lock:
+            now = self.clock()
+            count, until = self._counts.get(impression_id, (0, now + self.ttl))
+            if count >= self.limit:
+                return max(1.0, until - now)
+            self._add(impression_id, count + 1, until, now)
+            return 0.0
+
+    def absorb(self, impression_id: str, requests: int, first: bool) -> None:
+        """Count ``requests`` that other processes accepted for the impression (at a
+        process's ``first`` exchange too: an impression's clicks count until it expires)."""
+        with self._lock:
+            now = self.clock()
+            count, until = self._counts.get(impression_id, (0, now + self.ttl))
+            self._add(impression_id, count + requests, until, now)
+
+    def _add(self, impression_id: str, count: int, until: float, now: float) -> None:
+        if len(self._counts) >= self.max_keys and impression_id not in self._counts:
+            self._counts = {k: v for k, v in self._counts.items() if v[1] > now}
+            if len(self._counts) >= self.max_keys:
+                for key in list(self._counts)[: len(self._counts) // 2]:
+                    del self._counts[key]
+        self._counts[impression_id] = (count, until)
+
+
+class Counter(Protocol):
+    """What :class:`SharedCounts` shares: a limiter's slot length and how it takes the
+    requests other processes accepted."""
+
+    slot_seconds: float
+
+    def absorb(self, key: str, requests: int, first: bool) -> None: ...
+
+
+class SharedCounts:
+    """Exchanges the requests each process accepted, by scope and key, through the event
+    store (see the module's documentation), every ``interval`` seconds on a thread of its
+    own, started by the first request counted in a process."""
+
+    def __init__(self, store, counters: dict[str, Counter], interval: float,
+                 clock: Callable[[], float] = time.time):
+        self.store = store
+        self.counters = counters
+        self.interval = interval
+        self.clock = clock
+        self.exchanges = 0  # exchanges done, for tests and health
+        self.failures = 0  # exchanges that failed in a row
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._pending: dict[tuple[str, str, int], int] = {}  # own, not yet added
+        self._known: dict[tuple[str, str, int], int] = {}  # every process's, as last read
+        self._since = 0  # the store's mark of the last exchange
+        self._first = True
+        self._oldest: dict[str, int] = {}  # the oldest slot kept per scope
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def slot(self, scope: str, now: float | None = None) -> int:
+        return int((self.clock() if now is None else now) // self.counters[scope].slot_seconds)
+
+    def note(self, scope: str, key: str) -> None:
+        """Count one request this process accepted."""
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: its own counts, its own thread
+                self._reset()
+            cell = (scope, key, self.slot(scope))
+            self._pending[cell] = self._pending.get(cell, 0) + 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="reranker-limits",
+                                                daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.exchange()
+
+    def exchange(self) -> bool:
+        """Add this process's requests to the shared counts and take in the others'; False
+        when the store failed (the requests are kept for the next exchange)."""
+        now = self.clock()
+        with self._lock:
+            added, self._pending = self._pending, {}
+            slots = {scope: self.slot(scope, now) for scope in self.counters}
+            prune = {scope: slot - 1 for scope, slot in slots.items()
+                     if self._oldest.get(scope) != slot - 1}
+        try:
+            result = self.store.exchange_requests(added, self._since, prune)
+        except RerankerError as exc:
+            with self._lock:
+                for cell, n in added.items():
+                    self._pending[cell] = self._pending.get(cell, 0) + n
+                self.failures += 1
+            if self.failures == 1:
+                log.warning("request limits: the event store did not take this process's "
+                            "counts (%s); each process limits on its own until it does", exc)
+            return False
+        if result is None:  # a store that keeps no counts: each process on its own
+            self._stop.set()
+            return False
+        rows, since = result
+        with self._lock:
+            if self.failures:
+                log.info("request limits: counts shared through the event store again")
+            self.failures = 0
+            self._oldest.update(prune)
+            for scope, key, slot, count in rows:
+                cell = (scope, key, slot)
+                others = count - self._known.get(cell, 0) - added.get(cell, 0)
+                self._known[cell] = count
+                counter = self.counters.get(scope)
+                if others > 0 and counter is not None and slot >= slots[scope] - 1:
+                    counter.absorb(key, others, self._first)
+            if prune:
+                self._known = {cell: n for cell, n in self._known.items()
+                               if cell[0] not in prune or cell[2] >= prune[cell[0]]}
+            self._since = since
+            self._first = False
+            self.exchanges += 1
+        return True
+
+    def close(self) -> None:
+        """Stop the thread after one last exchange of what this process counted."""
+        thread = self._thread
+        if thread is None or self._pid != os.getpid():
+            return
+        self._stop.set()
+        thread.join(timeout=10)
+        self.exchange()

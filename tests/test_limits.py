@@ -1,0 +1,223 @@
+"""Limits per client and per impression count the requests of every process sharing the
+event store (reranker/limits.py): each process exchanges its counts through the store, on
+SQLite and on PostgreSQL, and two real servers limit one client together."""
+
+import threading
+import time
+
+import pytest
+from conftest import ServeProcess, store_rows, write_config
+
+from reranker.errors import StoreError
+from reranker.limits import ImpressionCounter, RateLimiter, SharedCounts
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Process:
+    """What one serving process holds: its own store connections, limiters and exchange."""
+
+    def __init__(self, store, clock: Clock, per_minute: int = 6, per_impression: int = 4):
+        self.searches = RateLimiter(per_minute, clock=clock)
+        self.impressions = ImpressionCounter(per_impression, 3600.0, clock=clock)
+        self.shared = SharedCounts(store, {"search": self.searches,
+                                           "impression": self.impressions}, 3600.0,
+                                   clock=clock)
+
+    def search(self, client: str) -> bool:
+        if self.searches.take(client):
+            return False
+        self.shared.note("search", client)
+        return True
+
+    def click(self, impression: str) -> bool:
+        if self.impressions.take(impression):
+            return False
+        self.shared.note("impression", impression)
+        return True
+
+
+@pytest.fixture
+def processes(open_store):
+    clock = Clock()
+    made = []
+
+    def make(**limits):
+        made.append(Process(open_store(), clock, **limits))
+        return made[-1]
+
+    yield make, clock
+    for process in made:
+        process.shared._stop.set()
+
+
+def test_a_client_spread_over_two_processes_gets_its_rate_once(processes):
+    make, clock = processes
+    a, b = make(), make()
+    assert a.shared.exchange() and b.shared.exchange()  # both started before the client came
+    assert [a.search("user:u") for _ in range(4)] == [True] * 4
+    assert a.shared.exchange() and b.shared.exchange()
+    # b has taken a's four: two of its six tokens are left
+    assert [b.search("user:u") for _ in range(3)] == [True, True, False]
+    assert b.search("user:v")  # another client has its own bucket
+    assert b.shared.exchange() and a.shared.exchange()
+    assert not a.search("user:u")  # a has taken b's two as well
+    clock.now += 10.0  # a token a minute / 6 = every 10 s
+    assert a.search("user:u") and not a.search("user:u")
+
+
+def test_without_the_exchange_each_process_grants_the_whole_rate(processes):
+    make, _ = processes
+    a, b = make(), make()
+    assert all(a.search("user:u") for _ in range(6))
+    assert all(b.search("user:u") for _ in range(6))  # what sharing prevents
+
+
+def test_a_process_that_starts_later_holds_old_rates_against_no_one_but_counts_clicks(
+        processes):
+    make, _ = processes
+    a = make()
+    assert all(a.search("user:u") for _ in range(6))
+    assert [a.click("imp-1") for _ in range(3)] == [True] * 3
+    assert a.shared.exchange()
+    b = make()
+    assert b.shared.exchange()  # its first: a's rates are a minute's at most, forgiven
+    assert b.search("user:u")
+    # an impression's clicks count until it expires: one more of its four
+    assert [b.click("imp-1") for _ in range(2)] == [True, False]
+    assert b.shared.exchange() and a.shared.exchange()
+    assert not a.click("imp-1")
+
+
+def test_the_counts_of_old_slots_are_deleted(processes, open_store):
+    make, clock = processes
+    a = make()
+    assert a.search("user:u") and a.click("imp-1")
+    assert a.shared.exchange()
+    store = a.shared.store
+    assert len(store_rows(store, "SELECT client FROM request_counts")) == 2
+    clock.now += 121.0  # two minutes on: the search's slot is gone, the impression's stays
+    assert a.search("user:w")
+    assert a.shared.exchange()
+    rows = store_rows(store, "SELECT scope, client FROM request_counts ORDER BY scope")
+    assert rows == [("impression", "imp-1"), ("search", "user:w")]
+
+
+def test_a_failing_store_keeps_the_counts_for_the_next_exchange(processes, caplog):
+    make, _ = processes
+    a, b = make(), make()
+    assert a.shared.exchange() and b.shared.exchange()
+    real = a.shared.store.exchange_requests
+    failures = []
+
+    def failing(*args):
+        failures.append(args)
+        raise StoreError("the event store is unavailable")
+
+    a.shared.store.exchange_requests = failing
+    assert all(a.search("user:u") for _ in range(4))
+    with caplog.at_level("WARNING"):
+        assert not a.shared.exchange() and not a.shared.exchange()
+    assert caplog.text.count("each process limits on its own") == 1  # said once
+    a.shared.store.exchange_requests = real
+    assert a.shared.exchange() and b.shared.exchange()
+    assert [b.search("user:u") for _ in range(3)] == [True, True, False]
+
+
+def test_exchanges_running_together_lose_no_request(processes):
+    make, _ = processes
+    workers = [make(per_minute=10_000) for _ in range(3)]
+    for worker in workers:
+        assert worker.shared.exchange()
+
+    def serve(worker):
+        for i in range(40):
+            worker.search("user:u")
+            if i % 10 == 9:
+                assert worker.shared.exchange()
+
+    threads = [threading.Thread(target=serve, args=(w,)) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for worker in workers:
+        assert worker.shared.exchange()
+    store = workers[0].shared.store
+    assert store_rows(store, "SELECT requests FROM request_counts WHERE client = 'user:u'") \
+        == [(120,)]
+    # every process has taken in the others' 80: 10,000 - 120 tokens left in each
+    for worker in workers:
+        tokens = worker.searches._tokens("user:u", worker.searches.clock())
+        assert tokens == pytest.approx(10_000 - 120)
+
+
+def test_the_exchange_thread_runs_on_its_own_and_stops_with_the_service(workdir):
+    from reranker.config import load_config
+    from reranker.service import RerankerService
+
+    path = write_config(workdir, security={"searches_per_minute": 50, "limits_exchange": 0.05})
+    service = RerankerService(load_config(path)).open()
+    try:
+        service.trust.limit("search", "user:u")
+        shared = service.trust.shared
+        deadline = time.monotonic() + 10
+        while shared.exchanges < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert shared.exchanges >= 2
+        assert store_rows(service.events, "SELECT scope, client, requests FROM "
+                          "request_counts") == [("search", "user:u", 1)]
+        service.trust.limit("search", "user:u")
+    finally:
+        service.close()
+    assert not shared._thread.is_alive()
+    # closing shared the last request
+    reopened = RerankerService(load_config(path)).open()
+    try:
+        assert store_rows(reopened.events, "SELECT requests FROM request_counts") == [(2,)]
+    finally:
+        reopened.close()
+
+
+def test_limits_exchange_0_counts_in_each_process_alone(workdir):
+    from reranker.config import load_config
+    from reranker.service import RerankerService
+
+    path = write_config(workdir, security={"searches_per_minute": 50, "limits_exchange": 0})
+    service = RerankerService(load_config(path)).open()
+    try:
+        assert service.trust.shared is None
+        service.trust.limit("search", "user:u")
+        assert store_rows(service.events, "SELECT * FROM request_counts") == []
+    finally:
+        service.close()
+
+
+def test_two_servers_limit_one_client_together(workdir):
+    """Two `reranker serve` processes on one event store, a client alternating between them:
+    it gets its rate once (give or take what they accept between two exchanges)."""
+    path = write_config(workdir, security={"searches_per_minute": 20,
+                                           "limits_exchange": 0.1})
+    servers = [ServeProcess(path), ServeProcess(path)]
+    try:
+        for server in servers:
+            server.wait_ready()
+        statuses = []
+        for i in range(60):
+            answer = servers[i % 2].post("/search", {"query": "tea", "user_id": "u1"})
+            statuses.append(answer.status_code)
+            time.sleep(0.02)  # 60 searches in about 2 s: a token comes back every 3 s
+        accepted = statuses.count(200)
+        assert set(statuses) == {200, 429}
+        assert 20 <= accepted <= 24, statuses  # not 40, as without the exchange
+        other = servers[1].post("/search", {"query": "tea", "user_id": "u2"})
+        assert other.status_code == 200
+    finally:
+        for server in servers:
+            server.stop()
