@@ -24,6 +24,8 @@ import yaml
 from .errors import ConfigError
 
 ENV_PREFIX = "RERANKER_"
+#: Seconds between two exchanges of request counts at least (a transaction each).
+MIN_LIMITS_EXCHANGE = 0.05
 
 
 @dataclass(frozen=True)
@@ -285,8 +287,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "limits_exchange": Key("float", 0.5, "Seconds between two exchanges of the requests "
                                "each process accepted, through the event store, so that the "
                                "limits above count the requests of every process and "
-                               "machine sharing it; 0: each process counts its own.",
-                               minimum=0.0),
+                               "machine sharing it; 0: each process counts its own; "
+                               "else at least 0.05.", minimum=0.0),
         "api_keys_env": Key("str", None, "Environment variable that holds the API keys (comma "
                             "separated) that /search and /explain then require in an "
                             "X-API-Key or Authorization: Bearer header; null: no key.",
@@ -546,6 +548,11 @@ def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
     if config.backend.id_field in config.backend.fields + config.features.numeric_fields:
         raise ConfigError(f"{label}: backend.id_field {config.backend.id_field!r} cannot also "
                           f"be a text or numeric feature field")
+    if 0 < config.security.limits_exchange < MIN_LIMITS_EXCHANGE:
+        raise ConfigError(f"{origins.get('security.limits_exchange', label)}: "
+                          f"security.limits_exchange must be 0 (no exchange) or at least "
+                          f"{MIN_LIMITS_EXCHANGE:g} seconds, got "
+                          f"{config.security.limits_exchange:g}")
     return config
 
 

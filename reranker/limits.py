@@ -7,9 +7,10 @@ processes (the workers of ``reranker serve --workers N``, and the machines shari
 PostgreSQL store) count together: every ``security.limits_exchange`` seconds a thread adds
 the requests its process accepted to counts kept in the event store, reads what every
 process added since its last exchange, and applies the others' requests to its own
-counters, as if it had served them. A client spread over N workers then gets its rate once,
-give or take what the workers accept between two exchanges (at most the requests of one
-exchange interval on each of them), instead of N times.
+counters, as if it had served them. A client spread over N workers then gets its rate once
+instead of N times; between two exchanges each process decides alone, so a burst sent to
+every worker within one interval passes on each (the buckets then stay below zero until
+the client has paid back what it spent elsewhere).
 
 The store keeps a count per scope (``search``, ``click``, ``impression``), client (or
 impression id) and slot (a fixed span of time: a minute for the rates, ``impression_ttl``
@@ -25,10 +26,12 @@ impression does.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Protocol
 
@@ -149,6 +152,10 @@ class SharedCounts:
     store (see the module's documentation), every ``interval`` seconds on a thread of its
     own, started by the first request counted in a process."""
 
+    #: Cells of this process's counts kept while the store fails, at most; beyond them
+    #: new requests are not counted for the others (each process still limits them).
+    MAX_PENDING = 200_000
+
     def __init__(self, store, counters: dict[str, Counter], interval: float,
                  clock: Callable[[], float] = time.time):
         self.store = store
@@ -157,11 +164,16 @@ class SharedCounts:
         self.clock = clock
         self.exchanges = 0  # exchanges done, for tests and health
         self.failures = 0  # exchanges that failed in a row
-        self._lock = threading.Lock()
+        self.enabled = True  # False once the store says it keeps no counts
         self._reset()
+        # A child forked while a thread held a lock would inherit it held: the child starts
+        # with new locks, its own counts and no thread (started by its first request).
+        os.register_at_fork(after_in_child=functools.partial(_reset_in_child,
+                                                             weakref.ref(self)))
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
+        self._lock = threading.Lock()  # the counts
+        self._exchanging = threading.Lock()  # one exchange at a time
         self._pending: dict[tuple[str, str, int], int] = {}  # own, not yet added
         self._known: dict[tuple[str, str, int], int] = {}  # every process's, as last read
         self._since = 0  # the store's mark of the last exchange
@@ -175,11 +187,12 @@ class SharedCounts:
 
     def note(self, scope: str, key: str) -> None:
         """Count one request this process accepted."""
+        if not self.enabled:
+            return
         with self._lock:
-            if self._pid != os.getpid():  # a forked child: its own counts, its own thread
-                self._reset()
             cell = (scope, key, self.slot(scope))
-            self._pending[cell] = self._pending.get(cell, 0) + 1
+            if len(self._pending) < self.MAX_PENDING or cell in self._pending:
+                self._pending[cell] = self._pending.get(cell, 0) + 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="reranker-limits",
                                                 daemon=True)
@@ -187,11 +200,19 @@ class SharedCounts:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.exchange()
+            try:
+                self.exchange()
+            except Exception:  # never silently, and the next interval tries again
+                log.exception("request limits: the exchange of counts failed")
 
     def exchange(self) -> bool:
         """Add this process's requests to the shared counts and take in the others'; False
-        when the store failed (the requests are kept for the next exchange)."""
+        when the store failed (the requests are kept for the next exchange, but those of
+        slots no longer counted)."""
+        with self._exchanging:
+            return self._exchange()
+
+    def _exchange(self) -> bool:
         now = self.clock()
         with self._lock:
             added, self._pending = self._pending, {}
@@ -203,13 +224,15 @@ class SharedCounts:
         except RerankerError as exc:
             with self._lock:
                 for cell, n in added.items():
-                    self._pending[cell] = self._pending.get(cell, 0) + n
+                    if cell[2] >= slots[cell[0]] - 1:
+                        self._pending[cell] = self._pending.get(cell, 0) + n
                 self.failures += 1
             if self.failures == 1:
                 log.warning("request limits: the event store did not take this process's "
                             "counts (%s); each process limits on its own until it does", exc)
             return False
         if result is None:  # a store that keeps no counts: each process on its own
+            self.enabled = False
             self._stop.set()
             return False
         rows, since = result
@@ -234,10 +257,18 @@ class SharedCounts:
         return True
 
     def close(self) -> None:
-        """Stop the thread after one last exchange of what this process counted."""
+        """Stop the thread, then share what this process counted since its last exchange
+        (unless an exchange is still under way after 10 s: the store is in trouble)."""
         thread = self._thread
-        if thread is None or self._pid != os.getpid():
+        if thread is None:
             return
         self._stop.set()
         thread.join(timeout=10)
-        self.exchange()
+        if not thread.is_alive():
+            self.exchange()
+
+
+def _reset_in_child(ref: weakref.ref) -> None:
+    counts = ref()
+    if counts is not None:
+        counts._reset()

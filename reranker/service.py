@@ -129,11 +129,13 @@ class RerankerService:
         for thread, _ in self.background:
             thread.join(timeout=30)
         self.background.clear()
-        if self.trust is not None:
-            self.trust.close()
-        if self.events is not None:
-            self.events.close()
-        self.backend.close()
+        try:
+            if self.trust is not None:
+                self.trust.close()
+        finally:
+            if self.events is not None:
+                self.events.close()
+            self.backend.close()
 
     @property
     def model(self) -> RankingModel:

@@ -117,8 +117,9 @@ def test_after_the_server_ends_every_session_the_next_write_takes_a_new_connecti
             pass  # three connections, now idle in the pool
         assert store._pool.get_stats()["pool_available"] >= 3
         with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                          "datname = current_database() AND pid <> pg_backend_pid()")
+            # (waiting up to 5 s for each session to end)
+            admin.execute("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                          "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         started = time.monotonic()
         store.check_writable()  # a write, on a new connection
         assert time.monotonic() - started < 0.5

@@ -193,7 +193,8 @@ def test_elasticsearch_gets_structured_clauses_and_aggregations(tmp_path):
         finally:
             server.stop()
         searches = [body for method, path_, body in _bodies(standin) if path_.endswith("_search")]
-        (body,) = searches
+        body, shown = searches  # the candidates' search, then the shown documents' by id
+        assert set(shown["query"]) == {"ids"}  # the filters chose the candidates already
         filters = body["query"]["bool"]["filter"]
         assert filters[1:] == FILTERS  # the clauses as given, after the features' clause
         assert body["aggs"] == {"reranker_facet:brand": {"terms": {"field": "brand", "size": 100}}}

@@ -95,11 +95,11 @@ _SCHEMA = (
         lower DOUBLE PRECISION NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS request_counts (
         scope TEXT NOT NULL,
-        client TEXT NOT NULL,
         slot BIGINT NOT NULL,
+        client TEXT NOT NULL,
         requests BIGINT NOT NULL,
         mark BIGINT NOT NULL,
-        PRIMARY KEY (scope, client, slot))""",
+        PRIMARY KEY (scope, slot, client))""",
     "CREATE INDEX IF NOT EXISTS request_counts_mark ON request_counts (mark)",
     *LATE_INDEXES,
 )
@@ -147,9 +147,12 @@ class PostgresStore(SQLEventStore):
         self.location = describe(dsn)
         self.timeout = timeout
         self._pool = None
-        # libpq counts whole seconds and takes 2 as its least
+        # libpq counts whole seconds and takes 2 as its least; data the server has not
+        # acknowledged within the timeout ends the connection (a network gone silent fails
+        # a statement, or the pool's check of a connection, instead of hanging on it)
         self._connect_args = {"autocommit": True, "application_name": "reranker",
-                              "connect_timeout": max(2, math.ceil(timeout))}
+                              "connect_timeout": max(2, math.ceil(timeout)),
+                              "tcp_user_timeout": max(1000, round(timeout * 1000))}
         try:
             conn = psycopg.connect(dsn, **self._connect_args)
         except psycopg.Error as exc:

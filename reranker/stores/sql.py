@@ -64,8 +64,8 @@ UPSERT_STATS = ("INSERT INTO click_stats (query_key, doc_id, clicks, exposure) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
                 "clicks = click_stats.clicks + excluded.clicks, "
                 "exposure = click_stats.exposure + excluded.exposure")
-UPSERT_REQUESTS = ("INSERT INTO request_counts (scope, client, slot, requests, mark) "
-                   "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, client, slot) DO UPDATE SET "
+UPSERT_REQUESTS = ("INSERT INTO request_counts (scope, slot, client, requests, mark) "
+                   "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, slot, client) DO UPDATE SET "
                    "requests = request_counts.requests + excluded.requests, "
                    "mark = excluded.mark")
 UPSERT_BIAS = ("INSERT INTO position_bias (position, upper, lower) VALUES (?, ?, ?) "
@@ -663,25 +663,24 @@ class SQLEventStore(EventStore):
                           ) -> tuple[list[tuple[str, str, int, int]], int]:
         # The mark is taken by updating its meta row, which a concurrent exchange waits for
         # until this one commits: marks are handed out in the order of the commits, so a
-        # reader that has seen a mark has seen every smaller one.
-        changed = ("SELECT scope, client, slot, requests, mark FROM request_counts "
-                   "WHERE mark > ?")
-        if not added and not prune:
-            with self._reading(flush=False) as conn:
-                rows = self._run(conn, changed, (since,)).fetchall()
-        else:
+        # reader that has seen a mark has seen every smaller one. The changed rows are read
+        # after the commit, without holding the row.
+        if added or prune:
             with self._write(durable=False) as conn:
                 if added:
                     self._run(conn, "UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 "
                               "AS TEXT) WHERE key = 'request_mark'")
                     mark = int(self._run(conn, "SELECT value FROM meta WHERE key = "
                                          "'request_mark'").fetchone()[0])
-                    self._run_many(conn, UPSERT_REQUESTS,
-                                   [(*cell, n, mark) for cell, n in sorted(added.items())])
-                for scope, oldest in prune.items():
+                    self._run_many(conn, UPSERT_REQUESTS, sorted(
+                        (scope, slot, client, n, mark)
+                        for (scope, client, slot), n in added.items()))
+                for scope, oldest in prune.items():  # a range of the primary key
                     self._run(conn, "DELETE FROM request_counts WHERE scope = ? AND slot < ?",
                               (scope, oldest))
-                rows = self._run(conn, changed, (since,)).fetchall()
+        with self._reading(flush=False) as conn:
+            rows = self._run(conn, "SELECT scope, client, slot, requests, mark FROM "
+                             "request_counts WHERE mark > ?", (since,)).fetchall()
         return ([(r[0], r[1], int(r[2]), int(r[3])) for r in rows],
                 max([since, *(int(r[4]) for r in rows)]))
 

@@ -92,11 +92,11 @@ CREATE TABLE IF NOT EXISTS position_bias (
 );
 CREATE TABLE IF NOT EXISTS request_counts (
     scope TEXT NOT NULL,           -- search, click or impression (reranker.limits)
-    client TEXT NOT NULL,          -- the client (user:, session:, address:) or impression id
     slot INTEGER NOT NULL,         -- the span of time counted in (minutes, or impression_ttl)
+    client TEXT NOT NULL,          -- the client (user:, session:, address:) or impression id
     requests INTEGER NOT NULL,     -- accepted, by every process
     mark INTEGER NOT NULL,         -- the exchange that changed it last
-    PRIMARY KEY (scope, client, slot)
+    PRIMARY KEY (scope, slot, client)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS request_counts_mark ON request_counts (mark);
 """
