@@ -120,8 +120,10 @@ def engine_scores(scores: np.ndarray) -> np.ndarray:
     scores = np.asarray(scores, dtype=np.float64)
     n = len(scores)
     if n > 1:
-        tolerance = 1e-6 * max(1.0, float(np.max(np.abs(scores))))
-        if np.any(scores[1:] - scores[:-1] > tolerance):
+        # The largest rise first, the scale only for a rise. A NaN makes the rise NaN: the
+        # scores are kept, and build() refuses them.
+        rise = float(np.subtract(scores[1:], scores[:-1]).max())
+        if rise > 0 and rise > 1e-6 * max(1.0, float(np.abs(scores).max())):
             return np.arange(n, 0, -1, dtype=np.float64)
     return scores
 
@@ -171,6 +173,9 @@ class Normalizer:
             raise ValueError(f"normalisation {self.method!r} keeps no state, got {sorted(state)}")
 
 
+_LEAST = np.nextafter(0.0, 1.0)
+
+
 class PerQueryMinMax(Normalizer):
     """Min-max over the candidates of each request (the LETOR convention); a feature that is
     constant over the candidates becomes 0."""
@@ -182,7 +187,9 @@ class PerQueryMinMax(Normalizer):
         lo = np.minimum.reduce(X, axis=0)
         span = np.maximum.reduce(X, axis=0)
         span -= lo
-        span[span == 0] = np.inf  # a constant column divides to 0
+        # A constant column is 0 less its minimum: 0 divided by anything but 0 is 0. (The
+        # least double changes no span but 0; one call where a mask took two.)
+        np.maximum(span, _LEAST, out=span)
         out = np.subtract(X, lo)
         out /= span
         return out

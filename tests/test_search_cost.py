@@ -177,6 +177,15 @@ def test_features_with_a_nan_score_are_refused():
         spec.build(candidates)
     candidates.scores = np.array([1.0, np.inf])  # infinities are clipped, as before
     assert spec.build(candidates)[1, 0] == FeatureSpec.LIMIT
+    # a NaN among scores out of order is refused as well, not hidden by the ranks that
+    # stand for the order of such scores
+    rising = Candidates(ids=["a", "b", "c"], scores=np.array([np.nan, 1.0, 2.0]),
+                        field_scores=np.ones((3, 1)), numeric=np.empty((3, 0)),
+                        load_sources=lambda indices: [])
+    with pytest.raises(ValueError, match="NaN"):
+        spec.build(rising)
+    rising.scores = np.array([0.5, 1.0, 2.0])
+    assert spec.build(rising)[:, 0].tolist() == [3.0, 2.0, 1.0]
 
 
 @pytest.fixture
