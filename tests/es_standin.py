@@ -176,8 +176,11 @@ class Standin:
     # -- queries ------------------------------------------------------------------------------
 
     def evaluate(self, index: Index, query: dict[str, Any], named: dict[str, dict[str, float]],
-                 params: dict[str, Any] | None = None) -> dict[str, float]:
-        """Matching documents with their scores; records named clauses in ``named``."""
+                 params: dict[str, Any] | None = None, scoring: bool = True
+                 ) -> dict[str, float]:
+        """Matching documents with their scores; records named clauses in ``named``. A bool
+        query in filter context (``scoring`` False) scores its matches 0, as Elasticsearch
+        does not score filters (the clauses inside keep their scores, for ``named``)."""
         if not isinstance(query, dict) or len(query) != 1:
             raise ApiError(400, "parsing_exception", "query malformed, must start with a "
                                                      "single query name")
@@ -238,37 +241,49 @@ class Standin:
                        for name, bound in bounds.items()):
                     result[d] = 1.0
         elif kind == "bool":
-            result = self._bool(index, spec, named, params)
+            result = self._bool(index, spec, named, params, scoring)
         elif kind == "sltr":
             result = self._sltr(index, spec, named)
         else:
             raise ApiError(400, "parsing_exception", f"unknown query [{kind}]")
-        result = {d: s * boost for d, s in result.items()}
+        if boost != 1.0:
+            result = {d: s * boost for d, s in result.items()}
         if name:
             named[name] = result
         return result
 
-    def _bool(self, index, spec, named, params) -> dict[str, float]:
+    def _bool(self, index, spec, named, params, scoring: bool = True) -> dict[str, float]:
         def clauses(key):
             value = spec.get(key, [])
             return value if isinstance(value, list) else [value]
 
         must = [self.evaluate(index, q, named) for q in clauses("must")]
         should = [self.evaluate(index, q, named) for q in clauses("should")]
-        filters = [self.evaluate(index, q, named) for q in clauses("filter")]
-        must_not = [self.evaluate(index, q, named) for q in clauses("must_not")]
-        candidates = set(index.docs)
-        for part in must + filters:
-            candidates &= set(part)
+        filters = [self.evaluate(index, q, named, scoring=False) for q in clauses("filter")]
+        must_not = [self.evaluate(index, q, named, scoring=False)
+                    for q in clauses("must_not")]
+        minimum = int(spec.get("minimum_should_match", 0 if (must or filters) else 1))
+        required = must + filters
+        if not scoring and not required and not must_not and minimum == 1:
+            return dict.fromkeys(set().union(*should), 0.0)  # any should clause's match
+        candidates = set(min(required, key=len)) if required else set(index.docs)
+        for part in required:
+            candidates.intersection_update(part)
         for part in must_not:
-            candidates -= set(part)
-        minimum = spec.get("minimum_should_match", 0 if (must or filters) else 1)
+            candidates.difference_update(part)
+        if not scoring and minimum <= 0:
+            return dict.fromkeys(candidates, 0.0)
+        if not should and minimum <= 0:  # the must clauses' scores alone
+            if len(must) == 1:
+                return {doc: must[0][doc] for doc in candidates}
+            return {doc: sum(part[doc] for part in must) for doc in candidates}
         result = {}
         for doc in candidates:
             matched_should = [part[doc] for part in should if doc in part]
-            if len(matched_should) < int(minimum):
+            if len(matched_should) < minimum:
                 continue
-            result[doc] = sum(part[doc] for part in must) + sum(matched_should)
+            result[doc] = (sum(part[doc] for part in must) + sum(matched_should)
+                           if scoring else 0.0)
         return result
 
     def _sltr(self, index, spec, named) -> dict[str, float]:
