@@ -18,10 +18,10 @@ for the impressions), each row marked with the exchange that last changed it, so
 reader asks only for the rows changed since its last exchange; slots older than the one
 before the current are deleted (:meth:`reranker.stores.EventStore.exchange_requests`).
 
-What a process counted before its first exchange is not undone, and the rates do not apply
-other processes' requests made before it started (a token bucket forgives old requests
-anyway); the impressions do, since an impression's clicks never expire before the
-impression does.
+A process's rates do not take in what the other processes counted before its first
+exchange (up to two minutes of it, which a token bucket would mostly have forgiven by
+then): a restarted worker starts a client's bucket full. Its impression counts do, since
+an impression's clicks count until the impression expires.
 """
 
 from __future__ import annotations
