@@ -157,8 +157,10 @@ class SharedCounts:
     MAX_PENDING = 200_000
 
     def __init__(self, store, counters: dict[str, Counter], interval: float,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, counted=None):
         self.store = store
+        #: A Prometheus counter labelled ``outcome`` (``ok``, ``failed``) of the exchanges.
+        self.counted = counted
         self.counters = counters
         self.interval = interval
         self.clock = clock
@@ -227,6 +229,8 @@ class SharedCounts:
                     if cell[2] >= slots[cell[0]] - 1:
                         self._pending[cell] = self._pending.get(cell, 0) + n
                 self.failures += 1
+            if self.counted is not None:
+                self.counted.labels("failed").inc()
             if self.failures == 1:
                 log.warning("request limits: the event store did not take this process's "
                             "counts (%s); each process limits on its own until it does", exc)
@@ -254,6 +258,8 @@ class SharedCounts:
             self._since = since
             self._first = False
             self.exchanges += 1
+        if self.counted is not None:
+            self.counted.labels("ok").inc()
         return True
 
     def close(self) -> None:

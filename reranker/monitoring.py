@@ -8,6 +8,8 @@ Metrics (prometheus_client, one registry per service):
 - ``reranker_clicks_total{outcome}``: clicks accepted (``accepted``, ``duplicate``) and
   rejected, by reason (``invalid``, ``unknown_impression``, ``closed``, ``unavailable``, ...);
 - ``reranker_backend_errors_total``: searches the backend failed;
+- ``reranker_limit_exchanges_total{outcome}``: exchanges of request counts with the other
+  processes of the event store (``ok``, ``failed``: each process then limits on its own);
 - ``reranker_learner_fallbacks_total{arm, reason}``: searches served in the backend's order
   because a learner raised (``error``) or its breaker was open (``slow``);
 - read when scraped: ``reranker_model_version{arm, learner}``,
@@ -74,6 +76,10 @@ class Metrics:
                                "endpoint and reason (forged, expired, foreign, replayed, "
                                "impression_limit, rate_limited, unauthorized).",
                                ["endpoint", "reason"], registry=self.registry)
+        self.limit_exchanges = Counter("reranker_limit_exchanges", "Exchanges of request "
+                                       "counts with the other processes of the event store "
+                                       "(security.limits_exchange), by outcome: ok, failed.",
+                                       ["outcome"], registry=self.registry)
         self.fallbacks = Counter("reranker_learner_fallbacks", "Searches served in the "
                                  "backend's order because the learner failed (error) or was "
                                  "too slow (slow).", ["arm", "reason"], registry=self.registry)

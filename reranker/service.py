@@ -111,7 +111,8 @@ class RerankerService:
         Raises a :class:`reranker.errors.RerankerError` naming the problem."""
         self.backend.open()
         self.events = open_event_store(self.config, self.pm)
-        self.trust = TrustGuard.from_config(self.config, self.events, self.metrics.refused)
+        self.trust = TrustGuard.from_config(self.config, self.events, self.metrics.refused,
+                                            self.metrics.limit_exchanges)
         self.trainer = Trainer.from_config(self.config, self.events, self.arms)
         for arm in self.arms:
             arm.prepare()

@@ -264,7 +264,7 @@ class TrustGuard:
     """A service's signer, limits and API keys, and the count of what they refused."""
 
     def __init__(self, config, signer: ImpressionSigner, refused,
-                 api_keys: tuple[bytes, ...] = (), events=None):
+                 api_keys: tuple[bytes, ...] = (), events=None, exchanges=None):
         security = config.security
         self.signer = signer
         self.api_keys = api_keys
@@ -283,15 +283,16 @@ class TrustGuard:
             counters.update({scope: limiter for scope, limiter in (("search", self.searches),
                                                                    ("click", self.clicks))
                              if limiter is not None})
-            self.shared = SharedCounts(events, counters, security.limits_exchange)
+            self.shared = SharedCounts(events, counters, security.limits_exchange,
+                                       counted=exchanges)
         #: Requests refused, a Prometheus counter labelled ``endpoint`` and ``reason``
         #: (``("click", "forged")``, ...): the service's metrics, summed over its workers.
         self.refused = refused
 
     @classmethod
-    def from_config(cls, config, events, refused) -> TrustGuard:
+    def from_config(cls, config, events, refused, exchanges=None) -> TrustGuard:
         return cls(config, ImpressionSigner.from_config(config, events), refused,
-                   api_keys_from(config), events)
+                   api_keys_from(config), events, exchanges)
 
     def close(self) -> None:
         """Share this process's last counts and stop exchanging them."""

@@ -284,6 +284,34 @@ def test_the_exchange_thread_runs_on_its_own_and_stops_with_the_service(workdir)
         reopened.close()
 
 
+def test_the_exchanges_are_counted_in_the_metrics_with_their_failures(workdir):
+    from reranker.config import load_config
+    from reranker.service import RerankerService
+
+    path = write_config(workdir, security={"searches_per_minute": 50, "limits_exchange": 0.05})
+    service = RerankerService(load_config(path)).open()
+
+    def exchanges(outcome: str) -> float:
+        text = service.metrics.render()[0].decode()
+        line = f'reranker_limit_exchanges_total{{outcome="{outcome}"}} '
+        return next((float(row[len(line):]) for row in text.splitlines()
+                     if row.startswith(line)), 0.0)
+
+    def failing(*args):
+        raise StoreError("the event store is unavailable")
+
+    try:
+        shared = service.trust.shared
+        assert shared.exchange() and shared.exchange()
+        assert exchanges("ok") == 2 and exchanges("failed") == 0
+        service.events.exchange_requests = failing
+        assert not shared.exchange()
+        assert exchanges("failed") == 1
+    finally:
+        del service.events.exchange_requests
+        service.close()
+
+
 def test_limits_exchange_0_counts_in_each_process_alone(workdir):
     from reranker.config import load_config
     from reranker.service import RerankerService
