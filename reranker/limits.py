@@ -83,6 +83,11 @@ class RateLimiter:
                 self._prune(now)
             self._buckets[key] = (self._tokens(key, now) - requests, now)
 
+    def forget(self) -> None:
+        """Start anew, with new locks (a forked child's limiter)."""
+        self._buckets = {}
+        self._lock = threading.Lock()
+
     def _tokens(self, key: str, now: float) -> float:
         tokens, when = self._buckets.get(key, (self.capacity, now))
         return min(self.capacity, tokens + (now - when) * self.rate)
@@ -129,6 +134,11 @@ class ImpressionCounter:
             count, until = self._counts.get(impression_id, (0, now + self.ttl))
             self._add(impression_id, count + requests, until, now)
 
+    def forget(self) -> None:
+        """Start anew, with new locks (a forked child's counter)."""
+        self._counts = {}
+        self._lock = threading.Lock()
+
     def _add(self, impression_id: str, count: int, until: float, now: float) -> None:
         if len(self._counts) >= self.max_keys and impression_id not in self._counts:
             self._counts = {k: v for k, v in self._counts.items() if v[1] > now}
@@ -145,6 +155,8 @@ class Counter(Protocol):
     slot_seconds: float
 
     def absorb(self, key: str, requests: int, first: bool) -> None: ...
+
+    def forget(self) -> None: ...
 
 
 class SharedCounts:
@@ -177,6 +189,7 @@ class SharedCounts:
         self._lock = threading.Lock()  # the counts
         self._exchanging = threading.Lock()  # one exchange at a time
         self._pending: dict[tuple[str, str, int], int] = {}  # own, not yet added
+        self._full = False  # MAX_PENDING reached (said once)
         self._known: dict[tuple[str, str, int], int] = {}  # every process's, as last read
         self._since = 0  # the store's mark of the last exchange
         self._first = True
@@ -195,6 +208,10 @@ class SharedCounts:
             cell = (scope, key, self.slot(scope))
             if len(self._pending) < self.MAX_PENDING or cell in self._pending:
                 self._pending[cell] = self._pending.get(cell, 0) + 1
+            elif not self._full:
+                self._full = True
+                log.warning("request limits: %d counts wait for the event store; newer ones "
+                            "are not shared with the other processes", self.MAX_PENDING)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="reranker-limits",
                                                 daemon=True)
@@ -245,12 +262,18 @@ class SharedCounts:
                 log.info("request limits: counts shared through the event store again")
             self.failures = 0
             self._oldest.update(prune)
+            # The store's marks went back (it lost its last commits): every count is read
+            # again, and taken as known, not as new requests.
+            resync = since < self._since
+            if resync:
+                self._known = {}
             for scope, key, slot, count in rows:
                 cell = (scope, key, slot)
                 others = count - self._known.get(cell, 0) - added.get(cell, 0)
                 self._known[cell] = count
                 counter = self.counters.get(scope)
-                if others > 0 and counter is not None and slot >= slots[scope] - 1:
+                if others > 0 and counter is not None and slot >= slots[scope] - 1 \
+                        and not resync:
                     counter.absorb(key, others, self._first)
             if prune:
                 self._known = {cell: n for cell, n in self._known.items()
@@ -278,3 +301,5 @@ def _reset_in_child(ref: weakref.ref) -> None:
     counts = ref()
     if counts is not None:
         counts._reset()
+        for counter in counts.counters.values():
+            counter.forget()  # a new process: its own counts, taken in from the others

@@ -134,9 +134,11 @@ class RerankerService:
             if self.trust is not None:
                 self.trust.close()
         finally:
-            if self.events is not None:
-                self.events.close()
-            self.backend.close()
+            try:
+                if self.events is not None:
+                    self.events.close()
+            finally:
+                self.backend.close()
 
     @property
     def model(self) -> RankingModel:

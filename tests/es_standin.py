@@ -186,6 +186,8 @@ class Standin:
                                                      "single query name")
         kind, spec = next(iter(query.items()))
         name = spec.pop("_name", None) if isinstance(spec, dict) else None
+        if name:  # Elasticsearch scores a named query on its own, wherever it sits
+            scoring = True
         boost = float(spec.pop("boost", 1.0)) if isinstance(spec, dict) else 1.0
         if kind == "match_all":
             result = {d: 1.0 for d in index.docs}

@@ -85,6 +85,42 @@ def test_the_others_requests_are_paid_back_before_the_next(processes):
     assert a.search("user:u") and not a.search("user:u")
 
 
+def test_a_failed_exchange_leaves_nothing_written_and_is_added_once_later(processes):
+    make, _ = processes
+    a, b = make(), make()
+    assert a.shared.exchange() and b.shared.exchange()
+    store, real = a.shared.store, a.shared.store._run
+
+    def failing_read(conn, sql, args=()):
+        if sql.startswith("SELECT scope, client"):  # the write went through; the read fails
+            raise store.DB_ERRORS[0]("the connection broke")
+        return real(conn, sql, args)
+
+    store._run = failing_read
+    assert all(a.search("user:u") for _ in range(3))
+    assert not a.shared.exchange()
+    assert store_rows(b.shared.store, "SELECT requests FROM request_counts") == []
+    del store._run
+    assert a.shared.exchange() and b.shared.exchange()
+    assert store_rows(b.shared.store, "SELECT requests FROM request_counts") == [(3,)]
+    assert [b.search("user:u") for _ in range(4)] == [True, True, True, False]
+    assert a.searches._tokens("user:u", a.searches.clock()) == 3  # its own, once
+
+
+def test_a_store_whose_marks_went_back_is_read_again_without_counting_twice(processes):
+    make, _ = processes
+    a, b = make(), make()
+    assert a.shared.exchange() and b.shared.exchange()
+    assert all(b.search("user:u") for _ in range(2))
+    assert b.shared.exchange() and a.shared.exchange()  # a has taken b's 2
+    with b.shared.store._write() as conn:  # as a crash that lost the last commits would
+        b.shared.store._run(conn, "UPDATE meta SET value = '0' WHERE key = 'request_mark'")
+    assert a.shared.exchange()  # everything read again, as known
+    assert a.searches._tokens("user:u", a.searches.clock()) == 4
+    assert b.search("user:u") and b.shared.exchange() and a.shared.exchange()
+    assert a.searches._tokens("user:u", a.searches.clock()) == 3  # b's new one, once
+
+
 def test_two_exchanges_of_one_process_at_once_never_take_its_own_requests(processes):
     """The exchange thread and close() may exchange at once: the second must not read the
     first's write before the first has noted it as its own."""
@@ -127,6 +163,7 @@ def test_a_store_that_keeps_no_counts_leaves_each_process_on_its_own():
     shared.close()
 
 
+@pytest.mark.filterwarnings("ignore:.*multi-threaded.*:DeprecationWarning")  # (3.12+)
 def test_a_forked_child_starts_with_its_own_counts_locks_and_thread(processes):
     import os
 
@@ -139,7 +176,8 @@ def test_a_forked_child_starts_with_its_own_counts_locks_and_thread(processes):
         if pid == 0:  # the child: a new lock, nothing pending, no thread yet
             shared = a.shared
             fresh = (shared._pending == {} and shared._thread is None
-                     and shared._lock.acquire(timeout=1))
+                     and shared._lock.acquire(timeout=1)
+                     and a.searches._buckets == {} and a.searches._lock.acquire(timeout=1))
             os._exit(0 if fresh else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

@@ -664,25 +664,30 @@ class SQLEventStore(EventStore):
         # The mark is taken by updating its meta row, which a concurrent exchange waits for
         # until this one commits: marks are handed out in the order of the commits, so a
         # reader that has seen a mark has seen every smaller one. The changed rows are read
-        # after the commit, without holding the row.
-        if added or prune:
-            with self._write(durable=False) as conn:
-                if added:
-                    self._run(conn, "UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 "
-                              "AS TEXT) WHERE key = 'request_mark'")
-                    mark = int(self._run(conn, "SELECT value FROM meta WHERE key = "
-                                         "'request_mark'").fetchone()[0])
-                    self._run_many(conn, UPSERT_REQUESTS, sorted(
-                        (scope, slot, client, n, mark)
-                        for (scope, client, slot), n in added.items()))
-                for scope, oldest in prune.items():  # a range of the primary key
-                    self._run(conn, "DELETE FROM request_counts WHERE scope = ? AND slot < ?",
-                              (scope, oldest))
-        with self._reading(flush=False) as conn:
-            rows = self._run(conn, "SELECT scope, client, slot, requests, mark FROM "
-                             "request_counts WHERE mark > ?", (since,)).fetchall()
-        return ([(r[0], r[1], int(r[2]), int(r[3])) for r in rows],
-                max([since, *(int(r[4]) for r in rows)]))
+        # in the same transaction: a read that failed after a commit would have the caller
+        # add its requests again. A mark below ``since`` (a store that lost its last
+        # commits in a crash) has everything read again.
+        changed = ("SELECT scope, client, slot, requests, mark FROM request_counts "
+                   "WHERE mark > ?")
+        current = "SELECT value FROM meta WHERE key = 'request_mark'"
+        with (self._write(durable=False) if added or prune
+              else self._reading(flush=False)) as conn:
+            if added:
+                self._run(conn, "UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS "
+                          "TEXT) WHERE key = 'request_mark'")
+            mark = int(self._run(conn, current).fetchone()[0])
+            if added:
+                self._run_many(conn, UPSERT_REQUESTS, sorted(
+                    (scope, slot, client, n, mark) for (scope, client, slot), n in added.items()))
+            for scope, oldest in prune.items():  # a range of the primary key
+                self._run(conn, "DELETE FROM request_counts WHERE scope = ? AND slot < ?",
+                          (scope, oldest))
+            went_back = mark < since
+            rows = self._run(conn, changed, (0 if went_back else since,)).fetchall()
+        counts = [(r[0], r[1], int(r[2]), int(r[3])) for r in rows]
+        if went_back:  # the caller learns so from a mark below its own
+            return counts, mark
+        return counts, max([since, *(int(r[4]) for r in rows)])
 
     def check_writable(self) -> None:
         with self._write() as conn:
