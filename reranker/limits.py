@@ -26,16 +26,14 @@ an impression's clicks count until the impression expires.
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Protocol
 
 from .errors import RerankerError
+from .forks import renew_in_child
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +60,10 @@ class RateLimiter:
         with self._lock:
             now = self.clock()
             tokens = self._tokens(key, now)
-            if tokens < 1.0:
+            if tokens < 1.0:  # (a bucket below one token is kept already)
                 self._buckets[key] = (tokens, now)
                 return (1.0 - tokens) / self.rate
-            if len(self._buckets) >= self.max_keys and key not in self._buckets:
-                self._prune(now)
-            self._buckets[key] = (tokens - 1.0, now)
+            self._put(key, tokens - 1.0, now)
             return 0.0
 
     def absorb(self, key: str, requests: int, first: bool) -> None:
@@ -79,9 +75,7 @@ class RateLimiter:
             return
         with self._lock:
             now = self.clock()
-            if len(self._buckets) >= self.max_keys and key not in self._buckets:
-                self._prune(now)
-            self._buckets[key] = (self._tokens(key, now) - requests, now)
+            self._put(key, self._tokens(key, now) - requests, now)
 
     def forget(self) -> None:
         """Start anew, with new locks (a forked child's limiter)."""
@@ -91,6 +85,11 @@ class RateLimiter:
     def _tokens(self, key: str, now: float) -> float:
         tokens, when = self._buckets.get(key, (self.capacity, now))
         return min(self.capacity, tokens + (now - when) * self.rate)
+
+    def _put(self, key: str, tokens: float, now: float) -> None:
+        if len(self._buckets) >= self.max_keys and key not in self._buckets:
+            self._prune(now)
+        self._buckets[key] = (tokens, now)
 
     def _prune(self, now: float) -> None:
         full = [k for k, (tokens, when) in self._buckets.items()
@@ -180,10 +179,14 @@ class SharedCounts:
         self.failures = 0  # exchanges that failed in a row
         self.enabled = True  # False once the store says it keeps no counts
         self._reset()
-        # A child forked while a thread held a lock would inherit it held: the child starts
-        # with new locks, its own counts and no thread (started by its first request).
-        os.register_at_fork(after_in_child=functools.partial(_reset_in_child,
-                                                             weakref.ref(self)))
+        renew_in_child(self._renew)
+
+    def _renew(self) -> None:
+        """A forked child: new locks, its own counts (the limiters' too, taken in from the
+        others at its exchanges) and no thread, started by its first request."""
+        self._reset()
+        for counter in self.counters.values():
+            counter.forget()
 
     def _reset(self) -> None:
         self._lock = threading.Lock()  # the counts
@@ -296,10 +299,3 @@ class SharedCounts:
         if not thread.is_alive():
             self.exchange()
 
-
-def _reset_in_child(ref: weakref.ref) -> None:
-    counts = ref()
-    if counts is not None:
-        counts._reset()
-        for counter in counts.counters.values():
-            counter.forget()  # a new process: its own counts, taken in from the others

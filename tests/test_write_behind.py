@@ -638,3 +638,27 @@ def test_a_commit_that_fails_forgets_the_kept_counts():
         raise StoreError("event store x failed: connection lost")
     counts, _ = cache.counts("tea", ["a"], read)
     assert len(calls) == 2 and counts[0, 0] == 2.0
+
+
+@pytest.mark.filterwarnings("ignore:.*multi-threaded.*:DeprecationWarning")  # (3.12+)
+def test_a_forked_child_starts_with_an_empty_queue_cache_and_locks_of_its_own():
+    """gunicorn forks its workers: a child must neither write its parent's queue nor wait
+    on a lock a parent's thread held at the fork."""
+    import os
+
+    gate = threading.Event()
+    log = WriteBehind(lambda batch: gate.wait(5), name="w", what="items")
+    cache = CountCache(60.0)
+    log.put("parent's")
+    cache.queue("i", [("tea", "a", 0.5)])
+    with log._cond, cache._lock:  # held by the parent's threads while it forks
+        pid = os.fork()
+        if pid == 0:
+            fresh = (log.pending == 0 and log._thread is None and log._cond.acquire(timeout=1)
+                     and cache._queued == {} and cache._lock.acquire(timeout=1))
+            os._exit(0 if fresh else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert log.pending == 1 and cache._queued  # the parent's are its own still
+    gate.set()
+    log.close(5)

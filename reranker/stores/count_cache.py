@@ -42,7 +42,6 @@ import contextlib
 import itertools
 import math
 import operator
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -50,6 +49,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import StoreError
+from ..forks import renew_in_child
 
 #: ``click_stats.query_key`` of the counts over all queries (a normalised query never holds
 #: '*'), and ``doc_id`` of the counts over all documents.
@@ -125,12 +125,14 @@ class CountCache:
         self.timeout = timeout
         self.clock = clock
         self._reset()
+        # a forked child starts empty, with locks of its own: what the parent queued is the
+        # parent's to write, and its locks may have been held at the fork
+        renew_in_child(self._reset)
         #: Reads of the database, reads of the total alone, and searches answered from the
         #: cache (for tests and benchmarks).
         self.reads = self.checks = self.hits = 0
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
         self._lock = threading.Lock()
         self.gate = Gate(self.timeout)
         # Cells read, with this object's commits since added: per query, when its cells
@@ -149,17 +151,10 @@ class CountCache:
         self._queued: dict[str, dict[str, list]] = {}
         self._queued_rows: dict[str, Rows] = {}
 
-    def _forked(self) -> None:
-        """In a child process (a fork) start empty, with locks of its own: what the parent
-        queued is the parent's to write, and its locks may have been held at the fork."""
-        if os.getpid() != self._pid:
-            self._reset()
-
     # -- what this object writes ---------------------------------------------------------------
 
     def queue(self, impression_id: str, rows: Rows) -> None:
         """Exposures ``(query_key, doc_id, weight)`` of an impression queued for writing."""
-        self._forked()
         with self._lock:
             if impression_id in self._queued_rows:
                 return
@@ -190,7 +185,6 @@ class CountCache:
         :meth:`committed` has added what it wrote. When the block fails (a commit whose
         answer was lost may or may not have happened), the kept cells are forgotten: they
         are read again."""
-        self._forked()
         self.gate.acquire()
         try:
             yield
@@ -250,7 +244,6 @@ class CountCache:
         ``read_total(compare)`` reads the total alone, the same way, and there calls
         ``compare((clicks, exposure))``: when the query's cells are older than the ttl but no
         other process has written since (:meth:`_fresh`), that one lookup confirms them."""
-        self._forked()
         now = self.clock()
         with self._lock:
             fresh = self._fresh(key, doc_ids, now)

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from ..errors import StoreError
+from ..forks import renew_in_child
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +63,13 @@ class WriteBehind(Generic[T]):
         self.max_pending = max_pending
         self.linger = linger
         self._reset()
+        # a forked child starts empty, with a lock of its own: the parent writes its own
+        # queue, and its lock may have been held at the fork
+        renew_in_child(self._reset)
         #: Batches written, items in them, and items dropped (for tests, benchmarks, logs).
         self.batches = self.items = self.dropped = 0
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
         self._cond = threading.Condition()
         self._queue: list[T] = []
         self._put = 0  # items ever queued
@@ -79,16 +81,9 @@ class WriteBehind(Generic[T]):
         self._urgent = False  # a flush waits: write now (no linger, no pause)
         self._thread: threading.Thread | None = None
 
-    def _forked(self) -> None:
-        """In a child process (a fork), start empty, with a lock of its own: the parent
-        writes its own queue, and its lock may have been held at the fork."""
-        if os.getpid() != self._pid:
-            self._reset()
-
     def put(self, item: T) -> None:
         """Queue ``item``; :class:`StoreError` when ``max_pending`` items already wait (the
         store fails, or does not keep up)."""
-        self._forked()
         with self._cond:
             if self._closing:
                 raise StoreError(f"{self.store} is closed: no more {self.what} are taken")
@@ -110,20 +105,17 @@ class WriteBehind(Generic[T]):
     @property
     def pending(self) -> int:
         """Items queued and not yet written."""
-        self._forked()
         with self._cond:
             return self._put - self._done
 
     def last(self, test: Callable[[T], bool]) -> T | None:
         """The last item still queued that passes ``test``, or None."""
-        self._forked()
         with self._cond:
             return next((item for item in reversed(self._queue) if test(item)), None)
 
     def flush(self, timeout: float) -> None:
         """Return once every item queued before this call is written; raise the store's
         error if a try fails meanwhile, or :class:`StoreError` after ``timeout`` seconds."""
-        self._forked()
         with self._cond:
             target, failures = self._put, self._failures
             if self._done < target:
@@ -143,7 +135,6 @@ class WriteBehind(Generic[T]):
         """Write what is queued, trying again while the store fails, for up to ``timeout``
         seconds (logging what could not be written), and stop the thread; later items are
         refused."""
-        self._forked()
         with self._cond:
             self._closing = True
             self._close_by = time.monotonic() + timeout
