@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
+from .features import kernels
 from .feedback import Feedback, pair_swapped_ranking
 from .learner import LinearLearner, Param, RankResult, argmax_ranking
 
@@ -73,78 +74,24 @@ class CoactiveLearner(LinearLearner):
     def _rank(self, X: np.ndarray, n_shown: int,
               rng: np.random.Generator | None) -> RankResult:
         scores = X @ self.weights()
-        ranking = argmax_ranking(scores)
         p = self.swap_probability
         if p == 0:
-            return RankResult(ranking=ranking, scores=scores)
+            return RankResult(ranking=argmax_ranking(scores), scores=scores)
         # FairPairs / BubbleRank pairing: (1, 2), (3, 4), ... or (2, 3), (4, 5), ... at random;
         # Raman et al. 2013: each pair swapped with probability p, independently. A pair whose
         # upper position is the page's last one reaches one below it, so the first result
-        # the page leaves out is shown now and then and can earn clicks. (A page holds a
-        # handful of pairs: plain Python on lists beats numpy's per-call overhead.)
-        uppers = _pair_uppers(n_shown, len(ranking))
-        coins = rng.random(len(uppers[0]) + 1).tolist()  # pairing 0 never has fewer pairs
-        offset = 1 if coins[0] < 0.5 else 0
-        swapped = []
-        for upper, coin in zip(uppers[offset], coins[1:], strict=False):
-            if coin < p:
-                ranking[upper], ranking[upper + 1] = ranking[upper + 1], ranking[upper]
-                swapped.append(upper)
-        log_prob = self._list_log_prob(offset, len(swapped), uppers)
-        return RankResult(ranking=ranking, scores=scores, log_prob=log_prob,
+        # the page leaves out is shown now and then and can earn clicks. The page and its
+        # chances come from one compiled pass (reranker.kernels.perturbed_pairs).
+        uppers = _pair_uppers(n_shown, len(scores))
+        coins = rng.random(len(uppers[0]) + 1)  # pairing 0 never has fewer pairs
+        ranking, offset, swapped, shown, at = kernels().perturbed_pairs(
+            scores, n_shown, p, coins)
+        swapped = swapped.tolist()
+        return RankResult(ranking=ranking, scores=scores,
+                          log_prob=self._list_log_prob(offset, len(swapped), uppers),
+                          propensities=shown, shown_propensities=at,
                           context={PAIR_OFFSET: offset, SWAPPED: swapped,
                                    SWAP_PROBABILITY_KEY: p})
-
-    def _log_chances(self, X: np.ndarray, n_shown: int, result: RankResult) -> None:
-        # The argmax is the shown ranking with its swapped pairs put back; the chances need
-        # only its top and the first result left out (no pair reaches further).
-        n = len(result.ranking)
-        best = result.ranking[: n_shown + 1].tolist()
-        for upper in (result.context or {}).get(SWAPPED, ()):
-            best[upper], best[upper + 1] = best[upper + 1], best[upper]
-        result.propensities = self._shown_chances(best, n_shown, n)
-        result.shown_propensities = self._position_chances(
-            best, result.ranking, n_shown, _pair_uppers(n_shown, n))
-
-    def _shown_chances(self, best: list[int], n_shown: int, n: int) -> np.ndarray:
-        """Each of the ``n`` candidates' chance of being shown, from the argmax ``best``
-        (its first ``n_shown + 1`` at least): every result of its top is shown but the last,
-        which the pair reaching below the page (in one pairing of two, swapped with chance
-        p) trades for the first result left out."""
-        k = min(n_shown, n)
-        out = np.zeros(n)
-        out[best[:k]] = 1.0
-        if 0 < k < n:
-            out[best[k - 1]] = 1.0 - self.swap_probability / 2
-            out[best[k]] = self.swap_probability / 2
-        return out
-
-    def _position_chances(self, best: list[int], shown: np.ndarray, n_shown: int,
-                          uppers: tuple[range, range]) -> np.ndarray:
-        """The chance of each shown result at its position (:meth:`position_marginals` on
-        the shown list) from the argmax ``best``."""
-        k = min(n_shown, len(best))
-        return np.array(self._chances_at(best, list(enumerate(shown[:k].tolist())), uppers))
-
-    def _chances_at(self, best: list[int], where: list[tuple[int, int]],
-                    uppers: tuple[range, range]) -> list[float]:
-        """The chance of each ``(r, item)`` of ``where``: ``item`` at position ``r``, summed
-        over the two pairings (1/2 each), kept (1 - p) or swapped (p) within a pair, certain
-        outside the pairs. (One call for a whole page: it runs on every search.)"""
-        p = self.swap_probability
-        kept = 1.0 - p
-        out = []
-        for r, item in where:
-            chance = 0.0
-            for pairing in uppers:
-                if r in pairing:  # the upper of a pair: kept, or its lower moved up
-                    chance += kept if item == best[r] else p if item == best[r + 1] else 0.0
-                elif r - 1 in pairing:  # the lower of a pair: kept, or its upper moved down
-                    chance += kept if item == best[r] else p if item == best[r - 1] else 0.0
-                else:
-                    chance += 1.0 if item == best[r] else 0.0
-            out.append(0.5 * chance)
-        return out
 
     def _list_log_prob(self, offset: int, n_swapped: int,
                        uppers: tuple[range, range]) -> float:
@@ -154,9 +101,10 @@ class CoactiveLearner(LinearLearner):
         p = self.swap_probability
         n_pairs = len(uppers[offset])
         log_p = _LOG_HALF + n_swapped * math.log(p) + (n_pairs - n_swapped) * math.log1p(-p)
-        if n_swapped == 0:
-            other = len(uppers[1 - offset])
-            log_p = float(np.logaddexp(log_p, _LOG_HALF + other * math.log1p(-p)))
+        if n_swapped == 0:  # log(exp(log_p) + exp(other)), without overflow
+            other = _LOG_HALF + len(uppers[1 - offset]) * math.log1p(-p)
+            high, low = max(log_p, other), min(log_p, other)
+            log_p = high + math.log1p(math.exp(low - high))
         return log_p
 
     def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:
@@ -203,8 +151,10 @@ class CoactiveLearner(LinearLearner):
         if not self.stochastic:
             return super().marginals(X, n_shown)
         X = self.check_features(X)
-        return self._shown_chances(argmax_ranking(X @ self.weights()).tolist(), int(n_shown),
-                                   X.shape[0])
+        out = np.zeros(X.shape[0])
+        kernels().shown_chances(argmax_ranking(X @ self.weights()),
+                                 min(int(n_shown), X.shape[0]), self.swap_probability, out)
+        return out
 
     def position_marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray | None:
         """Each pairing (chance 1/2) keeps every pair of its own (chance 1 - p) or swaps it
@@ -213,13 +163,10 @@ class CoactiveLearner(LinearLearner):
         if not self.stochastic:
             return super().position_marginals(X, n_shown)
         X = self.check_features(X)
-        best = argmax_ranking(X @ self.weights()).tolist()
-        k = min(int(n_shown), len(best))
-        uppers = _pair_uppers(k, len(best))
-        out = np.zeros((len(best), k))
-        where = [(r, item) for r in range(k) for item in best[max(0, r - 1): r + 2]]
-        for (r, item), chance in zip(where, self._chances_at(best, where, uppers), strict=True):
-            out[item, r] = chance
+        k = min(int(n_shown), X.shape[0])
+        out = np.zeros((X.shape[0], k))
+        kernels().position_chances(argmax_ranking(X @ self.weights()), k,
+                                    self.swap_probability, out)
         return out
 
     def improved(self, feedback: Feedback) -> np.ndarray | None:

@@ -86,28 +86,48 @@ class FeatureSpec:
         feature is a ``ValueError``), which lets the ranking skip checking it again.
         """
         n = len(candidates.ids)
-        # Column-major: every step here and in the normalisation works on whole columns,
-        # which are then contiguous (the reductions over the hits cost half as much).
-        X = np.empty((n, len(self.names)), order="F")
-        X[:, 0] = engine_scores(candidates.scores)
-        nf = len(self.query_names)
-        X[:, 1:1 + nf] = candidates.field_scores
-        if self.numeric_fields:
-            values = candidates.numeric
-            end = 1 + nf + len(self.numeric_fields)
-            X[:, 1 + nf:end] = np.where(np.isfinite(values), values, self.missing_value)
+        nf, nn = len(self.query_names), len(self.numeric_fields)
+        scores = _floats(candidates.scores, (n,), "scores")
+        field_scores = _floats(candidates.field_scores, (n, nf), "field_scores")
+        numeric = _floats(candidates.numeric, (n, nn), "numeric") if nn else _NONE
         if self.click_features:
             if clicks is None:
                 raise ValueError("the click features are on but no click counts were given")
-            X[:, -len(CLICK_FEATURES):] = clicks
-        # np.clip's wrapper costs more than the two ufuncs it calls
-        np.minimum(X, self.LIMIT, out=X)
-        np.maximum(X, -self.LIMIT, out=X)
-        # Clipped, the values are at most LIMIT in size: their sum is NaN only if one is.
-        if np.isnan(np.add.reduce(X, axis=None)):
+            clicks = _floats(clicks, (n, len(CLICK_FEATURES)), "click features")
+        else:
+            clicks = _NONE
+        # Column-major: the normalisation works on whole columns, which are then contiguous.
+        X = np.empty((n, len(self.names)), order="F")
+        if not kernels().raw_features(scores, field_scores, numeric, clicks,
+                                       self.missing_value, self.LIMIT, X):
             raise ValueError("features contain NaN values (a score the backend answered, or "
                              "a click feature, is not a number)")
         return X
+
+
+_NONE = np.empty((0, 0))
+
+
+def _floats(values: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """``values`` as float64 of ``shape`` (with no copy when they are already)."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.shape != shape:
+        if array.size == 0 and 0 in shape:
+            return np.empty(shape)
+        raise ValueError(f"the candidates' {what} have shape {array.shape}, expected {shape}")
+    return array
+
+
+_KERNELS = None
+
+
+def kernels():
+    """:mod:`reranker.kernels`, imported on first use (numba's import is not free)."""
+    global _KERNELS
+    if _KERNELS is None:
+        from . import kernels as module
+        _KERNELS = module
+    return _KERNELS
 
 
 def engine_scores(scores: np.ndarray) -> np.ndarray:
@@ -118,14 +138,9 @@ def engine_scores(scores: np.ndarray) -> np.ndarray:
     starting ranking follows (:func:`engine_prior`). A rise smaller than a millionth of the
     largest score is rounding (an engine that sums float32 scores), not another order."""
     scores = np.asarray(scores, dtype=np.float64)
-    n = len(scores)
-    if n > 1:
-        # The largest rise first, the scale only for a rise. A NaN makes the rise NaN: the
-        # scores are kept, and build() refuses them.
-        rise = float(np.subtract(scores[1:], scores[:-1]).max())
-        if rise > 0 and rise > 1e-6 * max(1.0, float(np.abs(scores).max())):
-            return np.arange(n, 0, -1, dtype=np.float64)
-    return scores
+    out = np.empty(len(scores))
+    kernels().engine_column(scores.reshape(-1), out)
+    return out
 
 
 def raw_columns(names: tuple[str, ...] | list[str]) -> np.ndarray:
@@ -159,7 +174,16 @@ class Normalizer:
 
     method = "none"
 
-    def transform(self, X: np.ndarray) -> np.ndarray:
+    def transform(self, X: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+        """The scaled features, as a new array when anything is scaled (``X`` itself is
+        never written); the columns where the boolean mask ``keep`` is true are left as
+        they are."""
+        out = self._scale(X)
+        if keep is not None and out is not X and keep.any():
+            out[:, keep] = X[:, keep]
+        return out
+
+    def _scale(self, X: np.ndarray) -> np.ndarray:
         return X
 
     def partial_fit(self, X: np.ndarray) -> None:
@@ -173,25 +197,22 @@ class Normalizer:
             raise ValueError(f"normalisation {self.method!r} keeps no state, got {sorted(state)}")
 
 
-_LEAST = np.nextafter(0.0, 1.0)
-
-
 class PerQueryMinMax(Normalizer):
     """Min-max over the candidates of each request (the LETOR convention); a feature that is
     constant over the candidates becomes 0."""
 
     method = "per_query_minmax"
 
-    def transform(self, X: np.ndarray) -> np.ndarray:
-        # the ufuncs directly: the methods' wrappers cost more than the work for 100 rows
-        lo = np.minimum.reduce(X, axis=0)
-        span = np.maximum.reduce(X, axis=0)
-        span -= lo
-        # A constant column is 0 less its minimum: 0 divided by anything but 0 is 0. (The
-        # least double changes no span but 0; one call where a mask took two.)
-        np.maximum(span, _LEAST, out=span)
-        out = np.subtract(X, lo)
-        out /= span
+    def transform(self, X: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"features must be a 2-D array, got shape {X.shape}")
+        if keep is None:
+            keep = np.zeros(X.shape[1], dtype=np.bool_)
+        elif keep.shape != (X.shape[1],) or keep.dtype != np.bool_:
+            raise ValueError(f"{X.shape[1]} features but a mask of {keep.shape} {keep.dtype}")
+        out = np.empty(X.shape, order="F")  # the kernel walks the columns
+        kernels().per_query_minmax(X, keep, out)
         return out
 
 
@@ -206,7 +227,7 @@ class ZScore(Normalizer):
         self.mean: np.ndarray | None = None
         self.m2: np.ndarray | None = None
 
-    def transform(self, X: np.ndarray) -> np.ndarray:
+    def _scale(self, X: np.ndarray) -> np.ndarray:
         if self.count < 2 or self.mean is None:
             return X - X.mean(axis=0)  # no statistics yet: centre per request
         std = np.sqrt(self.m2 / (self.count - 1))

@@ -527,9 +527,9 @@ class LinearLearner(Learner):
     def weights(self) -> np.ndarray:
         """The weights it ranks with: learned, plus the starting ranking."""
         learned = self.learned_weights()
-        if self.prior_steps == 0 or not self.prior_.any():
+        if self.prior_steps == 0:
             return learned
-        # prior_weight(), inlined: this runs on every search
+        # prior_weight(), inlined: this runs on every search (a prior of zeros adds zeros)
         return learned + (self.prior_steps * (1.0 + self.step_sum_) / (1.0 + self.steps_)
                           ) * self.prior_
 

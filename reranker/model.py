@@ -53,12 +53,9 @@ class RankingModel:
     progress: TrainingProgress = field(default_factory=TrainingProgress)
 
     def __post_init__(self) -> None:
-        self._raw = raw_columns(self.feature_names)
-        # The raw columns as a slice when they are adjacent (the click features come last):
-        # copying a slice costs less than fancy indexing on every search.
-        raw = self._raw.tolist()
-        self._raw_slice = slice(raw[0], raw[-1] + 1) \
-            if raw and raw == list(range(raw[0], raw[-1] + 1)) else None
+        # The columns normalisation leaves raw (the click features), as a mask.
+        self._keep = np.zeros(len(self.feature_names), dtype=np.bool_)
+        self._keep[raw_columns(self.feature_names)] = True
 
     @property
     def learner_name(self) -> str:
@@ -66,13 +63,7 @@ class RankingModel:
 
     def normalize(self, X_raw: np.ndarray) -> np.ndarray:
         """This model's normalisation of raw features; the click features stay raw."""
-        X = self.normalizer.transform(X_raw)
-        if len(self._raw):
-            if X is X_raw or X.dtype != np.float64:
-                X = np.array(X, dtype=np.float64)  # never write into X_raw
-            raw = self._raw if self._raw_slice is None else self._raw_slice
-            X[:, raw] = X_raw[:, raw]
-        return X
+        return self.normalizer.transform(X_raw, self._keep)
 
     def rank(self, X_raw: np.ndarray, n_shown: int,
              rng: np.random.Generator | None = None, *, check: bool = True) -> RankResult:

@@ -1,0 +1,202 @@
+"""Compiled loops of the per-search path: the raw feature matrix and the per-query min-max
+normalisation of one search's candidates.
+
+For 100 candidates, each numpy call costs about a microsecond whatever its work, and the
+feature matrix and its normalisation took some twenty of them; one compiled pass over the
+columns does the same work in about one microsecond each (``python
+benchmarks/bench_search_overhead.py --parts local``). The functions are compiled by numba on
+their first call and kept in numba's on-disk cache, so a process that starts later loads
+them instead of compiling them again. They do not release the interpreter lock: the work is
+shorter than taking the lock back.
+
+:mod:`reranker.features` imports this module on its first use, so commands that never rank
+do not pay for numba's import.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Plain IEEE arithmetic (no fastmath): the results are those of the numpy expressions
+# written in the comments, bit for bit (tests/test_kernels.py compares them).
+_compiled = njit(cache=True)
+
+
+@_compiled
+def engine_column(scores, out):
+    """The ``backend_score`` column (reranker.features.engine_scores): the scores when no
+    score rises by more than a millionth of the largest one (``max(1, max |s|)``) from a
+    hit to the next, else ``n - rank``. A NaN in the scores, or in a rise, keeps the scores
+    as they are (the caller refuses the NaN)."""
+    n = scores.shape[0]
+    largest = 1.0
+    rise = -np.inf
+    undefined = False
+    for i in range(n):
+        s = scores[i]
+        if s != s:
+            undefined = True
+        a = abs(s)
+        if a > largest:
+            largest = a
+        if i > 0:
+            d = s - scores[i - 1]
+            if d != d:
+                undefined = True
+            elif d > rise:
+                rise = d
+    if n > 1 and not undefined and rise > 0 and rise > 1e-6 * largest:
+        for i in range(n):
+            out[i] = float(n - i)
+    else:
+        for i in range(n):
+            out[i] = scores[i]
+
+
+@_compiled
+def _put_columns(values, out, col, replace_missing, missing):
+    """``values`` into ``out`` from column ``col`` on (a value that is not finite becomes
+    ``missing`` when ``replace_missing``); returns the next free column."""
+    for j in range(values.shape[1]):
+        for i in range(values.shape[0]):
+            v = values[i, j]
+            out[i, col + j] = missing if replace_missing and not np.isfinite(v) else v
+    return col + values.shape[1]
+
+
+@_compiled
+def raw_features(scores, field_scores, numeric, clicks, missing, limit, out):
+    """Fill ``out`` (``n`` rows) with the engine column, the query features, the numeric
+    fields (a value that is not finite becomes ``missing``) and the click features, each
+    value clipped to ``+-limit``. Returns False when a value is NaN (``out`` is then
+    incomplete)."""
+    n = scores.shape[0]
+    engine_column(scores, out[:, 0])
+    col = _put_columns(field_scores, out, 1, False, missing)
+    col = _put_columns(numeric, out, col, True, missing)
+    _put_columns(clicks, out, col, False, missing)
+    for j in range(out.shape[1]):
+        for i in range(n):
+            v = out[i, j]
+            if v > limit:
+                out[i, j] = limit
+            elif v < -limit:
+                out[i, j] = -limit
+            elif v != v:
+                return False
+    return True
+
+
+@_compiled
+def per_query_minmax(X, keep, out):
+    """``out = (X - min) / (max - min)`` per column over the rows, 0 for a constant column,
+    NaN for a column holding a NaN, and the columns where ``keep`` is true copied as they
+    are."""
+    n, m = X.shape
+    for j in range(m):
+        if keep[j]:
+            for i in range(n):
+                out[i, j] = X[i, j]
+            continue
+        if n == 0:
+            continue
+        lo = X[0, j]
+        hi = lo
+        for i in range(1, n):
+            v = X[i, j]
+            if v < lo:
+                lo = v
+            elif v > hi:
+                hi = v
+            elif v != v:
+                lo = v  # a NaN makes the whole column NaN, as numpy's reductions do
+                break
+        span = hi - lo
+        if span > 0:
+            for i in range(n):
+                out[i, j] = (X[i, j] - lo) / span
+        else:  # constant (or NaN): (X - lo) is 0 there, and 0 / anything but 0 is 0
+            for i in range(n):
+                out[i, j] = (X[i, j] - lo) * 0.0
+
+
+# -- perturbed pairs (reranker.coactive) ----------------------------------------------------
+# The argmax ``best`` is cut into pairs of adjacent positions, (1, 2), (3, 4), ... or
+# (2, 3), (4, 5), ... (pairing 0 or 1, chance 1/2 each), whose upper positions run below
+# ``end = min(n_shown, n - 1)``; each pair is swapped with chance p (docs/algorithms.md,
+# "Perturbed pairs"; Raman et al. 2013).
+
+
+@_compiled
+def chance_at(best, r, item, end, p):
+    """The chance that ``item`` is shown at position ``r``, over the two pairings: in the
+    pairing of ``r``'s parity, ``r`` is the upper of a pair when ``r < end``; in the other,
+    the lower of a pair when ``0 < r <= end``; outside a pair a position keeps the argmax's
+    result."""
+    upper = r < end
+    lower = 0 < r <= end
+    if item == best[r]:
+        return 0.5 * ((1.0 - p if upper else 1.0) + (1.0 - p if lower else 1.0))
+    chance = 0.0
+    if upper and item == best[r + 1]:
+        chance += p
+    if lower and item == best[r - 1]:
+        chance += p
+    return 0.5 * chance
+
+
+@_compiled
+def shown_chances(best, k, p, out):
+    """Each candidate's chance of being shown on a page of ``k`` (``out``: zeros, one per
+    candidate): every result of the argmax's top but the last, which the pair reaching below
+    the page (in one pairing of two, swapped with chance p) trades for the first result left
+    out."""
+    n = out.shape[0]
+    for i in range(k):
+        out[best[i]] = 1.0
+    if 0 < k < n:
+        out[best[k - 1]] = 1.0 - p / 2
+        out[best[k]] = p / 2
+
+
+@_compiled
+def position_chances(best, k, p, out):
+    """``out[item, r]`` (zeros, shape ``(n, k)``): the chance of ``item`` at position ``r``.
+    A position holds the argmax's result there or one of its two neighbours."""
+    n = best.shape[0]
+    end = min(k, n - 1)
+    for r in range(k):
+        for i in range(max(0, r - 1), min(r + 2, n)):
+            out[best[i], r] = chance_at(best, r, best[i], end, p)
+
+
+@_compiled
+def perturbed_pairs(scores, n_shown, p, coins):
+    """A page drawn from the argmax of ``scores`` (stable: ties keep the candidates' order):
+    the pairing from ``coins[0]`` (pairing 1 below 1/2), then the pairs' coins, one each,
+    a pair swapped when its coin is below p. Returns the ranking, the pairing, the upper
+    positions of the swapped pairs, each candidate's chance of being shown and each shown
+    result's chance at its position."""
+    n = scores.shape[0]
+    best = np.argsort(-scores, kind="mergesort")
+    ranking = best.copy()
+    k = min(n_shown, n)
+    end = min(n_shown, n - 1)
+    offset = 1 if coins[0] < 0.5 else 0
+    swapped = np.empty(max(end, 0), dtype=np.int64)
+    n_swapped = 0
+    coin = 1
+    for upper in range(offset, end, 2):
+        if coins[coin] < p:
+            ranking[upper] = best[upper + 1]
+            ranking[upper + 1] = best[upper]
+            swapped[n_swapped] = upper
+            n_swapped += 1
+        coin += 1
+    propensities = np.zeros(n)
+    shown_chances(best, k, p, propensities)
+    at = np.empty(k)
+    for r in range(k):
+        at[r] = chance_at(best, r, ranking[r], end, p)
+    return ranking, offset, swapped[:n_swapped], propensities, at
