@@ -307,14 +307,15 @@ class RerankerService:
                 "scores": -np.argsort(ranking).astype(np.float64), "log_prob": None,
                 "propensities": None, "context": {"continues": first.id}}
 
-    def _guarded_rank(self, arm: Arm, X: np.ndarray, n_shown: int) -> RankResult | None:
-        """The arm's ranking, or None when the backend's order must serve instead: its
-        learner raised, or its breaker is open after rankings over the time budget
+    def _guarded_rank(self, arm: Arm, model: RankingModel, X: np.ndarray,
+                      n_shown: int) -> RankResult | None:
+        """The ranking of ``model``, the arm's as the caller read it (the version the page
+        logs is the one that ranked), or None when the backend's order must serve instead:
+        its learner raised, or its breaker is open after rankings over the time budget
         (:class:`reranker.monitoring.LearnerBreaker`); logged and counted."""
         if self.breaker.open(arm.id):
             self.metrics.fallbacks.labels(arm.labels[0], "slow").inc()
             return None
-        model = arm.model
         started = time.perf_counter()
         try:
             result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None,
@@ -344,7 +345,7 @@ class RerankerService:
                 "label": label, "teams": [label] * n_shown, "log_prob": None,
                 "propensities": None, "context": None}
         if X.shape[0]:
-            result = self._guarded_rank(arm, X, n_shown)
+            result = self._guarded_rank(arm, model, X, n_shown)
             if result is None:
                 return self._backend_order(X.shape[0], label, "learner")
             log_prob = result.log_prob
@@ -369,7 +370,7 @@ class RerankerService:
         for label in labels:
             arm = self.by_label[label]
             model = arm.model
-            result = self._guarded_rank(arm, X, n_shown)
+            result = self._guarded_rank(arm, model, X, n_shown)
             if result is None:  # the engine's order takes its place on the page
                 rankings.append(np.arange(X.shape[0], dtype=np.intp))
                 logged[label] = {"id": BACKEND_ORDER, "model_version": -1,
