@@ -83,7 +83,10 @@ class CoactiveLearner(LinearLearner):
         # the page leaves out is shown now and then and can earn clicks. The page and its
         # chances come from one compiled pass (reranker.kernels.perturbed_pairs).
         uppers = _pair_uppers(n_shown, len(scores))
-        coins = rng.random(len(uppers[0]) + 1)  # pairing 0 never has fewer pairs
+        coins = np.asarray(rng.random(len(uppers[0]) + 1), dtype=np.float64)
+        if coins.shape != (len(uppers[0]) + 1,):  # pairing 0 never has fewer pairs
+            raise ValueError(f"the generator drew {coins.shape} coins for "
+                             f"{len(uppers[0]) + 1}")
         ranking, offset, swapped, shown, at = kernels().perturbed_pairs(
             scores, n_shown, p, coins)
         swapped = swapped.tolist()
@@ -153,7 +156,8 @@ class CoactiveLearner(LinearLearner):
         X = self.check_features(X)
         out = np.zeros(X.shape[0])
         kernels().shown_chances(argmax_ranking(X @ self.weights()),
-                                 min(int(n_shown), X.shape[0]), self.swap_probability, out)
+                                 max(0, min(int(n_shown), X.shape[0])), self.swap_probability,
+                                 out)
         return out
 
     def position_marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray | None:
@@ -163,7 +167,7 @@ class CoactiveLearner(LinearLearner):
         if not self.stochastic:
             return super().position_marginals(X, n_shown)
         X = self.check_features(X)
-        k = min(int(n_shown), X.shape[0])
+        k = max(0, min(int(n_shown), X.shape[0]))
         out = np.zeros((X.shape[0], k))
         kernels().position_chances(argmax_ranking(X @ self.weights()), k,
                                     self.swap_probability, out)

@@ -96,8 +96,11 @@ class FeatureSpec:
             clicks = _floats(clicks, (n, len(CLICK_FEATURES)), "click features")
         else:
             clicks = _NONE
+        width = 1 + nf + nn + clicks.shape[1]
+        if width != len(self.names):  # the compiled code checks no bounds
+            raise ValueError(f"{width} feature columns for {len(self.names)} feature names")
         # Column-major: the normalisation works on whole columns, which are then contiguous.
-        X = np.empty((n, len(self.names)), order="F")
+        X = np.empty((n, width), order="F")
         if not kernels().raw_features(scores, field_scores, numeric, clicks,
                                        self.missing_value, self.LIMIT, X):
             raise ValueError("features contain NaN values (a score the backend answered, or "
@@ -138,8 +141,10 @@ def engine_scores(scores: np.ndarray) -> np.ndarray:
     starting ranking follows (:func:`engine_prior`). A rise smaller than a millionth of the
     largest score is rounding (an engine that sums float32 scores), not another order."""
     scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim != 1:
+        raise ValueError(f"the scores must be one per hit, got shape {scores.shape}")
     out = np.empty(len(scores))
-    kernels().engine_column(scores.reshape(-1), out)
+    kernels().engine_column(scores, out)
     return out
 
 

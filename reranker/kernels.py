@@ -1,16 +1,18 @@
-"""Compiled loops of the per-search path: the raw feature matrix and the per-query min-max
-normalisation of one search's candidates.
+"""Compiled loops of the per-search path: the raw feature matrix of one search's
+candidates, its per-query min-max normalisation, and the perceptrons' perturbed page with
+the chances it logs.
 
-For 100 candidates, each numpy call costs about a microsecond whatever its work, and the
-feature matrix and its normalisation took some twenty of them; one compiled pass over the
-columns does the same work in about one microsecond each (``python
-benchmarks/bench_search_overhead.py --parts local``). The functions are compiled by numba on
-their first call and kept in numba's on-disk cache, so a process that starts later loads
-them instead of compiling them again. They do not release the interpreter lock: the work is
-shorter than taking the lock back.
+For 100 candidates, each numpy call costs about a microsecond whatever its work, and these
+steps took some thirty of them; one compiled pass does the same work in about one
+microsecond each (``python benchmarks/bench_search_overhead.py --parts local``). The
+functions are compiled by numba on their first call and kept in numba's on-disk cache, so a
+process that starts later loads them instead of compiling them again (where no cache
+folder is writable, each process compiles them). They do not release the interpreter lock:
+the work is shorter than taking the lock back.
 
-:mod:`reranker.features` imports this module on its first use, so commands that never rank
-do not pay for numba's import.
+The compiled code checks no bounds: the callers (:mod:`reranker.features`,
+:mod:`reranker.coactive`) check every shape first. :mod:`reranker.features` imports this
+module on its first use, so commands that never rank do not pay for numba's import.
 """
 
 from __future__ import annotations
@@ -18,9 +20,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Plain IEEE arithmetic (no fastmath): the results are those of the numpy expressions
-# written in the comments, bit for bit (tests/test_kernels.py compares them).
-_compiled = njit(cache=True)
+
+def _compiled(function):
+    """Compiled with plain IEEE arithmetic (no fastmath), so that the results equal those of
+    the numpy expressions they replace (tests/test_kernels.py compares them); cached on
+    disk when numba finds a writable place (beside this file, or the user's cache folder)."""
+    try:
+        return njit(cache=True)(function)
+    except RuntimeError:  # no writable cache location (a read-only install and home)
+        return njit(function)
 
 
 @_compiled
@@ -200,3 +208,15 @@ def perturbed_pairs(scores, n_shown, p, coins):
     for r in range(k):
         at[r] = chance_at(best, r, ranking[r], end, p)
     return ranking, offset, swapped[:n_swapped], propensities, at
+
+
+def warm_up() -> None:
+    """Compile (or load from the cache) every kernel for the arrays a search passes, so that
+    a service is ready to answer before its first search rather than during it."""
+    n = 3
+    scores = np.array([3.0, 2.0, 1.0])
+    columns = np.zeros((n, 1))
+    out = np.empty((n, 4), order="F")
+    raw_features(scores, columns, columns, np.empty((0, 0)), 0.0, 1e12, out)
+    per_query_minmax(out, np.zeros(4, dtype=np.bool_), np.empty((n, 4), order="F"))
+    perturbed_pairs(scores, 2, 0.5, np.array([0.7, 0.2, 0.9]))

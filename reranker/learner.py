@@ -295,7 +295,7 @@ class Learner(ABC):
         goes through the full check (which grows the model or raises)."""
         if check or not self.initialized or X.shape[1] != self.n_features_in_:
             X = self.check_features(X)
-        n_shown = X.shape[0] if n_shown is None else min(int(n_shown), X.shape[0])
+        n_shown = X.shape[0] if n_shown is None else max(0, min(int(n_shown), X.shape[0]))
         if rng is None and self.stochastic:
             rng = _fallback_rng()
         result = self._rank(X, n_shown, rng)

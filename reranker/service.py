@@ -33,7 +33,7 @@ from .errors import BadRequestError, ConflictError, NotFoundError, RerankerError
 from .events import SHOWN_PROPENSITIES, ClickResult, Impression, RewardResult
 from .experiments.experiment import Decision, Experiment, experiment_from_config
 from .experiments.interleaving import perturb_pairs, perturbed_list_log_probability, team_draft
-from .features import FeatureSpec
+from .features import FeatureSpec, kernels
 from .learner import RankResult
 from .model import ModelFactory, RankingModel
 from .model_store import ModelStore
@@ -120,6 +120,7 @@ class RerankerService:
         self.experiment = experiment_from_config(self.config, self.events)
         if self.experiment is not None:
             self.trainer.after_pass = self._guard
+        kernels().warm_up()  # compiled (or loaded) before the first search, not during it
         return self
 
     def close(self) -> None:

@@ -1,8 +1,9 @@
-"""The compiled loops of the per-search path (reranker/kernels.py) give what the numpy
-expressions they replace give, bit for bit, on random matrices and on the edge cases
-(NaN, infinities, constant columns, ties, scores out of order); the perturbed pairs'
-chances equal those counted by enumerating every pairing and coin; and bad shapes are
-refused with a clear error instead of reaching the compiled code, which checks no bounds."""
+"""The compiled loops of the per-search path (reranker/kernels.py) give the values the
+numpy expressions they replace give for float64 input, on random matrices and on the edge
+cases (NaN, infinities, constant columns, ties, scores out of order); the perturbed pairs'
+chances equal those counted by enumerating every pairing and coin; and bad shapes, page
+sizes and coins are refused with a clear error instead of reaching the compiled code, which
+checks no bounds."""
 
 import itertools
 import math
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from reranker_plugins.preference_perceptron import PreferencePerceptron
 
+from reranker import kernels
 from reranker.backends import Candidates
 from reranker.features import FeatureSpec, PerQueryMinMax, engine_scores
 
@@ -126,6 +128,53 @@ def test_shapes_are_checked_before_the_compiled_code():
         spec.build(candidates(rng, 4, 2, 0), np.zeros((3, 2)))
     with pytest.raises(ValueError, match="mask"):
         PerQueryMinMax().transform(np.zeros((3, 4)), np.zeros(3, dtype=bool))
+    with pytest.raises(ValueError, match=r"one per hit, got shape \(2, 2\)"):
+        engine_scores(np.ones((2, 2)))
+    # a spec whose numeric fields grew after its names were read: more columns than names
+    spec = FeatureSpec(fields=("title",), numeric_fields=["a"])
+    assert len(spec.names) == 3
+    spec.numeric_fields.append("b")
+    wide = Candidates(ids=["x", "y"], scores=np.ones(2), field_scores=np.ones((2, 1)),
+                      numeric=np.ones((2, 2)), load_sources=lambda indices: [])
+    with pytest.raises(ValueError, match="4 feature columns for 3 feature names"):
+        spec.build(wide)
+
+
+def test_page_sizes_and_coins_are_checked():
+    learner = PreferencePerceptron(swap_probability=0.5)
+    learner.initialize(2)
+    X = np.random.default_rng(9).normal(size=(5, 2))
+    result = learner.rank(X, -3, np.random.default_rng(1))
+    assert sorted(result.ranking.tolist()) == list(range(5))
+    assert result.shown_propensities.shape == (0,) and not result.propensities.any()
+    assert not learner.marginals(X, -3).any() and learner.position_marginals(X, -3).shape == (5, 0)
+
+    class FewCoins:
+        def random(self, size):
+            return np.zeros(size - 1)
+
+    with pytest.raises(ValueError, match="coins"):
+        learner.rank(X, 4, FewCoins())
+
+
+def test_without_a_writable_cache_the_kernels_compile_in_each_process(monkeypatch):
+    calls = []
+
+    def njit(*args, **options):
+        calls.append(options)
+        if options.get("cache"):
+            def decorate(function):
+                raise RuntimeError("cannot cache function: no locator available")
+            return decorate
+        return args[0]
+
+    monkeypatch.setattr(kernels, "njit", njit)
+
+    def double(x):
+        return 2 * x
+
+    assert kernels._compiled(double) is double
+    assert calls == [{"cache": True}, {}]
 
 
 def enumerated_chances(best, k, p):
