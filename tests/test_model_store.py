@@ -114,3 +114,35 @@ def test_a_model_saved_before_the_starting_ranking_loads_and_ranks_as_it_did(tmp
     np.testing.assert_array_equal(loaded.learner.prior_, [0.0, 0.0, 0.0])
     X = np.random.default_rng(0).random((8, 3))
     np.testing.assert_array_equal(loaded.learner.rank(X).scores, X @ [0.1, -2.5, 1e-17])
+
+
+def test_a_page_logs_the_version_of_the_model_that_ranked_it(workdir, monkeypatch):
+    """A new version can be published while a search is under way: the page and its
+    impression name the version of the model that ranked it, read once per search."""
+    import copy
+
+    from reranker.config import load_config
+    from reranker.service import RerankerService
+
+    service = RerankerService(load_config(workdir / "config.yaml")).open()
+    try:
+        arm = service.arms[0]
+        old = arm.model
+        new = copy.deepcopy(old)
+        new.version = old.version + 1
+        ranked = []
+        for model in (old, new):
+            def rank(*args, _model=model, _rank=model.rank, **kwargs):
+                ranked.append(_model.version)
+                return _rank(*args, **kwargs)
+
+            monkeypatch.setattr(model, "rank", rank)
+        reads = iter([old, new, new, new])  # the new version lands after the first read
+        monkeypatch.setattr(type(arm), "model", property(lambda self: next(reads)))
+        page = service.search("tea kettle", 10)
+        service.events.flush()
+        logged = service.events.get_impression(page["impression_id"])
+        assert ranked == [old.version]
+        assert page["model_version"] == logged.model_version == old.version
+    finally:
+        service.close()
