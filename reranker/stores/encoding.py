@@ -17,7 +17,8 @@ Every value decodes to exactly the float64 that was logged (bit for bit, the sig
 included), so the trainer applies the same updates from a stored impression as from the
 one served. Each column is stored in the cheapest of these that reproduces it exactly:
 
-* the reciprocal ranks ``1/1, 1/2, ..., 1/n``: nothing (the engine's order feature);
+* the reciprocal ranks ``1/1, 1/2, ..., 1/n``: nothing (a reciprocal-rank feature, such as
+  the ``backend_reciprocal_rank`` of earlier feature sets);
 * decimals: integers times ``10**-k`` for a ``k`` up to 6, as the narrowest signed integer
   type (a numeric field such as a price, a rating, a popularity with one decimal);
 * float32: values a float32 holds exactly (the engines' scores: Lucene and Tantivy score in
