@@ -21,7 +21,9 @@ before the current are deleted (:meth:`reranker.stores.EventStore.exchange_reque
 A process's rates do not take in what the other processes counted before its first
 exchange (up to two minutes of it, which a token bucket would mostly have forgiven by
 then): a restarted worker starts a client's bucket full. Its impression counts do, since
-an impression's clicks count until the impression expires.
+an impression's clicks count until the impression expires. A serving process exchanges from
+the moment it serves (:func:`reranker.app.create_app`), so the workers started together
+have all made their first exchange before the first requests come.
 """
 
 from __future__ import annotations
@@ -161,7 +163,8 @@ class Counter(Protocol):
 class SharedCounts:
     """Exchanges the requests each process accepted, by scope and key, through the event
     store (see the module's documentation), every ``interval`` seconds on a thread of its
-    own, started by the first request counted in a process."""
+    own, started when the process starts serving (:meth:`start`), or else by the first
+    request it counts."""
 
     #: Cells of this process's counts kept while the store fails, at most; beyond them
     #: new requests are not counted for the others (each process still limits them).
@@ -215,10 +218,20 @@ class SharedCounts:
                 self._full = True
                 log.warning("request limits: %d counts wait for the event store; newer ones "
                             "are not shared with the other processes", self.MAX_PENDING)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="reranker-limits",
-                                                daemon=True)
-                self._thread.start()
+            self._start()
+
+    def start(self) -> None:
+        """Start exchanging now, before this process counts its first request: a serving
+        process does, so that its first exchange (whose counts of the others it does not
+        take) comes before the traffic rather than with it."""
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="reranker-limits",
+                                            daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

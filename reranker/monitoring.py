@@ -216,8 +216,9 @@ class LearnerBreaker:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and the fields a record
-    carries in ``extra`` (a request's method, path, status and milliseconds)."""
+    """One JSON object per line: time, level, logger, message, the process id (which worker
+    of ``serve --workers``), and the fields a record carries in ``extra`` (a request's
+    method, path, status and milliseconds)."""
 
     FIELDS = ("method", "path", "status", "ms", "endpoint", "arm", "reason")
 
@@ -225,7 +226,7 @@ class JsonFormatter(logging.Formatter):
         entry: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(), "logger": record.name,
+            "level": record.levelname.lower(), "logger": record.name, "pid": record.process,
             "message": record.getMessage()}
         for key in self.FIELDS:
             if hasattr(record, key):

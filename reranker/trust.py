@@ -294,6 +294,11 @@ class TrustGuard:
         return cls(config, ImpressionSigner.from_config(config, events), refused,
                    api_keys_from(config), events, exchanges)
 
+    def start_sharing(self) -> None:
+        """Exchange the counts with the other processes from now on (a serving process)."""
+        if self.shared is not None:
+            self.shared.start()
+
     def close(self) -> None:
         """Share this process's last counts and stop exchanging them."""
         if self.shared is not None:

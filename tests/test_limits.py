@@ -2,11 +2,13 @@
 event store (reranker/limits.py): each process exchanges its counts through the store, on
 SQLite and on PostgreSQL, and two real servers limit one client together."""
 
+import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import ServeProcess, store_rows, write_config
+from conftest import LiveServer, ServeProcess, store_rows, write_config
 
 from reranker.errors import StoreError
 from reranker.limits import ImpressionCounter, RateLimiter, SharedCounts
@@ -388,3 +390,51 @@ def test_two_servers_limit_one_client_together(workdir):
     finally:
         for server in servers:
             server.stop()
+
+
+def test_the_workers_of_one_serve_limit_one_client_together(workdir):
+    """`reranker serve --workers 2`: gunicorn hands each connection to either worker; one
+    client's searches, sent four at a time, get its rate once between them (the JSON log's
+    pid says both workers answered it)."""
+    path = write_config(workdir, security={"searches_per_minute": 20, "limits_exchange": 0.1},
+                        server={"log_format": "json"})
+    server = ServeProcess(path, "--workers", "2", "--no-trainer")
+    try:
+        server.wait_ready()
+
+        start = time.monotonic()
+
+        def search(i):
+            # 60 searches in about 2 s: a token comes back every 3 s
+            time.sleep(max(0.0, start + 0.035 * i - time.monotonic()))
+            return server.post("/search", {"query": "tea", "user_id": "u1"}).status_code
+
+        with ThreadPoolExecutor(4) as pool:
+            statuses = list(pool.map(search, range(60)))
+    finally:
+        server.stop()
+    accepted = statuses.count(200)
+    assert set(statuses) == {200, 429}
+    lines = [json.loads(line) for line in server.log_path.read_text().splitlines()
+             if line.startswith("{")]
+    served = [e["pid"] for e in lines if e.get("path") == "/search" and e.get("status") == 200]
+    assert len(served) == accepted and len(set(served)) == 2, served
+    # 20, a token every 3 s, and what one exchange's interval lets through on each worker:
+    # not 40 and more, as when each worker limits alone
+    assert 20 <= accepted < 30, statuses
+
+
+def test_a_serving_process_exchanges_before_its_first_request(workdir):
+    """The first exchange does not take the others' counts (they may be a minute old): a
+    serving process makes it before any request, not after its first one, when the other
+    workers may have served the client for a while."""
+    server = LiveServer(write_config(workdir, security={"searches_per_minute": 20,
+                                                        "limits_exchange": 0.05}))
+    try:
+        shared = server.service.trust.shared
+        deadline = time.monotonic() + 10
+        while shared.exchanges < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert shared.exchanges >= 2 and not shared._first
+    finally:
+        server.stop()

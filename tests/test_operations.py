@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import time
@@ -309,4 +310,4 @@ def test_json_log_lines_carry_each_requests_fields(workdir):
     assert [(e["method"], e["path"], e["status"]) for e in entries] == [
         ("POST", "/search", 200), ("POST", "/click", 403)]
     assert all(e["ms"] >= 0 and e["level"] == "info" and e["time"].endswith("Z")
-               for e in entries)
+               and e["pid"] == os.getpid() for e in entries)
