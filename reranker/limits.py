@@ -23,7 +23,7 @@ exchange (up to two minutes of it, which a token bucket would mostly have forgiv
 then): a restarted worker starts a client's bucket full. Its impression counts do, since
 an impression's clicks count until the impression expires. A serving process exchanges from
 the moment it serves (:func:`reranker.app.create_app`), so the workers started together
-have all made their first exchange before the first requests come.
+make their first exchange one interval after they start, whether or not requests have come.
 """
 
 from __future__ import annotations
