@@ -56,9 +56,6 @@ def create_app(config: Config | dict | None = None, *,
         if not isinstance(config, Config):
             config = config_from_dict(config or {})
         service = RerankerService(config).open()
-    # The request limits' counts are exchanged with the other processes before the first
-    # request, not from it on (reranker.limits).
-    service.trust.start_sharing()
     app = Flask("reranker", static_folder=None)  # the snippet has its own route and caching
     app.json.sort_keys = False
     # Werkzeug refuses a longer body with 413 before reading it, whatever the route.

@@ -21,9 +21,10 @@ before the current are deleted (:meth:`reranker.stores.EventStore.exchange_reque
 A process's rates do not take in what the other processes counted before its first
 exchange (up to two minutes of it, which a token bucket would mostly have forgiven by
 then): a restarted worker starts a client's bucket full. Its impression counts do, since
-an impression's clicks count until the impression expires. A serving process exchanges from
-the moment it serves (:func:`reranker.app.create_app`), so the workers started together
-make their first exchange one interval after they start, whether or not requests have come.
+an impression's clicks count until the impression expires. A process exchanges from the
+moment its service opens (:meth:`reranker.service.RerankerService.open`), so the workers
+started together make their first exchange one interval after they start, whether or not
+requests have come.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ class Counter(Protocol):
 class SharedCounts:
     """Exchanges the requests each process accepted, by scope and key, through the event
     store (see the module's documentation), every ``interval`` seconds on a thread of its
-    own, started when the process starts serving (:meth:`start`), or else by the first
+    own, started when the process's service opens (:meth:`start`), or else by the first
     request it counts."""
 
     #: Cells of this process's counts kept while the store fails, at most; beyond them
@@ -221,8 +222,8 @@ class SharedCounts:
             self._start()
 
     def start(self) -> None:
-        """Start exchanging now, before this process counts its first request: a serving
-        process does, so that its first exchange (whose counts of the others it does not
+        """Start exchanging now, before this process counts its first request: an opened
+        service does, so that its first exchange (whose counts of the others it does not
         take) comes before the traffic rather than with it."""
         with self._lock:
             self._start()

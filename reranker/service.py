@@ -121,6 +121,9 @@ class RerankerService:
         if self.experiment is not None:
             self.trainer.after_pass = self._guard
         kernels().warm_up()  # compiled (or loaded) before the first search, not during it
+        # The request limits' counts are exchanged with the other processes from now on,
+        # not from the first request on (reranker.limits).
+        self.trust.start_sharing()
         return self
 
     def close(self) -> None:

@@ -295,7 +295,7 @@ class TrustGuard:
                    api_keys_from(config), events, exchanges)
 
     def start_sharing(self) -> None:
-        """Exchange the counts with the other processes from now on (a serving process)."""
+        """Exchange the counts with the other processes from now on (an opened service)."""
         if self.shared is not None:
             self.shared.start()
 

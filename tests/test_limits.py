@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import LiveServer, ServeProcess, store_rows, write_config
+from conftest import ServeProcess, store_rows, write_config
 
 from reranker.errors import StoreError
 from reranker.limits import ImpressionCounter, RateLimiter, SharedCounts
@@ -328,7 +328,8 @@ def test_the_exchanges_are_counted_in_the_metrics_with_their_failures(workdir):
     from reranker.config import load_config
     from reranker.service import RerankerService
 
-    path = write_config(workdir, security={"searches_per_minute": 50, "limits_exchange": 0.05})
+    # the service's own thread exchanges a minute after it opens: only these are counted
+    path = write_config(workdir, security={"searches_per_minute": 50, "limits_exchange": 60})
     service = RerankerService(load_config(path)).open()
 
     def exchanges(outcome: str) -> float:
@@ -424,17 +425,20 @@ def test_the_workers_of_one_serve_limit_one_client_together(workdir):
     assert 20 <= accepted < 30, statuses
 
 
-def test_a_serving_process_exchanges_before_its_first_request(workdir):
-    """The first exchange does not take the others' counts (they may be a minute old): a
-    serving process makes it before any request, not after its first one, when the other
-    workers may have served the client for a while."""
-    server = LiveServer(write_config(workdir, security={"searches_per_minute": 20,
-                                                        "limits_exchange": 0.05}))
+def test_an_opened_service_exchanges_before_its_first_request(workdir):
+    """The first exchange does not take the others' counts (they may be a minute old): an
+    opened service (a worker of `serve`, or the library's) makes it before any request, not
+    after its first one, when the other workers may have served the client for a while."""
+    from reranker.config import load_config
+    from reranker.service import RerankerService
+
+    path = write_config(workdir, security={"searches_per_minute": 20, "limits_exchange": 0.05})
+    service = RerankerService(load_config(path)).open()
     try:
-        shared = server.service.trust.shared
+        shared = service.trust.shared
         deadline = time.monotonic() + 10
         while shared.exchanges < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert shared.exchanges >= 2 and not shared._first
     finally:
-        server.stop()
+        service.close()
