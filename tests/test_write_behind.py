@@ -170,6 +170,25 @@ def impression(i, query, docs, rng):
                       ranking=ranking, n_shown=min(5, len(docs)))
 
 
+def replay(mine, fresh, search, n, rng):
+    """``n`` searches ``search(i, rng) -> (query, candidates)`` logged by ``mine``, with a
+    click on an earlier page after half of them (while that page may still be queued):
+    before each, ``mine``'s click features are those of a ``fresh`` read of the store once
+    its queue is written."""
+    logged = []
+    for i in range(n):
+        query, candidates = search(i, rng)
+        seen = mine.click_features(query, candidates, 5.0)
+        mine.flush()
+        assert np.array_equal(seen, fresh.click_features(query, candidates, 5.0)), i
+        imp = impression(i, query, candidates, rng)
+        mine.log_impression(imp)
+        logged.append(imp)
+        if rng.random() < 0.5:
+            earlier = logged[int(rng.integers(len(logged)))]
+            mine.record_click(earlier.id, earlier.shown_ids()[int(rng.integers(5))])
+
+
 def test_click_features_within_a_process_are_those_of_every_write_before_them(open_store):
     """A store object that keeps its counts (a long refresh) and writes behind answers, at
     every step of a random stream of impressions and clicks over repeated queries, what a
@@ -178,29 +197,22 @@ def test_click_features_within_a_process_are_those_of_every_write_before_them(op
     cached.click_refresh = 3600.0
     fresh = open_store()
     fresh.click_refresh = 0.0
-    rng = np.random.default_rng(4)
     docs = {q: [f"{q[:3]}{i}" for i in range(12)] + ["shared1", "shared2"]
             for q in ("tea kettle", "coffee", "teapot")}
-    logged = []
-    for i in range(60):
+
+    def search(i, rng):
         query = ["tea kettle", "coffee", "teapot"][int(rng.integers(3))]
-        candidates = list(rng.permutation(docs[query]))
-        seen = cached.click_features(query, candidates, 5.0)
-        cached.flush()
-        assert np.array_equal(seen, fresh.click_features(query, candidates, 5.0)), i
-        imp = impression(i, query, candidates, rng)
-        cached.log_impression(imp)
-        logged.append(imp)
-        if rng.random() < 0.5:  # a click on an earlier page, while this one may be queued
-            earlier = logged[int(rng.integers(len(logged)))]
-            cached.record_click(earlier.id, earlier.shown_ids()[int(rng.integers(5))])
+        return query, list(rng.permutation(docs[query]))
+
+    replay(cached, fresh, search, 60, np.random.default_rng(4))
     assert cached._counts.hits > 30  # most searches read no database at all
 
 
-def test_a_query_searched_with_other_candidates_keeps_only_the_cells_of_its_last_read(
-        open_store):
-    """A document left out of a query's last read (a filter, a changed index) is read again
-    when it comes back, with what another process wrote meanwhile."""
+def tea_read_after_anothers_impression(open_store):
+    """``(mine, other, fresh, now, docs)``: three store objects; ``mine`` keeps its counts
+    for 10 s (its clock at ``now[0]``), ``fresh`` reads them on every search; ``other`` has
+    logged an impression of "tea" with ``docs``, and ``mine`` has read the query's counts
+    since."""
     mine, other, fresh = open_store(), open_store(), open_store()
     mine.click_refresh, fresh.click_refresh = 10.0, 0.0
     now = [0.0]
@@ -209,6 +221,14 @@ def test_a_query_searched_with_other_candidates_keeps_only_the_cells_of_its_last
     other.log_impression(impression(1, "tea", docs, np.random.default_rng(0)))
     other.flush()
     mine.click_features("tea", docs, 5.0)
+    return mine, other, fresh, now, docs
+
+
+def test_a_query_searched_with_other_candidates_keeps_only_the_cells_of_its_last_read(
+        open_store):
+    """A document left out of a query's last read (a filter, a changed index) is read again
+    when it comes back, with what another process wrote meanwhile."""
+    mine, other, fresh, now, docs = tea_read_after_anothers_impression(open_store)
     clicked = other.get_impression("i1").shown_ids()[0]
     other.record_click("i1", clicked)
     now[0] = 100.0
@@ -400,6 +420,164 @@ def test_a_query_read_before_another_processes_write_is_read_again_past_the_ttl(
     assert len(calls) == 2 and cache.checks == 1
     assert cache.counts("tea", ["a"], read, read_total)[0].tolist() == [[2.0, 4.0, 2.0, 4.0]]
     assert len(calls) == 3
+
+
+def query_reader(cache, db, too_many=False):
+    """A ``read_query`` for the cache over a dict standing for the database (``too_many``:
+    the query has too many cells, and ``keep`` is not called)."""
+    calls = []
+
+    def read_query(key, doc_ids, keep):
+        with cache.gate.shared():
+            calls.append(key)
+            if not too_many:
+                keep({c: v for c, v in db.items() if c[0] == key})
+    return read_query, calls
+
+
+class Reads:
+    """A count cache over a dict standing for the database, with its three readers:
+    ``now[0]`` is its clock; ``calls`` and ``query_calls`` record its full reads and its
+    reads of a query's cells alone (``too_many``: the query has too many cells for one)."""
+
+    def __init__(self, db, ttl=60.0, too_many=False):
+        self.now = [0.0]
+        self.cache = CountCache(ttl, clock=lambda: self.now[0])
+        self.read, self.calls = reader(self.cache, db)
+        self.read_total = total_reader(self.cache, db)
+        self.read_query, self.query_calls = query_reader(self.cache, db, too_many)
+
+    def counts(self, key, doc_ids, at=None):
+        if at is not None:
+            self.now[0] = at
+        return self.cache.counts(key, doc_ids, self.read, self.read_total, self.read_query)
+
+    def done(self):
+        """(full reads, queries read alone, lookups of the total)"""
+        return len(self.calls), self.query_calls, self.cache.checks
+
+
+def test_a_new_query_whose_candidates_counts_are_kept_reads_its_own_cells_alone():
+    db = {("tea", "a"): (1.0, 4.0), ("tea", "b"): (0.0, 2.0), ("cup", "b"): (1.0, 1.0),
+          (ALL_QUERIES, "a"): (1.0, 4.0), (ALL_QUERIES, "b"): (1.0, 3.0),
+          (ALL_QUERIES, ALL_DOCS): (2.0, 7.0)}
+    reads = Reads(db)
+    reads.counts("tea", ["a", "b"])
+    assert reads.done() == (1, [], 0)  # nothing kept yet: a full read
+    counts, total = reads.counts("cup", ["b", "a"], at=30.0)
+    assert counts.tolist() == [[1.0, 1.0, 1.0, 3.0], [0.0, 0.0, 1.0, 4.0]]
+    assert total == (2.0, 7.0)
+    # read 30 s ago, the counts over all queries need no lookup of the total
+    assert reads.done() == (1, ["cup"], 0)
+    # the query's cells are kept like those of a full read, and own commits add to them
+    reads.cache.queue("i", ROWS)
+    commit_exposures(reads.cache, db)
+    counts, _ = reads.counts("cup", ["b", "a"], at=50.0)
+    assert counts.tolist() == [[1.0, 1.0, 1.0, 3.0], [0.0, 0.0, 1.0, 4.5]]
+    assert reads.done() == (1, ["cup"], 0) and reads.cache.hits == 1
+    # they are as current as the counts over all queries (read at 0): past the ttl from
+    # then, one lookup of the total keeps them, as it does a full read's
+    assert reads.counts("cup", ["b", "a"], at=61.0)[0].tolist() == counts.tolist()
+    assert reads.done() == (1, ["cup"], 1)
+    # A candidate never read over all queries: a full read
+    reads.counts("mug", ["a", "c"])
+    assert reads.done() == (2, ["cup"], 1)
+
+
+def test_a_new_query_after_another_processes_write_reads_everything():
+    """The counts over all queries are known current only while a lookup of the total within
+    the ttl found it as kept: past the ttl, a new query looks it up first, and when
+    another process has written, reads every cell; so does a new query with a candidate
+    whose counts were read before a write that a read has seen since."""
+    db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
+          (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
+    reads = Reads(db)
+    reads.counts("tea", ["a"])
+    db["tea", "a"] = db[ALL_QUERIES, "a"] = db[ALL_QUERIES, ALL_DOCS] = (2.0, 4.0)
+    counts, total = reads.counts("cup", ["a"], at=61.0)
+    assert counts.tolist() == [[0.0, 0.0, 2.0, 4.0]] and total == (2.0, 4.0)
+    assert reads.done() == (2, [], 1)
+    # the full read holds the other process's write, as of 61: the next new query reads
+    # its own cells alone
+    counts, _ = reads.counts("mug", ["a"], at=62.0)
+    assert counts.tolist() == [[0.0, 0.0, 2.0, 4.0]]
+    assert reads.done() == (2, ["mug"], 1)
+    # a candidate whose counts over all queries were read before the other process's
+    # write (and not since): a full read
+    db["cup", "b"] = db[ALL_QUERIES, "b"] = (1.0, 1.0)
+    reads.counts("cup", ["a", "b"], at=70.0)
+    db[ALL_QUERIES, "b"] = (2.0, 2.0)
+    db[ALL_QUERIES, ALL_DOCS] = (3.0, 5.0)
+    reads.counts("tea", ["a"], at=131.0)  # sees the write, for its own candidate
+    counts, _ = reads.counts("pot", ["a", "b"], at=132.0)
+    assert counts.tolist() == [[0.0, 0.0, 2.0, 4.0], [0.0, 0.0, 2.0, 2.0]]
+    assert reads.done() == (5, ["mug"], 2)
+    # a ttl of 0 reads everything, every time
+    every_time = Reads(db, ttl=0.0)
+    for at, key in enumerate(("tea", "cup", "tea"), start=1):
+        every_time.counts(key, ["a"], at=float(at))
+    assert every_time.done() == (3, [], 0)
+
+
+def test_a_query_with_too_many_cells_for_one_range_is_read_in_full():
+    db = {("tea", "a"): (1.0, 4.0), ("cup", "a"): (1.0, 1.0), (ALL_QUERIES, "a"): (2.0, 5.0),
+          (ALL_QUERIES, ALL_DOCS): (2.0, 5.0)}
+    reads = Reads(db, too_many=True)
+    reads.counts("tea", ["a"])
+    counts, _ = reads.counts("cup", ["a"])
+    assert counts.tolist() == [[1.0, 1.0, 2.0, 5.0]]
+    assert reads.done() == (2, ["cup"], 0)
+
+
+def test_a_query_read_alone_while_the_cells_are_forgotten_is_read_in_full():
+    """The counts over all queries the query's own read relies on are forgotten during it
+    (a commit whose answer was lost): its cells are not kept alone, everything is read."""
+    db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
+          (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
+    reads = Reads(db)
+    read_query = reads.read_query
+
+    def forgetting(key, doc_ids, keep):
+        reads.cache.forget()
+        read_query(key, doc_ids, keep)
+
+    reads.read_query = forgetting
+    reads.counts("tea", ["a"])
+    counts, _ = reads.counts("cup", ["a"])
+    assert counts.tolist() == [[0.0, 0.0, 1.0, 4.0]]
+    assert reads.done() == (2, ["cup"], 0) and reads.cache.query_reads == 0
+
+
+def test_new_queries_read_their_own_cells_and_their_counts_stay_exact(open_store):
+    """A stream of searches of new queries over shared documents, with clicks, in one
+    process: each new query reads its own cells alone, and every answer is that of a
+    fresh read of the store once the queue is written."""
+    mine, fresh = open_store(), open_store()
+    mine.click_refresh, fresh.click_refresh = 3600.0, 0.0
+    pool = [f"d{i}" for i in range(10)]
+
+    def search(i, rng):  # one query comes back, the rest are new
+        return "tea" if i % 4 == 0 else f"tea {i}", list(rng.choice(pool, 6, replace=False))
+
+    replay(mine, fresh, search, 40, np.random.default_rng(7))
+    assert mine._counts.query_reads > 15
+
+
+def test_a_new_query_sees_another_processes_write_once_the_refresh_time_has_passed(
+        open_store):
+    mine, other, fresh, now, docs = tea_read_after_anothers_impression(open_store)
+    before = fresh.click_features("cup", docs, 5.0)
+    other.record_click("i1", other.get_impression("i1").shown_ids()[0])
+    after = fresh.click_features("cup", docs, 5.0)
+    assert not np.array_equal(before, after)
+    now[0] = 5.0  # within the refresh time: the counts over all queries kept
+    assert np.array_equal(mine.click_features("cup", docs, 5.0), before)
+    assert (mine._counts.reads, mine._counts.query_reads) == (1, 1)
+    now[0] = 10.5  # past it: the write is seen
+    assert np.array_equal(mine.click_features("cup", docs, 5.0), after)
+    assert np.array_equal(mine.click_features("mug", docs, 5.0),
+                          fresh.click_features("mug", docs, 5.0))
+    assert (mine._counts.reads, mine._counts.query_reads) == (2, 2)
 
 
 def test_the_cache_forgets_everything_past_its_size_and_reads_again():

@@ -24,6 +24,13 @@ total, made once per ``click_refresh``, finds it equal to the kept total, and ev
 since the query's found it so too, nothing has been written but this object's own writes,
 which the kept cells hold already. (Not with ``click_refresh`` 0, which always reads.)
 
+A query not kept (a new one, or one whose cells are stale) whose candidates' counts over
+all queries are all kept and known current (read since the last write of another process
+was seen, and a lookup of the total within ``click_refresh`` found it as kept) reads its
+own cells alone: most candidates of a new query have been shown under other queries, and
+a new query has no cells at all, so that read is one lookup of the primary key's prefix,
+where a full read looks up some two hundred cells.
+
 A read from the database and a commit of this object never overlap (:meth:`reading` and
 :meth:`committing`, a readers-writer gate taken only around the ``COMMIT`` and the update of
 the kept cells that goes with it, never while a transaction waits for the database's
@@ -56,8 +63,13 @@ from ..forks import renew_in_child
 ALL_QUERIES = "*"
 ALL_DOCS = ""
 
-#: The columns of a kept cell (``[clicks, exposure]``).
+#: The columns of a kept cell (``(clicks, exposure)``).
 CLICKS, EXPOSURE = 0, 1
+#: A cell without a row. Kept cells are tuples, replaced when a commit adds to them: a
+#: tuple of floats (and a dict of them) is left alone by Python's cycle collector, so the
+#: some hundred thousand cells kept cost its full collections nothing, and every empty cell
+#: is this one object.
+EMPTY = (0.0, 0.0)
 
 #: Cells kept at most; past it, all are forgotten (and read again as searches need them).
 MAX_CELLS = 200_000
@@ -128,9 +140,10 @@ class CountCache:
         # a forked child starts empty, with locks of its own: what the parent queued is the
         # parent's to write, and its locks may have been held at the fork
         renew_in_child(self._reset)
-        #: Reads of the database, reads of the total alone, and searches answered from the
-        #: cache (for tests and benchmarks).
-        self.reads = self.checks = self.hits = 0
+        #: Reads of the database (of a query's cells and the candidates' over all queries;
+        #: of a query's cells alone), reads of the total alone, and searches answered from
+        #: the cache (for tests and benchmarks).
+        self.reads = self.query_reads = self.checks = self.hits = 0
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
@@ -138,12 +151,15 @@ class CountCache:
         # Cells read, with this object's commits since added: per query, when its cells
         # were read and each document's [clicks, exposure] under it; over all queries, each
         # document's (and the total's, under ALL_DOCS).
-        self._queries: dict[str, tuple[float, dict[str, list], int]] = {}  # read, docs, epoch
-        self._all: dict[str, list] = {}
+        self._queries: dict[str, tuple[float, dict[str, tuple], int]] = {}  # read, docs, epoch
+        self._all: dict[str, tuple] = {}
+        self._all_epoch: dict[str, int] = {}  # the epoch in which each was last read
+        self._forgotten = 0  # times everything was forgotten
         self._size = 0  # cells (and queries) kept
         # A new epoch begins whenever a read finds the store's total other than the kept
         # one (another process has written); a query's entry holds the epoch of its read.
-        # ``_checked``: when a lookup of the total last found it as kept (see :meth:`_fresh`).
+        # ``_checked``: when a lookup of the total last found it as kept, or a read found it
+        # changed (see :meth:`_fresh`): the cells read in the epoch are current as of then.
         self._epoch = 0
         self._checked = -math.inf
         # Exposures of queued impressions: per query (and ALL_QUERIES), per document,
@@ -170,7 +186,11 @@ class CountCache:
     def forget(self) -> None:
         """Forget the kept cells (not the queued exposures): each query's are read again."""
         with self._lock:
-            self._queries, self._all, self._size = {}, {}, 0
+            self._forget()
+
+    def _forget(self) -> None:
+        self._queries, self._all, self._all_epoch, self._size = {}, {}, {}, 0
+        self._forgotten += 1
 
     def unqueue(self, impression_ids: Iterable[str]) -> None:
         """The exposures of impressions that will never be written (again: each counts
@@ -204,12 +224,16 @@ class CountCache:
             queries, every = self._queries, self._all
             for (key, doc_id), amount in added.items():
                 if key == ALL_QUERIES:
-                    kept = every.get(doc_id)
+                    cells = every
                 else:
                     entry = queries.get(key)
-                    kept = None if entry is None else entry[1].get(doc_id)
+                    if entry is None:
+                        continue
+                    cells = entry[1]
+                kept = cells.get(doc_id)
                 if kept is not None:
-                    kept[column] += amount
+                    cells[doc_id] = (kept[0] + amount, kept[1]) if column == CLICKS \
+                        else (kept[0], kept[1] + amount)
             self._unqueue(written)
 
     def _unqueue(self, impression_ids: Iterable[str]) -> None:
@@ -229,7 +253,8 @@ class CountCache:
     # -- reading -------------------------------------------------------------------------------
 
     def counts(self, key: str, doc_ids: list[str], read: Callable[..., None],
-               read_total: Callable[..., None] | None = None
+               read_total: Callable[..., None] | None = None,
+               read_query: Callable[..., None] | None = None
                ) -> tuple[np.ndarray, tuple[float, float]]:
         """The counts of the candidates ``doc_ids`` under query ``key`` (columns: clicks and
         exposure under the query, then over all queries) and the total ``(clicks,
@@ -243,21 +268,28 @@ class CountCache:
 
         ``read_total(compare)`` reads the total alone, the same way, and there calls
         ``compare((clicks, exposure))``: when the query's cells are older than the ttl but no
-        other process has written since (:meth:`_fresh`), that one lookup confirms them."""
+        other process has written since (:meth:`_fresh`), that one lookup confirms them.
+
+        ``read_query(key, docs, keep)`` reads the cells under ``key`` alone (at least those
+        of ``docs``), the same way, and there calls ``keep(cells)``; or does not call it
+        (say, the query has too many cells for one quick read), and then ``read`` reads."""
         now = self.clock()
         with self._lock:
             fresh = self._fresh(key, doc_ids, now)
             if fresh:
                 self.hits += 1
                 return self._assemble(key, doc_ids)
-        if fresh is None and read_total is not None:
+            alone = read_query is not None and self._everywhere_kept(doc_ids)
+            kept_as = (self._epoch, self._forgotten)
+        if (fresh is None or (alone and now - self._checked > self.ttl)) \
+                and read_total is not None:
             confirmed = []
 
             def compare(total: tuple[float, float]) -> None:
                 with self._lock:
                     kept = self._all.get(ALL_DOCS)
                     if kept is not None and kept[0] == total[0] and kept[1] == total[1]:
-                        self._checked = now
+                        self._checked = max(self._checked, now)
                         if self._fresh(key, doc_ids, now):
                             confirmed.append(self._assemble(key, doc_ids))
                     else:  # another process wrote: every query is read again
@@ -270,6 +302,24 @@ class CountCache:
                 self.hits += 1
                 return confirmed[0]
         answer = []
+        if alone:
+            # The counts over all queries still as they were found (no new epoch, nothing
+            # forgotten), and current as of ``since``.
+            with self._lock:
+                epoch, since = self._epoch, self._checked
+                alone = self._still(kept_as, doc_ids) and now - since <= self.ttl
+
+            def keep_query(cells: Mapping[Cell, tuple[float, float]]) -> None:
+                with self._lock:
+                    if self._still(kept_as, doc_ids):
+                        self.query_reads += 1
+                        self._keep_query(key, doc_ids, cells, since, epoch)
+                        answer.append(self._assemble(key, doc_ids))
+
+            if alone:
+                read_query(key, list(dict.fromkeys(doc_ids)), keep_query)
+                if answer:
+                    return answer[0]
 
         def keep(cells: Mapping[Cell, tuple[float, float]]) -> None:
             with self._lock:
@@ -279,6 +329,22 @@ class CountCache:
 
         read(key, list(dict.fromkeys(doc_ids)), keep)
         return answer[0]
+
+    def _everywhere_kept(self, doc_ids: list[str]) -> bool:
+        """Whether the counts over all queries of ``doc_ids`` and the total are kept, all
+        read in the current epoch, with room for the query's cells beside them (a ttl of 0
+        keeps nothing current)."""
+        tags = self._all_epoch
+        return (bool(self.ttl) and self._size + len(doc_ids) + 1 <= self.max_cells
+                and tags.get(ALL_DOCS) == self._epoch
+                and set(map(tags.get, doc_ids)) <= {self._epoch})
+
+    def _still(self, kept_as: tuple[int, int], doc_ids: list[str]) -> bool:
+        """Whether :meth:`_everywhere_kept` still holds, having held when the epoch and the
+        count of forgettings were ``kept_as`` (a cell's epoch changes only to a new epoch,
+        and a cell goes only when everything is forgotten)."""
+        return ((self._epoch, self._forgotten) == kept_as
+                and self._size + len(doc_ids) + 1 <= self.max_cells)
 
     def _fresh(self, key: str, doc_ids: list[str], now: float) -> bool | None:
         """Whether the search's cells are kept and current: every cell is kept, and the
@@ -302,7 +368,7 @@ class CountCache:
     def _assemble(self, key: str, doc_ids: list[str]) -> tuple[np.ndarray, tuple[float, float]]:
         docs, every = self._queries[key][1], self._all
         n = len(doc_ids)
-        # The cells' values straight into one array (the quickest way from Python lists to
+        # The cells' values straight into one array (the quickest way from Python tuples to
         # numpy, for the some 200 cells of a search).
         pick = operator.itemgetter(*doc_ids) if n > 1 else lambda cells: (
             tuple(cells[d] for d in doc_ids))
@@ -327,29 +393,46 @@ class CountCache:
     def _keep(self, key: str, doc_ids: list[str], got: Mapping[Cell, tuple[float, float]],
               now: float) -> None:
         if self._size + 2 * len(doc_ids) + 2 > self.max_cells:  # room: forget everything
-            self._queries, self._all, self._size = {}, {}, 0
+            self._forget()
         total, kept = got.get((ALL_QUERIES, ALL_DOCS), (0.0, 0.0)), self._all.get(ALL_DOCS)
         if kept is None or kept[0] != total[0] or kept[1] != total[1]:
             # Another process wrote (or nothing was kept): the queries read before may
-            # lack its writes, this one holds them.
+            # lack its writes, this one holds them, as of now.
             self._epoch += 1
-            self._checked = -math.inf
+            self._checked = now
+        else:  # a lookup of the total like any other (see _fresh)
+            self._checked = max(self._checked, now)
+        # Every cell asked for, 0 unless read (one pass over the cells read, which may be
+        # fewer than those asked for: a search's cells are some 200)
+        docs = dict.fromkeys(doc_ids, EMPTY)
+        every = dict.fromkeys(doc_ids, EMPTY)
+        every[ALL_DOCS] = EMPTY
+        for (cell_key, d), value in got.items():
+            if cell_key == key and d in docs:
+                docs[d] = (value[0], value[1])
+            if cell_key == ALL_QUERIES and d in every:
+                every[d] = (value[0], value[1])
+        kept = self._all
+        self._size += len([d for d in every if d not in kept])
+        kept.update(every)
+        self._all_epoch.update(dict.fromkeys(every, self._epoch))
+        self._put_query(key, docs, now, self._epoch)
+
+    def _keep_query(self, key: str, doc_ids: list[str],
+                    got: Mapping[Cell, tuple[float, float]], read: float, epoch: int) -> None:
+        """Keep the cells of ``doc_ids`` under ``key`` alone, from ``got`` (0 unless
+        there), as current as of time ``read`` in ``epoch``."""
+        docs = dict.fromkeys(doc_ids, EMPTY)
+        for (cell_key, d), value in got.items():
+            if cell_key == key and d in docs:
+                docs[d] = (value[0], value[1])
+        self._put_query(key, docs, read, epoch)
+
+    def _put_query(self, key: str, docs: dict[str, tuple], read: float, epoch: int) -> None:
         # The query's cells are those of this read alone (a document it read before and
         # not now would pass for read now).
         old = self._queries.pop(key, None)
         if old is not None:
             self._size -= 1 + len(old[1])
-        # Every cell asked for, 0 unless read (one pass over the cells read, which may be
-        # fewer than those asked for: a search's cells are some 200)
-        docs = {d: [0.0, 0.0] for d in doc_ids}
-        every = {d: [0.0, 0.0] for d in doc_ids}
-        every[ALL_DOCS] = [0.0, 0.0]
-        for (cell_key, d), value in got.items():
-            if cell_key == key and d in docs:
-                docs[d] = [value[0], value[1]]
-            if cell_key == ALL_QUERIES and d in every:
-                every[d] = [value[0], value[1]]
-        kept = self._all
-        self._size += 1 + len(docs) + len([d for d in every if d not in kept])
-        self._queries[key] = (now, docs, self._epoch)
-        kept.update(every)
+        self._size += 1 + len(docs)
+        self._queries[key] = (read, docs, epoch)

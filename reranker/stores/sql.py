@@ -52,6 +52,9 @@ LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_open ON impressions (cre
 #: Clicks written in one transaction at most (also bounds the ``IN (...)`` list of the
 #: impressions they are on); also the impressions retention removes per transaction.
 CLICK_BATCH = 500
+#: A query's click counts are read in one range when it has at most this many cells per
+#: candidate (:meth:`SQLEventStore._read_query_cells`).
+QUERY_CELLS = 2
 _GROUP_LOCK = threading.Lock()
 #: Impressions a process queues for the store at most while the store fails: beyond them,
 #: a search answers 503 (:mod:`.write_behind`).
@@ -548,7 +551,7 @@ class SQLEventStore(EventStore):
         object's own at once, even while queued; other processes' as
         ``features.click_refresh`` says: :mod:`.count_cache`)."""
         counts, total = self._counts.counts(query_key(query), doc_ids, self._read_cells,
-                                            self._read_total)
+                                            self._read_total, self._read_query_cells)
         return lifts_from_counts(counts, total[0], total[1], smoothing)
 
     def _read_cells(self, key: str, doc_ids: list[str], keep) -> None:
@@ -570,6 +573,19 @@ class SQLEventStore(EventStore):
                     f"WHERE query_key IN (?, ?) AND doc_id IN ({marks})",
                     (key, ALL_QUERIES, ALL_DOCS, *chunk)).fetchall()})
             keep(cells)
+
+    def _read_query_cells(self, key: str, doc_ids: list[str], keep) -> None:
+        """``keep(cells)`` with the ``click_stats`` cells under query ``key`` alone, read
+        like :meth:`_read_cells`: every cell of the query, in one range of the primary key
+        (none for a new query), unless it has more than :data:`QUERY_CELLS` per candidate
+        (documents shown for it over many versions of the index), and then ``keep`` is not
+        called (the count cache reads the candidates' cells instead)."""
+        limit = QUERY_CELLS * max(len(doc_ids), 1)
+        with self._reading(flush=False) as conn, self._counts.gate.shared():
+            rows = self._run(conn, "SELECT doc_id, clicks, exposure FROM click_stats WHERE "
+                             "query_key = ? LIMIT ?", (key, limit + 1)).fetchall()
+            if len(rows) <= limit:
+                keep({(key, row[0]): (row[1], row[2]) for row in rows})
 
     def _read_total(self, compare) -> None:
         """``compare((clicks, exposure))`` with the total ``click_stats`` cell, read while no
