@@ -519,6 +519,27 @@ def test_a_new_query_after_another_processes_write_reads_everything():
     assert every_time.done() == (3, [], 0)
 
 
+def test_counts_over_all_queries_read_within_the_ttl_serve_a_new_query_in_any_epoch():
+    """With other processes writing (every read finds a new total), the counts over all
+    queries still serve a new query for the ttl after their read: it reads its own cells
+    alone, kept as of the oldest of those reads, and past the ttl from then reads them all
+    again, with the other process's write."""
+    db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
+          (ALL_QUERIES, "b"): (0.0, 1.0), (ALL_QUERIES, ALL_DOCS): (1.0, 5.0)}
+    reads = Reads(db)
+    reads.counts("tea", ["a"])
+    db["tea", "a"] = db[ALL_QUERIES, "a"] = (2.0, 4.0)  # another process's click
+    db[ALL_QUERIES, ALL_DOCS] = (2.0, 5.0)
+    reads.counts("cup", ["b"], at=10.0)  # a new epoch: "a" is of the one before
+    counts, _ = reads.counts("mug", ["a", "b"], at=20.0)
+    assert counts.tolist() == [[0.0, 0.0, 1.0, 4.0], [0.0, 0.0, 0.0, 1.0]]
+    assert reads.done() == (2, ["mug"], 0)
+    assert reads.counts("mug", ["a", "b"], at=59.0)[0].tolist() == counts.tolist()
+    counts, _ = reads.counts("mug", ["a", "b"], at=61.0)
+    assert counts.tolist() == [[0.0, 0.0, 2.0, 4.0], [0.0, 0.0, 0.0, 1.0]]
+    assert reads.done() == (3, ["mug"], 0)
+
+
 def test_a_query_with_too_many_cells_for_one_range_is_read_in_full():
     db = {("tea", "a"): (1.0, 4.0), ("cup", "a"): (1.0, 1.0), (ALL_QUERIES, "a"): (2.0, 5.0),
           (ALL_QUERIES, ALL_DOCS): (2.0, 5.0)}

@@ -25,11 +25,13 @@ since the query's found it so too, nothing has been written but this object's ow
 which the kept cells hold already. (Not with ``click_refresh`` 0, which always reads.)
 
 A query not kept (a new one, or one whose cells are stale) whose candidates' counts over
-all queries are all kept and known current (read since the last write of another process
-was seen, and a lookup of the total within ``click_refresh`` found it as kept) reads its
-own cells alone: most candidates of a new query have been shown under other queries, and
-a new query has no cells at all, so that read is one lookup of the primary key's prefix,
-where a full read looks up some two hundred cells.
+all queries are all kept and current (each read within ``click_refresh`` seconds, by any
+query's read, or read since the last write of another process was seen while a lookup of
+the total within ``click_refresh`` found it as kept) reads its own cells alone, and keeps
+them as current as the oldest of those: most candidates of a new query have been read
+under other queries, and a new query has no cells at all, so that read is one lookup of
+the primary key's prefix, where a full read looks up some two hundred cells. With several
+processes writing, the first way holds for the documents searches keep reading.
 
 A read from the database and a commit of this object never overlap (:meth:`reading` and
 :meth:`committing`, a readers-writer gate taken only around the ``COMMIT`` and the update of
@@ -154,6 +156,7 @@ class CountCache:
         self._queries: dict[str, tuple[float, dict[str, tuple], int]] = {}  # read, docs, epoch
         self._all: dict[str, tuple] = {}
         self._all_epoch: dict[str, int] = {}  # the epoch in which each was last read
+        self._all_read: dict[str, float] = {}  # and when
         self._forgotten = 0  # times everything was forgotten
         self._size = 0  # cells (and queries) kept
         # A new epoch begins whenever a read finds the store's total other than the kept
@@ -189,7 +192,8 @@ class CountCache:
             self._forget()
 
     def _forget(self) -> None:
-        self._queries, self._all, self._all_epoch, self._size = {}, {}, {}, 0
+        self._queries, self._all, self._size = {}, {}, 0
+        self._all_epoch, self._all_read = {}, {}
         self._forgotten += 1
 
     def unqueue(self, impression_ids: Iterable[str]) -> None:
@@ -281,8 +285,11 @@ class CountCache:
                 return self._assemble(key, doc_ids)
             alone = read_query is not None and self._everywhere_kept(doc_ids)
             kept_as = (self._epoch, self._forgotten)
-        if (fresh is None or (alone and now - self._checked > self.ttl)) \
-                and read_total is not None:
+            # A lookup of the total may confirm the counts over all queries when all were
+            # read in this epoch (else their reads' times alone tell).
+            since, current = self._everywhere_since(doc_ids) if alone else (now, False)
+            confirm = current and now - since > self.ttl
+        if (fresh is None or confirm) and read_total is not None:
             confirmed = []
 
             def compare(total: tuple[float, float]) -> None:
@@ -304,10 +311,14 @@ class CountCache:
         answer = []
         if alone:
             # The counts over all queries still as they were found (no new epoch, nothing
-            # forgotten), and current as of ``since``.
+            # forgotten), and current as of ``since``: the query's cells are kept as of
+            # then, and in this epoch only when all of those are of it.
             with self._lock:
-                epoch, since = self._epoch, self._checked
-                alone = self._still(kept_as, doc_ids) and now - since <= self.ttl
+                alone = self._still(kept_as, doc_ids)
+                if alone:
+                    since, current = self._everywhere_since(doc_ids)
+                    epoch = self._epoch if current else -1
+                    alone = now - since <= self.ttl
 
             def keep_query(cells: Mapping[Cell, tuple[float, float]]) -> None:
                 with self._lock:
@@ -331,13 +342,24 @@ class CountCache:
         return answer[0]
 
     def _everywhere_kept(self, doc_ids: list[str]) -> bool:
-        """Whether the counts over all queries of ``doc_ids`` and the total are kept, all
-        read in the current epoch, with room for the query's cells beside them (a ttl of 0
-        keeps nothing current)."""
+        """Whether the counts over all queries of ``doc_ids`` and the total are kept, with
+        room for the query's cells beside them (a ttl of 0 keeps nothing current)."""
         tags = self._all_epoch
         return (bool(self.ttl) and self._size + len(doc_ids) + 1 <= self.max_cells
-                and tags.get(ALL_DOCS) == self._epoch
-                and set(map(tags.get, doc_ids)) <= {self._epoch})
+                and ALL_DOCS in tags and None not in set(map(tags.get, doc_ids)))
+
+    def _everywhere_since(self, doc_ids: list[str]) -> tuple[float, bool]:
+        """As of when the kept counts over all queries of ``doc_ids`` and the total are all
+        known current, and whether all were read in the current epoch. A cell is current as
+        of its read, and one read in the current epoch also as of the last lookup of the
+        total that found it as kept (:meth:`_fresh`)."""
+        read = self._all_read
+        oldest = min(read[ALL_DOCS], min(map(read.__getitem__, doc_ids), default=math.inf))
+        tags = set(map(self._all_epoch.__getitem__, doc_ids))
+        tags.add(self._all_epoch[ALL_DOCS])
+        if tags == {self._epoch}:
+            return max(oldest, self._checked), True
+        return oldest, False
 
     def _still(self, kept_as: tuple[int, int], doc_ids: list[str]) -> bool:
         """Whether :meth:`_everywhere_kept` still holds, having held when the epoch and the
@@ -416,6 +438,7 @@ class CountCache:
         self._size += len([d for d in every if d not in kept])
         kept.update(every)
         self._all_epoch.update(dict.fromkeys(every, self._epoch))
+        self._all_read.update(dict.fromkeys(every, now))
         self._put_query(key, docs, now, self._epoch)
 
     def _keep_query(self, key: str, doc_ids: list[str],
