@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 #: Hits the search that reads the shown documents asks for at most, and per id: room for an
 #: id that several indices behind an alias or pattern hold.
 SOURCE_SEARCH_SIZE, SAME_ID_ROOM = 10_000, 4
+#: Seconds: the read of the shown documents takes the time left of the search's
+#: ``backend.request_timeout``, rounded down to this step.
+TIMEOUT_STEP = 0.1
 
 PLACEHOLDER = "{{query}}"
 PROBE_TEXT = "reranker start-up check"
@@ -240,6 +244,7 @@ class ElasticsearchBackend(Backend):
                               for f in self.fields}
             self.feature_names = list(self._features)
         self._es = None
+        self._timeout_clients: dict[int, Any] = {}  # tenths of a second -> client
         self._lock = threading.Lock()
         self.server_version: str | None = None
         quiet_client_logs(several_nodes=not backend.cloud_id and len(backend.hosts) > 1)
@@ -284,6 +289,21 @@ class ElasticsearchBackend(Backend):
                     self._detect_version(client)
                     self._es = client
         return self._es
+
+    def _with_timeout(self, seconds: float):
+        """The client with a request timeout of at most ``seconds``: rounded down to a tenth
+        of a second, and kept per value (the client's ``options()`` builds a new client,
+        which costs about a tenth of a millisecond); below a tenth, exactly."""
+        if seconds < TIMEOUT_STEP:
+            return self.es.options(request_timeout=seconds)
+        step = math.floor(seconds / TIMEOUT_STEP)
+        clients = self._timeout_clients
+        client = clients.get(step)
+        if client is None:
+            if len(clients) >= 64:  # timeouts changed (a reloaded configuration): start over
+                clients.clear()
+            client = clients[step] = self.es.options(request_timeout=step * TIMEOUT_STEP)
+        return client
 
     def _detect_version(self, client) -> None:
         """Read the server's version with a header both 8.x and 9.x accept, then talk to it
@@ -532,7 +552,7 @@ class ElasticsearchBackend(Backend):
             raise BackendUnavailableError(f"Elasticsearch at {self._where()} did not answer "
                                           f"within {self.timeout:g}s while reading the shown "
                                           f"documents")
-        es = self.es.options(request_timeout=timeout)
+        es = self._with_timeout(timeout)
         # room for an id held by several indices behind an alias or pattern
         size = min(SOURCE_SEARCH_SIZE, SAME_ID_ROOM * len(ids))
         response = self._call(lambda: es.search(
