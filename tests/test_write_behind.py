@@ -423,15 +423,17 @@ def test_a_query_read_before_another_processes_write_is_read_again_past_the_ttl(
 
 
 def query_reader(cache, db, too_many=False):
-    """A ``read_query`` for the cache over a dict standing for the database (``too_many``:
-    the query has too many cells, and ``keep`` is not called)."""
+    """A ``read_query`` for the cache over a dict standing for the database: the query's
+    cells and the total (``too_many``: the query has too many cells, and ``keep`` is not
+    called)."""
     calls = []
 
     def read_query(key, doc_ids, keep):
         with cache.gate.shared():
             calls.append(key)
             if not too_many:
-                keep({c: v for c, v in db.items() if c[0] == key})
+                keep({c: v for c, v in db.items()
+                      if c[0] == key or c == (ALL_QUERIES, ALL_DOCS)})
     return read_query, calls
 
 
@@ -467,7 +469,6 @@ def test_a_new_query_whose_candidates_counts_are_kept_reads_its_own_cells_alone(
     counts, total = reads.counts("cup", ["b", "a"], at=30.0)
     assert counts.tolist() == [[1.0, 1.0, 1.0, 3.0], [0.0, 0.0, 1.0, 4.0]]
     assert total == (2.0, 7.0)
-    # read 30 s ago, the counts over all queries need no lookup of the total
     assert reads.done() == (1, ["cup"], 0)
     # the query's cells are kept like those of a full read, and own commits add to them
     reads.cache.queue("i", ROWS)
@@ -475,9 +476,12 @@ def test_a_new_query_whose_candidates_counts_are_kept_reads_its_own_cells_alone(
     counts, _ = reads.counts("cup", ["b", "a"], at=50.0)
     assert counts.tolist() == [[1.0, 1.0, 1.0, 3.0], [0.0, 0.0, 1.0, 4.5]]
     assert reads.done() == (1, ["cup"], 0) and reads.cache.hits == 1
-    # they are as current as the counts over all queries (read at 0): past the ttl from
-    # then, one lookup of the total keeps them, as it does a full read's
-    assert reads.counts("cup", ["b", "a"], at=61.0)[0].tolist() == counts.tolist()
+    # read with the total as kept, in the epoch of every count kept, they are current as
+    # of their read (30): past the ttl from then, one lookup of the total keeps them, as it
+    # does a full read's
+    assert reads.counts("cup", ["b", "a"], at=89.0)[0].tolist() == counts.tolist()
+    assert reads.done() == (1, ["cup"], 0)
+    assert reads.counts("cup", ["b", "a"], at=91.0)[0].tolist() == counts.tolist()
     assert reads.done() == (1, ["cup"], 1)
     # A candidate never read over all queries: a full read
     reads.counts("mug", ["a", "c"])
@@ -485,23 +489,24 @@ def test_a_new_query_whose_candidates_counts_are_kept_reads_its_own_cells_alone(
 
 
 def test_a_new_query_after_another_processes_write_reads_everything():
-    """The counts over all queries are known current only while a lookup of the total within
-    the ttl found it as kept: past the ttl, a new query looks it up first, and when
-    another process has written, reads every cell; so does a new query with a candidate
-    whose counts were read before a write that a read has seen since."""
+    """A query's cells read alone serve with the counts over all queries kept while the
+    total read with them is as kept (nothing written since), or, for a query without cells,
+    for the ttl after the counts' reads. Past that, when another process has written, every
+    cell is read; so it is for a new query with a candidate whose counts were read before a
+    write that a read has seen since."""
     db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
           (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
     reads = Reads(db)
     reads.counts("tea", ["a"])
     db["tea", "a"] = db[ALL_QUERIES, "a"] = db[ALL_QUERIES, ALL_DOCS] = (2.0, 4.0)
-    counts, total = reads.counts("cup", ["a"], at=61.0)
+    counts, total = reads.counts("cup", ["a"], at=61.0)  # its total read tells of the write
     assert counts.tolist() == [[0.0, 0.0, 2.0, 4.0]] and total == (2.0, 4.0)
-    assert reads.done() == (2, [], 1)
-    # the full read holds the other process's write, as of 61: the next new query reads
-    # its own cells alone
+    assert reads.done() == (2, ["cup"], 0) and reads.cache.query_reads == 0
+    # the full read holds the other process's write, as of 61: the next new query's cells
+    # read alone serve
     counts, _ = reads.counts("mug", ["a"], at=62.0)
     assert counts.tolist() == [[0.0, 0.0, 2.0, 4.0]]
-    assert reads.done() == (2, ["mug"], 1)
+    assert reads.done() == (2, ["cup", "mug"], 0) and reads.cache.query_reads == 1
     # a candidate whose counts over all queries were read before the other process's
     # write (and not since): a full read
     db["cup", "b"] = db[ALL_QUERIES, "b"] = (1.0, 1.0)
@@ -511,7 +516,7 @@ def test_a_new_query_after_another_processes_write_reads_everything():
     reads.counts("tea", ["a"], at=131.0)  # sees the write, for its own candidate
     counts, _ = reads.counts("pot", ["a", "b"], at=132.0)
     assert counts.tolist() == [[0.0, 0.0, 2.0, 4.0], [0.0, 0.0, 2.0, 2.0]]
-    assert reads.done() == (5, ["mug"], 2)
+    assert reads.done() == (5, ["cup", "mug", "tea"], 0) and reads.cache.query_reads == 1
     # a ttl of 0 reads everything, every time
     every_time = Reads(db, ttl=0.0)
     for at, key in enumerate(("tea", "cup", "tea"), start=1):
@@ -538,6 +543,47 @@ def test_counts_over_all_queries_read_within_the_ttl_serve_a_new_query_in_any_ep
     counts, _ = reads.counts("mug", ["a", "b"], at=61.0)
     assert counts.tolist() == [[0.0, 0.0, 2.0, 4.0], [0.0, 0.0, 0.0, 1.0]]
     assert reads.done() == (3, ["mug"], 0)
+
+
+def test_a_query_another_process_wrote_to_since_the_counts_were_kept_is_read_in_full(
+        open_store):
+    """Its cells, read now, and the counts over all queries kept from before that write
+    would make a state the store never held (its clicks taken out of counts that lack
+    them): the total read with its cells tells of the write, and every cell is read."""
+    mine, other, fresh, now, docs = tea_read_after_anothers_impression(open_store)
+    before = fresh.click_features("cup", docs, 5.0)
+    other.log_impression(impression(2, "cup", docs, np.random.default_rng(1)))
+    other.record_click("i2", other.get_impression("i2").shown_ids()[0])
+    after = fresh.click_features("cup", docs, 5.0)
+    now[0] = 5.0
+    assert np.array_equal(mine.click_features("cup", docs, 5.0), after)
+    assert not np.array_equal(before, after)
+    assert (mine._counts.reads, mine._counts.query_reads) == (2, 0)
+
+
+def test_a_read_that_finds_the_total_as_kept_confirms_the_other_queries_of_its_epoch():
+    db = {("tea", "a"): (1.0, 4.0), ("cup", "b"): (0.0, 1.0), (ALL_QUERIES, "a"): (1.0, 4.0),
+          (ALL_QUERIES, "b"): (0.0, 1.0), (ALL_QUERIES, ALL_DOCS): (1.0, 5.0)}
+    reads = Reads(db)
+    reads.counts("tea", ["a"])
+    reads.counts("cup", ["b"], at=50.0)  # a full read (a candidate not kept), total as kept
+    assert reads.counts("tea", ["a"], at=100.0)[0].tolist() == [[1.0, 4.0, 1.0, 4.0]]
+    assert reads.done() == (2, [], 0) and reads.cache.hits == 1
+
+
+def test_a_stored_query_with_more_cells_than_a_range_read_holds_is_read_in_full(open_store):
+    mine, fresh = open_store(), open_store()
+    mine.click_refresh, fresh.click_refresh = 3600.0, 0.0
+    docs = [f"d{i}" for i in range(12)]
+    mine.log_impression(impression(1, "tea", docs, np.random.default_rng(0)))
+    mine.flush()
+    few = docs[:2]  # "tea" has 5 cells (its shown documents), more than 2 per candidate
+    mine.click_features("cup", few, 5.0)  # the counts over all queries kept
+    assert np.array_equal(mine.click_features("tea", few, 5.0),
+                          fresh.click_features("tea", few, 5.0))
+    assert (mine._counts.reads, mine._counts.query_reads) == (2, 0)
+    mine.click_features("pot", few, 5.0)  # none: read alone
+    assert (mine._counts.reads, mine._counts.query_reads) == (2, 1)
 
 
 def test_a_query_with_too_many_cells_for_one_range_is_read_in_full():
@@ -581,6 +627,9 @@ def test_new_queries_read_their_own_cells_and_their_counts_stay_exact(open_store
         return "tea" if i % 4 == 0 else f"tea {i}", list(rng.choice(pool, 6, replace=False))
 
     replay(mine, fresh, search, 40, np.random.default_rng(7))
+    counts = mine._counts  # its size is what it keeps (its bound counts on it)
+    assert counts._size == len(counts._all) + sum(1 + len(docs)
+                                                  for _, docs, _ in counts._queries.values())
     assert mine._counts.query_reads > 15
 
 

@@ -25,13 +25,17 @@ since the query's found it so too, nothing has been written but this object's ow
 which the kept cells hold already. (Not with ``click_refresh`` 0, which always reads.)
 
 A query not kept (a new one, or one whose cells are stale) whose candidates' counts over
-all queries are all kept and current (each read within ``click_refresh`` seconds, by any
-query's read, or read since the last write of another process was seen while a lookup of
-the total within ``click_refresh`` found it as kept) reads its own cells alone, and keeps
-them as current as the oldest of those: most candidates of a new query have been read
-under other queries, and a new query has no cells at all, so that read is one lookup of
-the primary key's prefix, where a full read looks up some two hundred cells. With several
-processes writing, the first way holds for the documents searches keep reading.
+all queries are all kept reads its own cells and the total alone, in one statement, and
+keeps its cells with those counts when together they make one state of the store: when
+the total is as kept and all those counts were read since another process's last write
+was seen (nothing written since: current as of now), or when the query has no cells for
+its candidates (it had none when those counts were read either: current as of the oldest
+of those reads, if within ``click_refresh``, whichever queries read them, so that with
+several processes writing the documents searches keep reading serve). Else it reads every
+cell: a query's cells read now beside older counts over all queries would take its clicks
+out of counts that lack them. Most candidates of a new query have been read under other
+queries, and a new query has no cells at all, so its read is one lookup of the primary
+key's prefix and one of the total, where a full read looks up some two hundred cells.
 
 A read from the database and a commit of this object never overlap (:meth:`reading` and
 :meth:`committing`, a readers-writer gate taken only around the ``COMMIT`` and the update of
@@ -275,21 +279,25 @@ class CountCache:
         other process has written since (:meth:`_fresh`), that one lookup confirms them.
 
         ``read_query(key, docs, keep)`` reads the cells under ``key`` alone (at least those
-        of ``docs``), the same way, and there calls ``keep(cells)``; or does not call it
-        (say, the query has too many cells for one quick read), and then ``read`` reads."""
+        of ``docs``) and the total, in one statement (one state of the database), the same
+        way, and there calls ``keep(cells)``; or does not call it (say, the query has too
+        many cells for one quick read), and then ``read`` reads."""
         now = self.clock()
         with self._lock:
             fresh = self._fresh(key, doc_ids, now)
             if fresh:
                 self.hits += 1
                 return self._assemble(key, doc_ids)
+            # The query's cells may be read alone when the candidates' counts over all
+            # queries are kept: see keep_query for when they are kept. A query this process
+            # has read before has cells, most likely: unless nothing was written since the
+            # counts over all queries were read, they are read again with those.
             alone = read_query is not None and self._everywhere_kept(doc_ids)
-            kept_as = (self._epoch, self._forgotten)
-            # A lookup of the total may confirm the counts over all queries when all were
-            # read in this epoch (else their reads' times alone tell).
-            since, current = self._everywhere_since(doc_ids) if alone else (now, False)
-            confirm = current and now - since > self.ttl
-        if (fresh is None or confirm) and read_total is not None:
+            if alone:
+                kept_as = (self._epoch, self._forgotten)
+                since, current = self._everywhere_since(doc_ids)
+                alone = current or (now - since <= self.ttl and key not in self._queries)
+        if fresh is None and read_total is not None:
             confirmed = []
 
             def compare(total: tuple[float, float]) -> None:
@@ -310,22 +318,40 @@ class CountCache:
                 return confirmed[0]
         answer = []
         if alone:
-            # The counts over all queries still as they were found (no new epoch, nothing
-            # forgotten), and current as of ``since``: the query's cells are kept as of
-            # then, and in this epoch only when all of those are of it.
-            with self._lock:
+            with self._lock:  # (a lookup of the total may have changed them)
                 alone = self._still(kept_as, doc_ids)
                 if alone:
                     since, current = self._everywhere_since(doc_ids)
-                    epoch = self._epoch if current else -1
-                    alone = now - since <= self.ttl
 
             def keep_query(cells: Mapping[Cell, tuple[float, float]]) -> None:
+                """Keep the query's cells read alone when they and the counts over all
+                queries kept make one state of the database: nothing was written since
+                those were read (all read in this epoch, and the total read with the
+                query's cells as kept: as of now), or the query has no cell for the
+                candidates (it had none then either: as of ``since``, within the ttl).
+                Not when the counts kept are no longer as they were found (a new epoch,
+                everything forgotten)."""
                 with self._lock:
-                    if self._still(kept_as, doc_ids):
-                        self.query_reads += 1
-                        self._keep_query(key, doc_ids, cells, since, epoch)
-                        answer.append(self._assemble(key, doc_ids))
+                    if not self._still(kept_as, doc_ids):
+                        return
+                    total, kept = cells.get((ALL_QUERIES, ALL_DOCS), EMPTY), self._all[ALL_DOCS]
+                    unchanged = kept[0] == total[0] and kept[1] == total[1]
+                    if unchanged:
+                        self._checked = max(self._checked, now)
+                    else:  # another process wrote
+                        self._epoch += 1
+                        self._checked = -math.inf
+                    if unchanged and current:
+                        read, epoch = now, self._epoch
+                    else:
+                        wanted = set(doc_ids)
+                        if now - since > self.ttl or any(
+                                k == key and d in wanted for k, d in cells):
+                            return
+                        read, epoch = since, -1
+                    self.query_reads += 1
+                    self._keep_query(key, doc_ids, cells, read, epoch)
+                    answer.append(self._assemble(key, doc_ids))
 
             if alone:
                 read_query(key, list(dict.fromkeys(doc_ids)), keep_query)

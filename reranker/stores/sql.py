@@ -575,17 +575,23 @@ class SQLEventStore(EventStore):
             keep(cells)
 
     def _read_query_cells(self, key: str, doc_ids: list[str], keep) -> None:
-        """``keep(cells)`` with the ``click_stats`` cells under query ``key`` alone, read
-        like :meth:`_read_cells`: every cell of the query, in one range of the primary key
-        (none for a new query), unless it has more than :data:`QUERY_CELLS` per candidate
-        (documents shown for it over many versions of the index), and then ``keep`` is not
-        called (the count cache reads the candidates' cells instead)."""
+        """``keep(cells)`` with the ``click_stats`` cells under query ``key`` and the total,
+        read in one statement like :meth:`_read_cells`: every cell of the query, in one
+        range of the primary key (none for a new query), unless it has more than
+        :data:`QUERY_CELLS` per candidate (documents shown for it over many versions of the
+        index), and then ``keep`` is not called (the count cache reads the candidates'
+        cells instead)."""
         limit = QUERY_CELLS * max(len(doc_ids), 1)
         with self._reading(flush=False) as conn, self._counts.gate.shared():
-            rows = self._run(conn, "SELECT doc_id, clicks, exposure FROM click_stats WHERE "
-                             "query_key = ? LIMIT ?", (key, limit + 1)).fetchall()
-            if len(rows) <= limit:
-                keep({(key, row[0]): (row[1], row[2]) for row in rows})
+            rows = self._run(
+                conn, "SELECT query_key, doc_id, clicks, exposure FROM (SELECT query_key, "
+                "doc_id, clicks, exposure FROM click_stats WHERE query_key = ? LIMIT ?) AS q "
+                "UNION ALL SELECT query_key, doc_id, clicks, exposure FROM click_stats "
+                "WHERE query_key = ? AND doc_id = ?",
+                (key, limit + 1, ALL_QUERIES, ALL_DOCS)).fetchall()
+            cells = {(row[0], row[1]): (row[2], row[3]) for row in rows}
+            if len(cells) - ((ALL_QUERIES, ALL_DOCS) in cells) <= limit:
+                keep(cells)
 
     def _read_total(self, compare) -> None:
         """``compare((clicks, exposure))`` with the total ``click_stats`` cell, read while no
