@@ -115,7 +115,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
         configure_logging(config.server.log_format)
         serve_workers(config_path, overrides, trainer=not no_trainer)
         return
-    from .app import create_app, create_server, start_trainer
+    from .app import create_app, create_server, freeze_startup_objects, start_trainer
     from .monitoring import configure_logging
     from .service import RerankerService
 
@@ -134,6 +134,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
         raise click.ClickException(f"server.host/server.port: cannot listen on "
                                    f"{config.server.host}:{config.server.port}: {exc}") from exc
     model = service.model
+    freeze_startup_objects()
     click.echo(f"reranker serving learner {model.learner_name} (model version {model.version}) "
                f"on http://{config.server.host}:{server.effective_port}", nl=True)
     sys.stdout.flush()

@@ -43,7 +43,7 @@ def app(config_path: str | None = None, overrides: Mapping[str, Any] | None = No
     """The app of one worker process: its own service, opened now (call it after the fork),
     closed when the process exits; with ``trainer`` (and ``trainer.enabled``), a background
     trainer that trains while this process leads the store's trainers."""
-    from .app import create_app, start_trainer
+    from .app import create_app, freeze_startup_objects, start_trainer
     from .config import load_config
     from .service import RerankerService
 
@@ -52,7 +52,9 @@ def app(config_path: str | None = None, overrides: Mapping[str, Any] | None = No
     atexit.register(service.close)
     if trainer and config.trainer.enabled:
         start_trainer(service, config.trainer.interval, lead=True)
-    return create_app(service=service)
+    served = create_app(service=service)
+    freeze_startup_objects()
+    return served
 
 
 def serve_workers(config_path: str | None, overrides: Mapping[str, Any], *,
