@@ -190,3 +190,48 @@ def test_unusable_store_files_are_named(tmp_path):
     bad.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match="bad.sqlite is not a usable SQLite database"):
         SQLiteStore(bad)
+
+
+def test_sqlite_copies_its_log_into_the_database_in_a_thread_of_its_own(tmp_path):
+    """Commits leave the write-ahead log's checkpoint to the store's own thread, which
+    copies their pages into the database within a second, no further commit needed (left
+    to SQLite, the commit that takes the log past its threshold does it, and the searches
+    waiting for that commit wait for it too)."""
+    store = SQLiteStore(tmp_path / "e.sqlite")
+    try:
+        database = tmp_path / "e.sqlite"
+        size = database.stat().st_size
+        for i in range(60):  # some 60 pages: far from the threshold of a commit's own
+            imp = impression(f"i{i}", float(i), n=100, shown=10)
+            imp.features = np.random.default_rng(i).random((100, 2))
+            store.log_impression(imp)
+        store.flush()
+        deadline = time.monotonic() + 5.0
+        while database.stat().st_size == size and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert database.stat().st_size > size + 100_000
+        assert any(t.name.startswith("checkpoints of") for t in threading.enumerate())
+    finally:
+        store.close()
+    assert not any(t.name == f"checkpoints of {store.location}" for t in threading.enumerate())
+
+
+def test_a_forked_sqlite_store_checkpoints_from_a_thread_of_its_own(tmp_path):
+    import os
+
+    store = SQLiteStore(tmp_path / "e.sqlite")
+    try:
+        store.log_impression(impression("parent", 0.0))
+        store.flush()
+        assert store._checkpoints._thread is not None
+        pid = os.fork()
+        if pid == 0:  # the parent's thread is not the child's: its first commit starts one
+            fresh = store._checkpoints._thread is None
+            store.log_impression(impression("child", 1.0))
+            store.flush()
+            thread = store._checkpoints._thread
+            os._exit(0 if fresh and thread is not None and thread.is_alive() else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        store.close()

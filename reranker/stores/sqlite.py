@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import sqlite3
 import tempfile
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import numpy as np
 from .. import hookimpl
 from ..clicks import PositionBias, query_key
 from ..errors import StoreError
+from ..forks import renew_in_child
 from .base import Leadership
 from .sql import LATE_INDEXES, SCHEMA_VERSION, UPSERT_STATS, SQLEventStore, stat_cells
 
@@ -104,6 +107,76 @@ CREATE INDEX IF NOT EXISTS request_counts_mark ON request_counts (mark);
 
 #: Bytes the readiness check writes beside the database (a few pages of growth).
 PROBE_BYTES = 65536
+#: Seconds between a store object's checkpoints of the write-ahead log (:class:`Checkpoints`).
+CHECKPOINT_SECONDS = 0.5
+#: Pages of the write-ahead log past which the commit that crosses them checkpoints it,
+#: should the store's own checkpoints fall behind (SQLite's ``wal_autocheckpoint``; its
+#: default is 1,000).
+AUTOCHECKPOINT_PAGES = 4000
+
+log = logging.getLogger(__name__)
+
+
+class Checkpoints:
+    """A store object's checkpoints of the write-ahead log: every
+    :data:`CHECKPOINT_SECONDS`, in a thread of its own, when the object has committed since
+    the last one (``PRAGMA wal_checkpoint(PASSIVE)``, which waits for no reader or writer).
+
+    Left to SQLite, the checkpoint runs within the commit that takes the log past 1,000
+    pages: that commit then copies the pages into the database and flushes it to disk, and
+    the searches waiting for it wait that long too (the count cache's reads never overlap a
+    commit of their store object: :mod:`.count_cache`), 5 to 13 ms instead of about
+    0.3. A commit still checkpoints past :data:`AUTOCHECKPOINT_PAGES`, should these
+    checkpoints fall behind. A forked child starts its own thread at its first commit."""
+
+    def __init__(self, store: SQLiteStore):
+        self._store = weakref.ref(store)  # (the thread ends when the store is gone)
+        self.location = store.location
+        self._reset()
+        renew_in_child(self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._commits = 0  # commits of the object, and those the last checkpoint followed
+        self._checkpointed = 0
+
+    def committed(self) -> None:
+        """A commit of the object: its pages are checkpointed within the interval."""
+        self._commits += 1
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None and not self._stop.is_set():
+                    self._thread = threading.Thread(
+                        target=self._run, name=f"checkpoints of {self.location}", daemon=True)
+                    self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(CHECKPOINT_SECONDS):
+            commits = self._commits
+            if commits == self._checkpointed:
+                continue
+            store = self._store()
+            if store is None:
+                return
+            try:
+                store._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except (sqlite3.Error, StoreError) as exc:  # the next turn tries again
+                log.warning("event store %s: checkpoint of the write-ahead log failed: %s",
+                            self.location, exc)
+                continue
+            finally:
+                del store
+            self._checkpointed = commits
+
+    def stop(self) -> None:
+        """Stop the thread (a checkpoint under way ends first)."""
+        with self._lock:
+            self._stop.set()
+            thread = self._thread
+        if thread is not None:
+            thread.join(10.0)
 
 
 class SQLiteStore(SQLEventStore):
@@ -111,6 +184,8 @@ class SQLiteStore(SQLEventStore):
     processes (each thread gets its own connection)."""
 
     name = "sqlite"
+    #: Each connection's ``wal_autocheckpoint`` (:class:`Checkpoints`).
+    autocheckpoint_pages = AUTOCHECKPOINT_PAGES
     DB_ERRORS = (sqlite3.Error,)
     DATA_ERRORS = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError)
 
@@ -129,6 +204,7 @@ class SQLiteStore(SQLEventStore):
         self._connections_lock = threading.Lock()
         self._writer_lock = threading.Lock()
         self._writer_handle: int | None = None
+        self._checkpoints = Checkpoints(self)
         if not self.path.parent.is_dir():
             raise StoreError(f"store.path: folder {self.path.parent} does not exist")
         conn = self._conn()
@@ -248,6 +324,7 @@ class SQLiteStore(SQLEventStore):
                 conn.execute("PRAGMA page_size=8192")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA foreign_keys=ON")
+                conn.execute(f"PRAGMA wal_autocheckpoint={self.autocheckpoint_pages}")
             except sqlite3.Error as exc:
                 raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
                                  f"{exc}") from exc
@@ -271,6 +348,7 @@ class SQLiteStore(SQLEventStore):
             try:
                 yield conn
                 conn.execute("COMMIT")
+                self._checkpoints.committed()
             except BaseException:
                 if conn.in_transaction:  # (a failed COMMIT too: never leave it open)
                     with contextlib.suppress(sqlite3.Error):  # the first error is the one
@@ -365,6 +443,7 @@ class SQLiteStore(SQLEventStore):
 
     def close(self) -> None:
         self._stop_writers()
+        self._checkpoints.stop()  # (closing the last connection checkpoints what is left)
         with self._connections_lock:
             for conn in self._connections:
                 conn.close()
