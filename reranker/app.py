@@ -288,10 +288,11 @@ def freeze_startup_objects() -> None:
     """Leave what a serving process holds once its service is open out of Python's cycle
     collector (:func:`gc.freeze`): its modules, the index, the compiled kernels, the web
     framework, some hundred and fifty thousand objects that live as long as the process.
-    Left in, every full collection walks them again, a pause of up to 85 ms in the middle
-    of a search when the caches grow; frozen, 5-25 ms. Called by ``reranker serve`` and by
-    each worker's app (:func:`reranker.wsgi.app`) before the first request, never by the
-    library, whose host process decides for itself."""
+    Left in, every full collection walks them again, a pause of up to 77-88 ms in the
+    middle of a search when the caches grow; frozen, 9-11 ms (benchmarks/
+    bench_tail_latency.py). Called by ``reranker serve`` and by each worker's app
+    (:func:`reranker.wsgi.app`) before the first request and before the trainer starts,
+    never by the library, whose host process decides for itself."""
     gc.collect()
     gc.freeze()
 

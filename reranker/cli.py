@@ -122,6 +122,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
     configure_logging(config.server.log_format)
     service = RerankerService(config).open()
     app = create_app(service=service)
+    freeze_startup_objects()  # (before the trainer's first pass holds anything)
     stop = None
     if config.trainer.enabled and not no_trainer:
         _, stop = start_trainer(service, config.trainer.interval)
@@ -134,7 +135,6 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
         raise click.ClickException(f"server.host/server.port: cannot listen on "
                                    f"{config.server.host}:{config.server.port}: {exc}") from exc
     model = service.model
-    freeze_startup_objects()
     click.echo(f"reranker serving learner {model.learner_name} (model version {model.version}) "
                f"on http://{config.server.host}:{server.effective_port}", nl=True)
     sys.stdout.flush()

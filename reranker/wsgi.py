@@ -50,10 +50,10 @@ def app(config_path: str | None = None, overrides: Mapping[str, Any] | None = No
     config = load_config(config_path, dict(overrides or {}))
     service = RerankerService(config).open()
     atexit.register(service.close)
+    served = create_app(service=service)
+    freeze_startup_objects()  # (before the trainer's first pass holds anything)
     if trainer and config.trainer.enabled:
         start_trainer(service, config.trainer.interval, lead=True)
-    served = create_app(service=service)
-    freeze_startup_objects()
     return served
 
 

@@ -210,10 +210,30 @@ def test_sqlite_copies_its_log_into_the_database_in_a_thread_of_its_own(tmp_path
         while database.stat().st_size == size and time.monotonic() < deadline:
             time.sleep(0.05)
         assert database.stat().st_size > size + 100_000
-        assert any(t.name.startswith("checkpoints of") for t in threading.enumerate())
+        thread = store._checkpoints._thread
+        assert thread.is_alive()
+        # a commit checkpoints by itself only far past SQLite's own threshold (1,000 pages)
+        assert store._conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 4000
     finally:
         store.close()
-    assert not any(t.name == f"checkpoints of {store.location}" for t in threading.enumerate())
+    assert not thread.is_alive()
+
+
+def test_the_checkpoints_go_on_for_a_store_used_again_and_end_with_a_store_dropped(tmp_path):
+    import gc
+
+    store = SQLiteStore(tmp_path / "e.sqlite")
+    store.check_writable()  # a commit (no impression: its writer thread holds the store)
+    first = store._checkpoints._thread
+    store.close()
+    store.check_writable()  # used again: connections reopen
+    again = store._checkpoints._thread
+    assert not first.is_alive() and again.is_alive()
+    time.sleep(0.8)  # its commit checkpointed: the thread waits for the next
+    del store
+    gc.collect()
+    again.join(3.0)
+    assert not again.is_alive()  # gone with its store, unclosed
 
 
 def test_a_forked_sqlite_store_checkpoints_from_a_thread_of_its_own(tmp_path):

@@ -372,25 +372,28 @@ def test_reading_the_shown_documents_takes_what_is_left_of_the_request_timeout(
     backend.close()
 
 
-def test_the_read_of_the_shown_documents_reuses_a_client_per_tenth_of_a_second_left(
+def test_the_read_of_the_shown_documents_reuses_a_client_per_hundredth_of_a_second_left(
         es8, tmp_path, corpus):
     """The client's ``options()`` builds a client anew (about 0.1 ms): the read of the
-    shown documents keeps one per tenth of a second of its timeout, rounded down (never
-    longer than what is left), and below a tenth asks for exactly what is left."""
+    shown documents keeps one per hundredth of a second of its timeout, rounded down (never
+    longer than what is left, never 10 ms shorter), and below a tenth asks for exactly what
+    is left."""
     index, path = index_corpus(tmp_path, es8.url, corpus, request_timeout=2.0)
     backend = backend_for(path)
     backend.open()
-    first = backend._with_timeout(1.98)
-    assert backend._with_timeout(1.91) is first
-    assert first._request_timeout == pytest.approx(1.9)  # (the client's own option)
-    assert backend._with_timeout(1.89) is not first
+    first = backend._with_timeout(1.987)
+    assert backend._with_timeout(1.981) is first
+    assert first._request_timeout == pytest.approx(1.98)  # (the client's own option)
+    assert backend._with_timeout(1.979) is not first
+    for left in (0.3, 1.9, 2.0, 0.57):  # round values stay whole
+        assert backend._with_timeout(left)._request_timeout == pytest.approx(left)
     assert backend._with_timeout(0.05)._request_timeout == 0.05
     assert backend._with_timeout(0.05) is not backend._with_timeout(0.05)
     candidates = backend.search("espresso grinder", 20)
     before = len(backend._timeout_clients)
     for _ in range(5):
         assert candidates.load_sources([0, 1])
-    assert len(backend._timeout_clients) <= before + 1
+    assert len(backend._timeout_clients) <= before + 2
     backend.close()
 
 

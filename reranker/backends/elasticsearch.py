@@ -28,7 +28,6 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import math
 import os
 import re
 import threading
@@ -49,9 +48,6 @@ log = logging.getLogger(__name__)
 #: Hits the search that reads the shown documents asks for at most, and per id: room for an
 #: id that several indices behind an alias or pattern hold.
 SOURCE_SEARCH_SIZE, SAME_ID_ROOM = 10_000, 4
-#: Seconds: the read of the shown documents takes the time left of the search's
-#: ``backend.request_timeout``, rounded down to this step.
-TIMEOUT_STEP = 0.1
 
 PLACEHOLDER = "{{query}}"
 PROBE_TEXT = "reranker start-up check"
@@ -244,7 +240,7 @@ class ElasticsearchBackend(Backend):
                               for f in self.fields}
             self.feature_names = list(self._features)
         self._es = None
-        self._timeout_clients: dict[int, Any] = {}  # tenths of a second -> client
+        self._timeout_clients: dict[int, Any] = {}  # hundredths of a second -> client
         self._lock = threading.Lock()
         self.server_version: str | None = None
         quiet_client_logs(several_nodes=not backend.cloud_id and len(backend.hosts) > 1)
@@ -291,18 +287,19 @@ class ElasticsearchBackend(Backend):
         return self._es
 
     def _with_timeout(self, seconds: float):
-        """The client with a request timeout of at most ``seconds``: rounded down to a tenth
-        of a second, and kept per value (the client's ``options()`` builds a new client,
-        which costs about a tenth of a millisecond); below a tenth, exactly."""
-        if seconds < TIMEOUT_STEP:
+        """The client with a request timeout of ``seconds`` rounded down to a hundredth of a
+        second (never past the search's deadline, never more than 10 ms short of it),
+        kept per value: the client's ``options()`` builds a new client, which costs about
+        a tenth of a millisecond. Below a tenth of a second, exactly ``seconds``."""
+        if seconds < 0.1:
             return self.es.options(request_timeout=seconds)
-        step = math.floor(seconds / TIMEOUT_STEP)
+        hundredths = int(seconds * 1000.0 + 1e-6) // 10  # (0.3 s is 30, not 29)
         clients = self._timeout_clients
-        client = clients.get(step)
+        client = clients.get(hundredths)
         if client is None:
-            if len(clients) >= 64:  # timeouts changed (a reloaded configuration): start over
+            if len(clients) >= 256:  # timeouts changed (a reloaded configuration): start over
                 clients.clear()
-            client = clients[step] = self.es.options(request_timeout=step * TIMEOUT_STEP)
+            client = clients[hundredths] = self.es.options(request_timeout=hundredths / 100)
         return client
 
     def _detect_version(self, client) -> None:

@@ -130,8 +130,8 @@ class Checkpoints:
     checkpoints fall behind. A forked child starts its own thread at its first commit."""
 
     def __init__(self, store: SQLiteStore):
-        self._store = weakref.ref(store)  # (the thread ends when the store is gone)
-        self.location = store.location
+        self._store = weakref.ref(store)  # (the thread ends once the store is gone)
+        self.location, self.timeout = store.location, store.timeout
         self._reset()
         renew_in_child(self._reset)
 
@@ -143,40 +143,48 @@ class Checkpoints:
         self._checkpointed = 0
 
     def committed(self) -> None:
-        """A commit of the object: its pages are checkpointed within the interval."""
+        """A commit of the object: its pages are checkpointed within the interval. (Two
+        threads' counts may make one: the next commit's checkpoint takes both.)"""
         self._commits += 1
-        if self._thread is None:
+        thread = self._thread
+        if thread is None or not thread.is_alive():
             with self._lock:
-                if self._thread is None and not self._stop.is_set():
+                if self._thread is thread:
                     self._thread = threading.Thread(
-                        target=self._run, name=f"checkpoints of {self.location}", daemon=True)
+                        target=self._run, args=(self._stop,),
+                        name=f"checkpoints of {self.location}", daemon=True)
                     self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.wait(CHECKPOINT_SECONDS):
-            commits = self._commits
-            if commits == self._checkpointed:
-                continue
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(CHECKPOINT_SECONDS):
             store = self._store()
             if store is None:
                 return
-            try:
-                store._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            except (sqlite3.Error, StoreError) as exc:  # the next turn tries again
-                log.warning("event store %s: checkpoint of the write-ahead log failed: %s",
-                            self.location, exc)
-                continue
-            finally:
-                del store
+            commits = self._commits
+            if commits != self._checkpointed:
+                self._checkpoint(store, commits)
+            del store
+
+    def _checkpoint(self, store: SQLiteStore, commits: int) -> None:
+        try:
+            busy = store._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[0]
+        except Exception as exc:  # noqa: BLE001 -- logged; tried again after the next commit
+            log.warning("event store %s: checkpoint of the write-ahead log failed: %s",
+                        self.location, exc)
+            busy = 0
+        if not busy:  # (busy: another process checkpoints; the next turn tries again)
             self._checkpointed = commits
 
     def stop(self) -> None:
-        """Stop the thread (a checkpoint under way ends first)."""
+        """Stop the thread (a checkpoint under way ends first); the object's next commit
+        starts another (a store closed and used again)."""
         with self._lock:
             self._stop.set()
             thread = self._thread
         if thread is not None:
-            thread.join(10.0)
+            thread.join(self.timeout + 1.0)
+        with self._lock:
+            self._stop, self._thread = threading.Event(), None
 
 
 class SQLiteStore(SQLEventStore):
