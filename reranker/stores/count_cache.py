@@ -155,7 +155,7 @@ class CountCache:
         self._lock = threading.Lock()
         self.gate = Gate(self.timeout)
         # Cells read, with this object's commits since added: per query, when its cells
-        # were read and each document's [clicks, exposure] under it; over all queries, each
+        # were read and each document's (clicks, exposure) under it; over all queries, each
         # document's (and the total's, under ALL_DOCS).
         self._queries: dict[str, tuple[float, dict[str, tuple], int]] = {}  # read, docs, epoch
         self._all: dict[str, tuple] = {}
