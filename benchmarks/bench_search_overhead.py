@@ -149,10 +149,10 @@ def embedded_part(folder: Path, documents: list[dict], queries: list[str], n: in
         backend = new.backend
         query = cycle(queries)
 
-        def plain():
+        def plain(next_query=query):
             searcher = backend._current_searcher()
             hits = searcher.search(backend._field_query(backend.fields,
-                                                        backend._terms(query())), 10).hits
+                                                        backend._terms(next_query())), 10).hits
             return [json.loads(searcher.doc(a)["_source"][0]) for _, a in hits]
 
         view = repeated.backend._new_view(repeated.backend._current_searcher())
@@ -192,17 +192,11 @@ def embedded_part(folder: Path, documents: list[dict], queries: list[str], n: in
         unseen = new_queries(queries, backend._terms, n + 50)
         fresh_query, unseen_query = iter(unseen).__next__, cycle(unseen)
 
-        def plain_unseen():
-            searcher = backend._current_searcher()
-            hits = searcher.search(backend._field_query(
-                backend.fields, backend._terms(unseen_query())), 10).hits
-            return [json.loads(searcher.doc(a)["_source"][0]) for _, a in hits]
-
         # Each service's impressions are written before the next case's block starts: the
         # writer thread's work counts in its own searches, not in the others'.
         samples = time_interleaved({
             "plain": plain, "plain, same caches": plain_cached,
-            "plain, new queries' text": plain_unseen,
+            "plain, new queries' text": lambda: plain(unseen_query),
             "reranked": lambda: repeated.search(query(), 10),
             "reranked, new query": lambda: repeated.search(fresh_query(), 10),
             "reranked, new": lambda: new.search(query(), 10)}, n, settle={

@@ -290,11 +290,26 @@ def freeze_startup_objects() -> None:
     framework, some hundred and fifty thousand objects that live as long as the process.
     Left in, every full collection walks them again, a pause of up to 77-88 ms in the
     middle of a search when the caches grow; frozen, 9-11 ms (benchmarks/
-    bench_tail_latency.py). Called by ``reranker serve`` and by each worker's app
-    (:func:`reranker.wsgi.app`) before the first request and before the trainer starts,
-    never by the library, whose host process decides for itself."""
+    bench_tail_latency.py). Called for ``reranker serve`` and each worker's app
+    (:func:`serving_app`) before the first request and before the trainer starts, never by
+    the library, whose host process decides for itself."""
     gc.collect()
     gc.freeze()
+
+
+def serving_app(service: RerankerService, trainer_interval: float | None, *,
+                lead: bool = False) -> tuple[Flask, threading.Event | None]:
+    """The app of a serving process (``reranker serve``, each worker of ``serve
+    --workers``) over its opened service, with the start-up objects frozen
+    (:func:`freeze_startup_objects`) before the background trainer starts, every
+    ``trainer_interval`` seconds (none: no trainer; ``lead``: see :func:`start_trainer`);
+    and the event that stops the trainer."""
+    app = create_app(service=service)
+    freeze_startup_objects()  # (before the trainer's first pass holds anything)
+    stop = None
+    if trainer_interval is not None:
+        _, stop = start_trainer(service, trainer_interval, lead=lead)
+    return app, stop
 
 
 def create_server(app: Flask, **options):

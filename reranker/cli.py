@@ -115,17 +115,14 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
         configure_logging(config.server.log_format)
         serve_workers(config_path, overrides, trainer=not no_trainer)
         return
-    from .app import create_app, create_server, freeze_startup_objects, start_trainer
+    from .app import create_server, serving_app
     from .monitoring import configure_logging
     from .service import RerankerService
 
     configure_logging(config.server.log_format)
     service = RerankerService(config).open()
-    app = create_app(service=service)
-    freeze_startup_objects()  # (before the trainer's first pass holds anything)
-    stop = None
-    if config.trainer.enabled and not no_trainer:
-        _, stop = start_trainer(service, config.trainer.interval)
+    app, stop = serving_app(service, config.trainer.interval
+                            if config.trainer.enabled and not no_trainer else None)
     try:
         server = create_server(app, host=config.server.host, port=config.server.port)
     except (OSError, ValueError) as exc:

@@ -43,17 +43,15 @@ def app(config_path: str | None = None, overrides: Mapping[str, Any] | None = No
     """The app of one worker process: its own service, opened now (call it after the fork),
     closed when the process exits; with ``trainer`` (and ``trainer.enabled``), a background
     trainer that trains while this process leads the store's trainers."""
-    from .app import create_app, freeze_startup_objects, start_trainer
+    from .app import serving_app
     from .config import load_config
     from .service import RerankerService
 
     config = load_config(config_path, dict(overrides or {}))
     service = RerankerService(config).open()
     atexit.register(service.close)
-    served = create_app(service=service)
-    freeze_startup_objects()  # (before the trainer's first pass holds anything)
-    if trainer and config.trainer.enabled:
-        start_trainer(service, config.trainer.interval, lead=True)
+    served, _ = serving_app(service, config.trainer.interval
+                            if trainer and config.trainer.enabled else None, lead=True)
     return served
 
 

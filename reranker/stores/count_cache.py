@@ -292,11 +292,11 @@ class CountCache:
             # queries are kept: see keep_query for when they are kept. A query this process
             # has read before has cells, most likely: unless nothing was written since the
             # counts over all queries were read, they are read again with those.
-            alone = read_query is not None and self._everywhere_kept(doc_ids)
+            everywhere = None if read_query is None else self._everywhere(doc_ids)
+            alone = everywhere is not None and (everywhere[1] or (
+                now - everywhere[0] <= self.ttl and key not in self._queries))
             if alone:
-                kept_as = (self._epoch, self._forgotten)
-                since, current = self._everywhere_since(doc_ids)
-                alone = current or (now - since <= self.ttl and key not in self._queries)
+                (since, current), kept_as = everywhere, (self._epoch, self._forgotten)
         if fresh is None and read_total is not None:
             confirmed = []
 
@@ -318,10 +318,6 @@ class CountCache:
                 return confirmed[0]
         answer = []
         if alone:
-            with self._lock:  # (a lookup of the total may have changed them)
-                alone = self._still(kept_as, doc_ids)
-                if alone:
-                    since, current = self._everywhere_since(doc_ids)
 
             def keep_query(cells: Mapping[Cell, tuple[float, float]]) -> None:
                 """Keep the query's cells read alone when they and the counts over all
@@ -353,7 +349,7 @@ class CountCache:
                     self._keep_query(key, doc_ids, cells, read, epoch)
                     answer.append(self._assemble(key, doc_ids))
 
-            if alone:
+            if self._still(kept_as, doc_ids):  # (unless a lookup of the total changed them)
                 read_query(key, list(dict.fromkeys(doc_ids)), keep_query)
                 if answer:
                     return answer[0]
@@ -367,28 +363,27 @@ class CountCache:
         read(key, list(dict.fromkeys(doc_ids)), keep)
         return answer[0]
 
-    def _everywhere_kept(self, doc_ids: list[str]) -> bool:
-        """Whether the counts over all queries of ``doc_ids`` and the total are kept, with
-        room for the query's cells beside them (a ttl of 0 keeps nothing current)."""
+    def _everywhere(self, doc_ids: list[str]) -> tuple[float, bool] | None:
+        """When the counts over all queries of ``doc_ids`` and the total are all kept, with
+        room for the query's cells beside them: as of when they are all known current, and
+        whether all were read in the current epoch (a cell is current as of its read, and
+        one read in the current epoch also as of the last lookup of the total that found it
+        as kept: :meth:`_fresh`). None otherwise, and always with a ttl of 0."""
         tags = self._all_epoch
-        return (bool(self.ttl) and self._size + len(doc_ids) + 1 <= self.max_cells
-                and ALL_DOCS in tags and None not in set(map(tags.get, doc_ids)))
-
-    def _everywhere_since(self, doc_ids: list[str]) -> tuple[float, bool]:
-        """As of when the kept counts over all queries of ``doc_ids`` and the total are all
-        known current, and whether all were read in the current epoch. A cell is current as
-        of its read, and one read in the current epoch also as of the last lookup of the
-        total that found it as kept (:meth:`_fresh`)."""
+        if not self.ttl or self._size + len(doc_ids) + 1 > self.max_cells:
+            return None
+        epochs = set(map(tags.get, doc_ids))
+        epochs.add(tags.get(ALL_DOCS))
+        if None in epochs:
+            return None
         read = self._all_read
         oldest = min(read[ALL_DOCS], min(map(read.__getitem__, doc_ids), default=math.inf))
-        tags = set(map(self._all_epoch.__getitem__, doc_ids))
-        tags.add(self._all_epoch[ALL_DOCS])
-        if tags == {self._epoch}:
+        if epochs == {self._epoch}:
             return max(oldest, self._checked), True
         return oldest, False
 
     def _still(self, kept_as: tuple[int, int], doc_ids: list[str]) -> bool:
-        """Whether :meth:`_everywhere_kept` still holds, having held when the epoch and the
+        """Whether :meth:`_everywhere` still holds, having held when the epoch and the
         count of forgettings were ``kept_as`` (a cell's epoch changes only to a new epoch,
         and a cell goes only when everything is forgotten)."""
         return ((self._epoch, self._forgotten) == kept_as
