@@ -219,6 +219,33 @@ def test_sqlite_copies_its_log_into_the_database_in_a_thread_of_its_own(tmp_path
     assert not thread.is_alive()
 
 
+def test_a_checkpoint_waits_for_no_writer(tmp_path):
+    """The store's checkpoint copies what it can and returns: it never waits for another
+    connection's write lock (a checkpoint that did would hold its thread, and with it the
+    next one, for up to store.timeout whenever another process writes)."""
+    import sqlite3
+
+    store = SQLiteStore(tmp_path / "e.sqlite", busy_timeout=5.0)
+    other = sqlite3.connect(tmp_path / "e.sqlite", timeout=5.0, isolation_level=None)
+    try:
+        store.log_impression(impression("i0", 0.0, n=100, shown=10))
+        store.flush()
+        store._checkpoints.stop()  # checkpoint by hand below, not from the thread
+        other.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock
+        started = time.monotonic()
+        store._checkpoints._checkpoint(store, 1)
+        assert time.monotonic() - started < 1.0
+        # the log's pages are in the database all the same (the writer has written none)
+        assert store._checkpoints._checkpointed == 1
+        log_pages, copied = store._conn().execute(
+            "PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1:]
+        assert log_pages == copied > 0
+    finally:
+        other.rollback()
+        other.close()
+        store.close()
+
+
 def test_the_checkpoints_go_on_for_a_store_used_again_and_end_with_a_store_dropped(tmp_path):
     import gc
 
