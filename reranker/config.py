@@ -110,7 +110,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "features": {
         "numeric_fields": Key("list[str]", [], "Numeric document fields used as features "
-                              "(for example a popularity or date field)."),
+                              "(for example a popularity field; on Elasticsearch also a date "
+                              "field, in epoch milliseconds)."),
         "missing_value": Key("float", 0.0, "Value of a numeric feature for a document that "
                              "lacks the field."),
         "normalization": Key("str", "per_query_minmax", "How raw features are scaled before "

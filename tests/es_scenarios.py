@@ -27,7 +27,24 @@ def backend_for(path):
 
 
 def unique_index() -> str:
-    return f"reranker-test-{uuid.uuid4().hex[:10]}"
+    return f"{TEST_PREFIX}{uuid.uuid4().hex[:10]}"
+
+
+#: The prefix of every index the scenarios create, and the stored template's id.
+TEST_PREFIX = "reranker-test-"
+TEST_TEMPLATE = "reranker-test-template"
+
+
+def clean_up(url: str) -> None:
+    """Delete what the scenarios left on a cluster: their indices (by name: a real
+    cluster refuses a wildcard delete by default) and the stored template."""
+    answer = requests.get(f"{url}/_cat/indices/{TEST_PREFIX}*", params={"format": "json",
+                                                                        "h": "index"},
+                          timeout=10)
+    answer.raise_for_status()
+    for row in answer.json():
+        requests.delete(f"{url}/{row['index']}", timeout=30).raise_for_status()
+    requests.delete(f"{url}/_scripts/{TEST_TEMPLATE}", timeout=10)  # (404 when none)
 
 
 def index_corpus(folder, url, corpus, index=None, **backend):
@@ -112,9 +129,9 @@ def scenario_template_and_stored_template(tmp_path, url, corpus):
     assert len(candidates) > 0
     assert (candidates.field_scores[:, 0] > 0).all()  # every hit matched the title query
     backend.close()
-    requests.put(f"{url}/_scripts/reranker-test-template", timeout=10,
-                 json={"script": {"lang": "mustache", "source": template}})
-    path = es_config(tmp_path, url, index, template_id="reranker-test-template",
+    requests.put(f"{url}/_scripts/{TEST_TEMPLATE}", timeout=10,
+                 json={"script": {"lang": "mustache", "source": template}}).raise_for_status()
+    path = es_config(tmp_path, url, index, template_id=TEST_TEMPLATE,
                      template_params={"op": "or"})
     backend = backend_for(path)
     backend.open()

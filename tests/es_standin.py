@@ -7,25 +7,27 @@ BM25 scores:
 * ``GET /`` with a configurable version number; the compatibility headers are checked as a
   real server does (an 8.x server refuses ``compatible-with=9``), and every answer carries
   ``X-Elastic-Product: Elasticsearch``;
-* index create / exists / delete / get mapping, aliases, ``_refresh``;
+* index create / exists / delete / get mapping / field capabilities, aliases, ``_refresh``;
 * ``_bulk`` (NDJSON) with per-item errors for values that do not fit the mapping;
 * ``_search`` for the Query DSL subset ``bool``, ``match``, ``multi_match``, ``match_all``,
   ``term``, ``terms`` and the Learning to Rank plugin's ``sltr`` with the ``ltr_log``
   extension; named queries with ``include_named_queries_score`` (the 8.8+ map format; the
-  older list format otherwise); ``_validate/query``; stored scripts;
+  older list format otherwise); ``docvalue_fields`` (dates as epoch milliseconds);
+  ``_validate/query``; stored scripts; the plugin's feature sets;
 * errors in Elasticsearch's JSON format; and faults to inject: a delay, a dropped
   connection, an error status.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import tantivy
 
@@ -71,8 +73,30 @@ class Index:
                         raise ApiError(400, "document_parsing_exception",
                                        f"[1:1] failed to parse field [{field}] of type "
                                        f"[{kind}] in document with id '{doc_id}'") from None
+            if kind == "date" and _epoch_millis(value) is None:
+                raise ApiError(400, "document_parsing_exception",
+                               f"[1:1] failed to parse field [{field}] of type [date] in "
+                               f"document with id '{doc_id}'")
         self.docs[doc_id] = source
         self._built = None
+
+    def doc_value(self, doc_id: str, field: str, fmt: str | None) -> Any:
+        """A document's doc value of ``field`` as ``docvalue_fields`` answers it: a date as
+        the text of its epoch milliseconds (the only date format the stand-in knows), a
+        number as a number."""
+        value = _dotted(self.docs[doc_id], field)
+        kind = self.properties.get(field, {}).get("type")
+        if value is None:
+            return None
+        if kind == "date":
+            if fmt not in (None, "epoch_millis"):
+                raise ApiError(400, "illegal_argument_exception",
+                               f"the stand-in formats dates as epoch_millis only, not {fmt}")
+            return str(_epoch_millis(value))
+        if fmt is not None:
+            raise ApiError(400, "illegal_argument_exception",
+                           f"Field [{field}] of type [{kind}] does not support custom formats")
+        return float(value) if kind in ("float", "double") else value
 
     def build(self):
         if self._built is None:
@@ -139,6 +163,14 @@ class Standin:
         #: What delay, drop and fail_status hit: every search, or those whose query is
         #: ``ids`` alone (reading documents by id) or not (finding candidates).
         self.faulty = {"ids", "other"}
+        #: Requests answered 403, as for an API key without the privilege: ``info`` (``GET
+        #: /``, the ``monitor`` cluster privilege), ``exists`` (``HEAD <index>``) and
+        #: ``mapping`` (``view_index_metadata``).
+        self.forbidden: set[str] = set()
+        #: The name of a remote cluster whose ``<cluster>:<index>`` expressions this server
+        #: answers from its own indices, as cross-cluster search does: for searches and field
+        #: capabilities only; other APIs refuse them, as Elasticsearch's do.
+        self.remote_cluster = "remote"
         self._timing = threading.Lock()
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.bodies: list[tuple[str, str, bytes]] = []  # the raw body of each request
@@ -320,12 +352,18 @@ class Standin:
             names = {n: s[doc] for n, s in named.items() if doc in s}
             if names:
                 hit["matched_queries"] = names if with_scores else sorted(names)
+            for spec in body.get("docvalue_fields", []):
+                field = spec["field"] if isinstance(spec, dict) else spec
+                value = index.doc_value(doc, field, spec.get("format")
+                                        if isinstance(spec, dict) else None)
+                if value is not None:
+                    hit.setdefault("fields", {})[field] = [value]
             log_specs = body.get("ext", {}).get("ltr_log", {}).get("log_specs")
             if log_specs and self._last_ltr:
                 features, values = self._last_ltr
-                hit["fields"] = {"_ltrlog": [{log_specs["name"]: [
+                hit.setdefault("fields", {})["_ltrlog"] = [{log_specs["name"]: [
                     {"name": f["name"], "value": v.get(doc, 0.0)}
-                    for f, v in zip(features, values, strict=True)]}]}
+                    for f, v in zip(features, values, strict=True)]}]
             hits.append(hit)
         answer = {"took": 1, "timed_out": False,
                   "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
@@ -416,7 +454,8 @@ class _Handler(BaseHTTPRequestHandler):
         started = time.perf_counter()
         try:
             self._check_compatibility()
-            status, body = self._route(method, url.path.strip("/").split("/"), params, raw)
+            parts = [unquote(part) for part in url.path.strip("/").split("/")]
+            status, body = self._route(method, parts, params, raw)
         except ApiError as exc:
             status, body = exc.status, exc.body()
         except _Drop:
@@ -457,12 +496,17 @@ class _Handler(BaseHTTPRequestHandler):
         standin = self.standin
         body = json.loads(raw) if raw and not parts[-1] == "_bulk" else {}
         if parts == [""]:
+            self._refuse("info", "cluster:monitor/main")
             return 200, {"name": "standin", "cluster_name": "reranker-tests",
                          "version": {"number": standin.version, "build_flavor": "default",
                                      "lucene_version": "9.12.0"},
                          "tagline": "You Know, for Search"}
         if parts[-1] == "_bulk":
             return 200, self._bulk(raw, parts[0] if len(parts) == 2 else None)
+        if parts[:2] == ["_cat", "indices"]:  # (format=json, h=index)
+            pattern = parts[2] if len(parts) > 2 else "*"
+            return 200, [{"index": name} for name in standin.indices
+                         if fnmatch.fnmatchcase(name, pattern)]
         if parts[0] == "_scripts":
             if method == "PUT":
                 standin.scripts[parts[1]] = body["script"]
@@ -470,17 +514,30 @@ class _Handler(BaseHTTPRequestHandler):
             if parts[1] not in standin.scripts:
                 raise ApiError(404, "resource_not_found_exception",
                                f"unable to find script [{parts[1]}]")
+            if method == "DELETE":
+                del standin.scripts[parts[1]]
+                return 200, {"acknowledged": True}
             return 200, {"_id": parts[1], "found": True, "script": standin.scripts[parts[1]]}
-        if parts[0] == "_ltr":
+        if parts[0] == "_ltr":  # the plugin's feature store: a GET of the stored document
             name = parts[-1]
             features = standin.featuresets.get(name)
-            hits = [] if features is None else [
-                {"_source": {"featureset": {"name": name, "features": [
-                    {"name": f["name"], "template": f["template"]} for f in features]}}}]
-            return 200, {"hits": {"total": {"value": len(hits)}, "hits": hits}}
+            document = {"_index": ".ltrstore", "_id": f"featureset-{name}"}
+            if features is None:
+                return 404, {**document, "found": False}
+            return 200, {**document, "_version": 1, "found": True, "_source": {
+                "name": name, "type": "featureset", "featureset": {"name": name, "features": [
+                    {"name": f["name"], "template": f["template"]} for f in features]}}}
         name = parts[0]
+        if ":" in name:  # another cluster's index: searches and field capabilities only
+            cluster, _, name = name.partition(":")
+            if cluster != standin.remote_cluster or len(parts) == 1 \
+                    or parts[1] not in ("_search", "_field_caps"):
+                raise ApiError(400, "illegal_argument_exception",
+                               f"Cross-cluster calls are not supported in this context but "
+                               f"remote indices were requested: [{parts[0]}]")
         if len(parts) == 1:
             if method == "HEAD":
+                self._refuse("exists", "indices:admin/get")
                 known = standin.aliases.get(name, name) in standin.indices
                 return (200 if known else 404), None
             if method == "PUT":
@@ -496,7 +553,16 @@ class _Handler(BaseHTTPRequestHandler):
         index = standin.resolve(name)
         action = parts[1]
         if action == "_mapping":
+            self._refuse("mapping", "indices:admin/mappings/get")
             return 200, {index.name: {"mappings": {"properties": index.properties}}}
+        if action == "_field_caps":
+            fields = {"_id": {"_id": {"type": "_id", "metadata_field": True,
+                                      "searchable": True, "aggregatable": True}}}
+            for path, kind in _mapped_fields(index.properties, ""):
+                fields[path] = {kind: {"type": kind, "metadata_field": False,
+                                       "searchable": kind != "object",
+                                       "aggregatable": kind not in ("text", "object")}}
+            return 200, {"indices": [index.name], "fields": fields}
         if action == "_refresh":
             return 200, {"_shards": {"total": 1, "successful": 1, "failed": 0}}
         if action == "_validate":
@@ -511,6 +577,12 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, standin.search(index, body, params)
         raise ApiError(400, "illegal_argument_exception",
                        f"unsupported [{method} /{'/'.join(parts)}]")
+
+    def _refuse(self, kind: str, action: str) -> None:
+        if kind in self.standin.forbidden:
+            raise ApiError(403, "security_exception",
+                           f"action [{action}] is unauthorized for API key id [test] of user "
+                           f"[reranker]")
 
     def _faults(self, kind: str) -> None:
         """The fault the stand-in was told to show, if a search of ``kind`` is one it
@@ -544,6 +616,37 @@ class _Handler(BaseHTTPRequestHandler):
                 items.append({op: {"_index": name, "_id": doc_id, "status": exc.status,
                                    "error": {"type": exc.kind, "reason": exc.reason}}})
         return {"took": 1, "errors": errors, "items": items}
+
+
+def _epoch_millis(value: Any) -> int | None:
+    """A date as Elasticsearch's default format reads it (an ISO 8601 date or date and
+    time, UTC unless it says otherwise, or a number of epoch milliseconds), in epoch
+    milliseconds; None when it is not a date."""
+    from datetime import datetime, timezone
+
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return int(value)
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def _mapped_fields(properties: dict[str, Any], prefix: str) -> list[tuple[str, str]]:
+    """Every field path of a mapping with its type (objects' sub-fields and multi-fields
+    such as ``title.keyword`` included)."""
+    out = []
+    for name, spec in properties.items():
+        path = prefix + name
+        out.append((path, spec.get("type", "object")))
+        out += _mapped_fields(spec.get("properties", {}), path + ".")
+        out += _mapped_fields(spec.get("fields", {}), path + ".")
+    return out
 
 
 def _filtered_source(source: dict[str, Any], spec: Any) -> dict[str, Any] | None:

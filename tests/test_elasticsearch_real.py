@@ -3,7 +3,8 @@
     RERANKER_TEST_ES_URL=http://localhost:9200 make test
 
 (credentials may go in the URL, http://user:password@host:9200). Each scenario creates its
-own index named reranker-test-<random>. Without the variable these tests are skipped.
+own index named reranker-test-<random>, deleted after the test with the stored template it
+may have made. Without the variable these tests are skipped.
 """
 
 import os
@@ -15,6 +16,12 @@ URL = os.environ.get("RERANKER_TEST_ES_URL")
 
 pytestmark = pytest.mark.skipif(not URL, reason="RERANKER_TEST_ES_URL is not set: no real "
                                                 "Elasticsearch cluster to test against")
+
+
+@pytest.fixture(autouse=True)
+def clean_cluster():
+    yield
+    scenarios.clean_up(URL)
 
 
 @pytest.mark.parametrize("name", ["features_come_from_one_search",

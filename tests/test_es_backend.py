@@ -7,7 +7,7 @@ import es_scenarios as scenarios
 import pytest
 import requests
 from conftest import LiveServer, run_cli, write_config, write_docs
-from es_standin import Standin
+from es_standin import Index, Standin
 
 from reranker.config import load_config
 from reranker.errors import BackendError, BackendUnavailableError
@@ -37,6 +37,15 @@ def es8():
                                   "service_uses_elasticsearch_features"])
 def test_scenario(standin, tmp_path, corpus, name):
     getattr(scenarios, f"scenario_{name}")(tmp_path, standin.url, corpus)
+
+
+def test_the_clean_up_after_a_real_cluster_s_scenarios_leaves_nothing(es8, tmp_path, corpus):
+    es8.indices["products"] = Index("products", {})  # not the scenarios': kept
+    scenarios.scenario_template_and_stored_template(tmp_path, es8.url, corpus)
+    assert len(es8.indices) == 2 and es8.scripts
+    scenarios.clean_up(es8.url)
+    assert list(es8.indices) == ["products"] and not es8.scripts
+    scenarios.clean_up(es8.url)  # nothing left to delete: no error
 
 
 def test_bulk_failures(standin, tmp_path):
@@ -287,3 +296,171 @@ def test_fields_are_checked_against_the_mapping_at_start_up(es8, tmp_path, corpu
     result = run_cli("serve", "-c", str(path), "--port", "0", check=False, timeout=60)
     assert result.returncode != 0
     assert "maps 'popularity' as keyword, not as a number" in result.stderr
+
+
+def test_a_key_that_may_only_search_the_index_serves(es8, tmp_path, corpus):
+    """A key without the monitor privilege (the server's version) nor view_index_metadata
+    (the mapping, the index's existence) starts, searches and reports itself healthy: the
+    start-up checks read the field capabilities, which the read privilege allows."""
+    index, path = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    es8.forbidden = {"info", "exists", "mapping"}
+    before = len(es8.requests)
+    service = RerankerService(load_config(path)).open()
+    try:
+        page = service.search("espresso grinder", 10)
+        assert page["hits"] and page["hits"][0]["source"]["id"] == page["hits"][0]["id"]
+        assert service.backend.health()["status"] == "ok"
+        assert service.backend.server_version is None
+        refused = [(m, p) for m, p, _ in es8.requests[before:]
+                   if p == "/" or p.endswith("/_mapping") or m == "HEAD"]
+        assert refused == [("GET", "/")]  # asked once, then never again
+    finally:
+        service.close()
+    es8.forbidden = set()  # a key that may not even search is refused at start-up
+    es8.fail_status = 403
+    with pytest.raises(BackendError, match="Elasticsearch refused"):
+        scenarios.backend_for(path).open()
+
+
+def test_an_index_of_a_remote_cluster_can_be_wrapped(es8, tmp_path, corpus):
+    """``cluster:index``: the start-up checks use only what cross-cluster search allows
+    (field capabilities and searches; the validate API refuses remote indices)."""
+    index, _ = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    path = scenarios.es_config(tmp_path, es8.url, f"remote:{index}")
+    service = RerankerService(load_config(path)).open()
+    try:
+        page = service.search("espresso grinder", 10)
+        assert len(page["hits"]) == 10 and all(hit["source"] for hit in page["hits"])
+    finally:
+        service.close()
+    assert not [p for _, p, _ in es8.requests if "_validate" in p and "remote:" in p]
+    misspelt = scenarios.es_config(tmp_path, es8.url, f"remote:{index}", fields=["title", "bdy"])
+    with pytest.raises(BackendError, match="has no field 'bdy'; did you mean 'body'"):
+        scenarios.backend_for(misspelt).open()
+    missing = scenarios.es_config(tmp_path, es8.url, "remote:nothing-here")
+    with pytest.raises(BackendError, match="no index or alias 'remote:nothing-here'"):
+        scenarios.backend_for(missing).open()
+
+
+def test_a_date_field_is_a_numeric_feature_in_epoch_milliseconds(es8, tmp_path):
+    """A date is usually text in ``_source``: it is read from the doc values as epoch
+    milliseconds instead; a number the document holds as text (which Elasticsearch indexes
+    as a number) counts as that number."""
+    name = scenarios.unique_index()  # the site's own index, loaded by its own pipeline
+    mapping = {"properties": {"id": {"type": "keyword"}, "title": {"type": "text"},
+                              "published": {"type": "date"}, "price": {"type": "double"}}}
+    requests.put(f"{es8.url}/{name}", json={"mappings": mapping}, timeout=10).raise_for_status()
+    docs = [{"id": "a", "title": "green tea", "published": "2024-03-01T12:00:00Z",
+             "price": "4.5"},
+            {"id": "b", "title": "black tea", "published": "2024-03-02", "price": 3},
+            {"id": "c", "title": "tea pot"}]
+    for doc in docs:
+        es8.indices[name].put(doc["id"], doc)
+    path = scenarios.es_config(tmp_path, es8.url, name, fields=["title"],
+                               sections={"features": {"numeric_fields": ["published", "price"]}})
+    backend = scenarios.backend_for(path)
+    backend.open()
+    try:
+        assert backend.date_fields == ("published",)
+        candidates = backend.search("tea", 10)
+        values = dict(zip(candidates.ids, candidates.numeric.tolist(), strict=True))
+        assert values["a"] == [1709294400000.0, 4.5]
+        assert values["b"] == [1709337600000.0, 3.0]
+        assert all(v != v for v in values["c"])  # missing: NaN, then features.missing_value
+        body = backend.request_body("tea", 10)
+        assert body["docvalue_fields"] == [{"field": "published", "format": "epoch_millis"}]
+        assert body["_source"] == ["price"]
+        assert candidates.load_sources([0])[0]["title"]
+    finally:
+        backend.close()
+
+
+def test_hits_of_one_id_from_two_indices_are_shown_once(es8, tmp_path, corpus):
+    """An alias or pattern over two indices may find a document of the same id in each:
+    the better hit stands for it."""
+    index, path = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    backend = scenarios.backend_for(path)
+    backend.open()
+    try:
+        response = {"hits": {"total": {"value": 3}, "hits": [
+            {"_index": "a", "_id": "d1", "_score": 3.0, "_source": {"popularity": 1},
+             "matched_queries": {"backend_score": 3.0}},
+            {"_index": "b", "_id": "d1", "_score": 2.0, "_source": {"popularity": 2},
+             "matched_queries": {"backend_score": 2.0}},
+            {"_index": "b", "_id": "d2", "_score": 1.0, "_source": {"popularity": 5},
+             "matched_queries": {"backend_score": 1.0}}]}}
+        candidates = backend.candidates_from_response(response)
+        assert candidates.ids == ["d1", "d2"]
+        assert candidates.scores.tolist() == [3.0, 1.0]
+        assert candidates.numeric[:, 0].tolist() == [1.0, 5.0]
+    finally:
+        backend.close()
+
+
+def test_a_search_answered_in_part_is_served_and_logged_once_a_minute(es8, tmp_path, corpus,
+                                                                       caplog):
+    index, path = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    backend = scenarios.backend_for(path)
+    backend.open()
+    hit = {"_index": index, "_id": "d1", "_score": 1.0, "_source": {},
+           "matched_queries": {"backend_score": 1.0}}
+    partial = {"_shards": {"total": 5, "successful": 4, "failed": 1, "failures": [
+        {"shard": 2, "reason": {"type": "node_not_connected_exception",
+                                "reason": "[node-2] disconnected"}}]},
+        "hits": {"total": {"value": 1}, "hits": [hit]}}
+    try:
+        with caplog.at_level("WARNING", logger="reranker.backends.elasticsearch"):
+            assert backend.candidates_from_response(partial).ids == ["d1"]
+            backend.candidates_from_response(partial)
+            backend.candidates_from_response({"timed_out": True, **partial, "_shards": {}})
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 1
+        assert "1 of 5 shards failed: node_not_connected_exception" in lines[0]
+        backend._partial_logged -= 61.0  # a minute later: the time-out is told
+        with caplog.at_level("WARNING", logger="reranker.backends.elasticsearch"):
+            backend.candidates_from_response({**partial, "timed_out": True, "_shards": {}})
+        assert "the search timed out" in caplog.records[-1].getMessage()
+    finally:
+        backend.close()
+
+
+def test_a_missing_feature_set_is_named(es8, tmp_path, corpus):
+    """The Learning to Rank plugin answers a feature set as its stored document, and 404
+    when there is none."""
+    index, _ = scenarios.index_corpus(tmp_path, es8.url, corpus)
+    path = scenarios.es_config(tmp_path, es8.url, index, ltr_featureset="nothing",
+                               ltr_features=["a"])
+    with pytest.raises(BackendError, match="no feature set 'nothing' in the Learning to Rank"):
+        scenarios.backend_for(path).open()
+
+
+@pytest.mark.parametrize("tag", ["{{#join}}tags{{/join}}",
+                                 "{{#join delimiter='||'}}tags{{/join delimiter='||'}}",
+                                 "{{#url}}{{query}}{{/url}}"])
+def test_mustache_functions_reranker_cannot_render_are_refused(tmp_path, tag):
+    path = write_config(tmp_path, backend={
+        "type": "elasticsearch", "hosts": ["http://127.0.0.1:1"], "index": "x",
+        "template": '{"match": {"title": "' + tag + '"}}'})
+    with pytest.raises(BackendError, match="backend.template: the template uses "
+                                           "\\{\\{#(join|url)\\}\\}"):
+        scenarios.backend_for(path)
+
+
+def test_reranker_index_maps_numbers_as_doubles(es8, tmp_path):
+    """A float would widen 67.3 to 67.30000305175781 in facets and lose integers above
+    2**24 in filters."""
+    docs = [{"id": "a", "title": "tea", "price": 67.3, "brand": "x"}]
+    path = scenarios.es_config(tmp_path, es8.url, scenarios.unique_index(), fields=["title"],
+                               filter_fields=["price", "brand"],
+                               sections={"features": {"numeric_fields": ["price"]}})
+    run_cli("index", "-c", str(path), str(write_docs(tmp_path, docs)))
+    index = next(iter(es8.indices.values()))
+    assert index.properties["price"] == {"type": "double"}
+    assert index.properties["brand"] == {"type": "keyword"}
+    path = scenarios.es_config(tmp_path, es8.url, scenarios.unique_index(), fields=["title"],
+                               filter_fields=["rating"],
+                               sections={"features": {"numeric_fields": []}})
+    run_cli("index", "-c", str(path), str(write_docs(tmp_path, [{"id": "b", "title": "tea",
+                                                                 "rating": 4.5}])))
+    assert es8.indices[load_config(path).backend.index].properties["rating"] == {
+        "type": "double"}

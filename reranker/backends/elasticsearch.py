@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 #: Hits the search that reads the shown documents asks for at most, and per id: room for an
 #: id that several indices behind an alias or pattern hold.
 SOURCE_SEARCH_SIZE, SAME_ID_ROOM = 10_000, 4
+
+#: Seconds between two log lines about searches answered in part.
+PARTIAL_LOG_SECONDS = 60.0
 
 PLACEHOLDER = "{{query}}"
 PROBE_TEXT = "reranker start-up check"
@@ -138,11 +142,20 @@ class TemplateQuery:
     #: Kept: sent with every search, answered in the response's ``aggregations``.
     AGGS_KEYS = {"aggs", "aggregations"}
     _TO_JSON = re.compile(r"\{\{#toJson\}\}\s*([\w.]+)\s*\{\{/toJson\}\}")
+    #: Elasticsearch's own Mustache functions besides ``toJson``, which a Mustache renderer
+    #: would render as sections of a missing parameter: empty.
+    _UNSUPPORTED = re.compile(r"\{\{\s*#\s*(join|url)\b")
 
     def __init__(self, source: str, params: dict[str, Any], where: str):
         import pystache
 
         self.where = where
+        unsupported = self._UNSUPPORTED.search(source)
+        if unsupported:
+            raise BackendError(f"{where}: the template uses {{{{#{unsupported.group(1)}}}}}, "
+                               f"an Elasticsearch Mustache function reranker does not render "
+                               f"(it would render empty); pass the value ready-made as a "
+                               f"parameter, or as JSON with {{{{#toJson}}}}")
         self.params = dict(params)
         self._json_params: list[tuple[str, str]] = []
 
@@ -210,8 +223,14 @@ class ElasticsearchBackend(Backend):
             raise BackendError("backend.index: the Elasticsearch index or alias to search is "
                                "not set")
         self.index = backend.index
+        #: An index expression naming a remote cluster's index (``cluster:index``).
+        self.remote = any(":" in part for part in self.index.split(","))
         self.fields = tuple(backend.fields)
         self.numeric_fields = tuple(config.features.numeric_fields)
+        #: The numeric fields mapped as dates (read at start-up): their values come as epoch
+        #: milliseconds from the documents' doc values, not from ``_source``, where a date
+        #: is usually text.
+        self.date_fields: tuple[str, ...] = ()
         self.id_field = backend.id_field
         self.timeout = backend.request_timeout
         self.sources_with_search = backend.fetch_sources == "candidates"
@@ -240,6 +259,10 @@ class ElasticsearchBackend(Backend):
                               for f in self.fields}
             self.feature_names = list(self._features)
         self._es = None
+        self._partial_logged = -math.inf  # when a partial answer was last logged
+        #: Whether the server refused to tell its version (a key without the ``monitor``
+        #: privilege): health is then checked with a search of the index.
+        self._info_forbidden = False
         self._timeout_clients: dict[int, Any] = {}  # hundredths of a second -> client
         self._lock = threading.Lock()
         self.server_version: str | None = None
@@ -305,9 +328,27 @@ class ElasticsearchBackend(Backend):
     def _detect_version(self, client) -> None:
         """Read the server's version with a header both 8.x and 9.x accept, then talk to it
         in its own compatibility mode; refuse servers without named-query scores."""
+        from elasticsearch import AuthorizationException
+
         cls = type(client)
         cls.server_major = 8  # both 8.x and 9.x servers accept compatible-with=8
-        info = self._call(lambda: client.info(), "reading the server's version")
+
+        def info():
+            try:
+                return client.info()
+            except AuthorizationException:
+                return None
+
+        info = self._call(info, "reading the server's version")
+        if info is None:
+            # A key allowed to search the index alone (no ``monitor`` privilege): spoken to
+            # in the 8.x compatibility mode, which 8.x and 9.x servers accept; a server older
+            # than 8.8 is found out by the first search (matched queries without scores).
+            self._info_forbidden = True
+            log.info("Elasticsearch at %s does not tell this key its version (the monitor "
+                     "cluster privilege); requests use the 8.x compatibility mode",
+                     self._where())
+            return
         number = str(info.get("version", {}).get("number", ""))
         match = re.match(r"(\d+)\.(\d+)", number)
         if not match:
@@ -352,11 +393,6 @@ class ElasticsearchBackend(Backend):
 
     def open(self) -> None:
         es = self.es
-        if not self._call(lambda: bool(es.indices.exists(index=self.index)),
-                          f"checking that index {self.index!r} exists"):
-            raise BackendError(f"backend.index: no index or alias {self.index!r} in "
-                               f"Elasticsearch at {self._where()}; run `reranker index` to "
-                               f"create it")
         backend = self.config.backend
         self._check_fields()
         if backend.template_id is not None:
@@ -370,24 +406,38 @@ class ElasticsearchBackend(Backend):
                                            f"backend.template_id {backend.template_id!r}")
         if backend.ltr_featureset:
             self._check_featureset()
-        for name, query in self._features.items():
-            self._validate(substitute(query, {"query": PROBE_TEXT}),
-                           f"feature query {name!r}")
-        self._validate(self._retrieval(PROBE_TEXT)[0], "the retrieval query")
+        if not self.remote:  # (the validate API reads local indices only)
+            for name, query in self._features.items():
+                self._validate(substitute(query, {"query": PROBE_TEXT}),
+                               f"feature query {name!r}")
+            self._validate(self._retrieval(PROBE_TEXT)[0], "the retrieval query")
         self.search(PROBE_TEXT, 1)  # the whole request runs
 
     def _check_fields(self) -> None:
-        """Every configured field must be in the index's mapping (of every index behind an
-        alias), numeric fields as numbers: an error names the field and the closest names the
-        mapping has, instead of a feature that is always 0."""
+        """The index, alias or pattern must exist, and every configured field be in its
+        mapping (in that of every index behind it), numeric fields as numbers or dates: an
+        error names the field and the closest names the mapping has, instead of a feature
+        that is always 0. Read with the field capabilities API, which needs no more than the
+        search itself (the ``read`` privilege) and answers for remote clusters too."""
+        from elasticsearch import NotFoundError
+
         from ..config import did_you_mean
 
         es = self.es
-        answer = self._call(lambda: es.indices.get_mapping(index=self.index),
-                            f"reading the mapping of {self.index!r}")
-        types: dict[str, str] = {}
-        for entry in dict(answer).values():
-            _mapped_fields(entry.get("mappings", {}).get("properties", {}), "", types)
+
+        def field_caps():
+            try:
+                return es.field_caps(index=self.index, fields="*")
+            except NotFoundError:
+                return None
+
+        answer = self._call(field_caps, f"reading the fields of {self.index!r}")
+        if not answer or not answer.get("indices"):
+            raise BackendError(f"backend.index: no index or alias {self.index!r} in "
+                               f"Elasticsearch at {self._where()}; run `reranker index` to "
+                               f"create it")
+        types = {field: sorted(kinds) for field, kinds in (answer.get("fields") or {}).items()
+                 if not any(caps.get("metadata_field") for caps in kinds.values())}
         backend = self.config.backend
         checks = [("features.numeric_fields", self.numeric_fields),
                   ("backend.filter_fields", backend.filter_fields)]
@@ -400,11 +450,16 @@ class ElasticsearchBackend(Backend):
                         f"{key}: the mapping of {self.index!r} has no field {field!r}"
                         f"{did_you_mean(field, types)} (it maps: "
                         f"{', '.join(sorted(types)[:30])})")
+        dates = set()
         for field in self.numeric_fields:
-            if types[field] not in NUMERIC_TYPES:
+            kinds = types[field]
+            if set(kinds) <= DATE_TYPES:
+                dates.add(field)
+            elif not set(kinds) <= NUMERIC_TYPES:
                 raise BackendError(f"features.numeric_fields: {self.index!r} maps {field!r} as "
-                                   f"{types[field]}, not as a number; map it as a number (or "
-                                   f"reindex the values as JSON numbers)")
+                                   f"{' and '.join(kinds)}, not as a number or a date; map it "
+                                   f"as one (or reindex the values as JSON numbers)")
+        self.date_fields = tuple(f for f in self.numeric_fields if f in dates)
 
     def _validate(self, query: dict[str, Any], what: str) -> None:
         result = self._call(lambda: self.es.indices.validate_query(
@@ -418,11 +473,17 @@ class ElasticsearchBackend(Backend):
         backend = self.config.backend
         store = f"_ltr/{backend.ltr_store}" if backend.ltr_store else "_ltr"
         path = f"/{store}/_featureset/{backend.ltr_featureset}"
-        found = self._call(lambda: self.es.perform_request(
-            "GET", path, headers={"accept": "application/json"}),
-            f"reading feature set {backend.ltr_featureset!r}")
-        hits = found.get("hits", {}).get("hits", [])
-        features = hits[0]["_source"]["featureset"]["features"] if hits else None
+        from elasticsearch import NotFoundError
+
+        def read():
+            try:
+                return self.es.perform_request("GET", path,
+                                               headers={"accept": "application/json"})
+            except NotFoundError:
+                return None
+
+        found = self._call(read, f"reading feature set {backend.ltr_featureset!r}")
+        features = _featureset_features(found)
         if not features:
             raise BackendError(f"backend.ltr_featureset: no feature set "
                                f"{backend.ltr_featureset!r} in the Learning to Rank store")
@@ -447,7 +508,11 @@ class ElasticsearchBackend(Backend):
         named = [{"bool": {"must": [retrieval], "_name": "backend_score"}}]
         body: dict[str, Any] = {"size": n, "track_total_hits": True}
         if not self.sources_with_search:  # the shown hits' documents come after ranking
-            body["_source"] = list(self.numeric_fields) if self.numeric_fields else False
+            numbers = [f for f in self.numeric_fields if f not in self.date_fields]
+            body["_source"] = numbers or False
+        if self.date_fields:
+            body["docvalue_fields"] = [{"field": f, "format": "epoch_millis"}
+                                       for f in self.date_fields]
         backend = self.config.backend
         if backend.ltr_featureset:
             sltr = {"_name": "reranker_features", "featureset": backend.ltr_featureset,
@@ -484,7 +549,8 @@ class ElasticsearchBackend(Backend):
         Learning to Rank log) and the numeric fields of ``_source``; the shown hits'
         documents as the response has them, or (``fetch_sources: shown``) read by
         :meth:`read_sources` before ``deadline``."""
-        hits = response.get("hits", {}).get("hits", [])
+        hits = _first_of_each_id(response.get("hits", {}).get("hits", []))
+        self._note_partial(response)
         n = len(hits)
         ids = [str(hit["_id"]) for hit in hits]
         # A sorted search answers no _score: then scores falling with the rank carry the
@@ -508,10 +574,15 @@ class ElasticsearchBackend(Backend):
                 if value is not None:
                     field_scores[i, j] = float(value)
         numeric = np.full((n, len(self.numeric_fields)), np.nan)
+        dates = self.date_fields
         for i, hit in enumerate(hits):
             source = hit.get("_source") or {}
             for j, field in enumerate(self.numeric_fields):
-                numeric[i, j] = _number(field_value(source, field))
+                if field in dates:  # epoch milliseconds, as text
+                    value = ((hit.get("fields") or {}).get(field) or [None])[0]
+                else:
+                    value = field_value(source, field)
+                numeric[i, j] = _number(value)
         total = response.get("hits", {}).get("total")
         total = total.get("value") if isinstance(total, dict) else total
         facets, aggregations = {}, {}
@@ -531,6 +602,31 @@ class ElasticsearchBackend(Backend):
         return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,
                           load_sources=load_sources, total=total, facets=facets,
                           aggregations=aggregations)
+
+    def _note_partial(self, response: dict[str, Any]) -> None:
+        """A search some shards failed or timed out on still serves the hits the others
+        answered (Elasticsearch's default, ``allow_partial_search_results``, which the
+        cluster's operator may turn off): the page is valid feedback all the same. It is
+        logged, at most once every :data:`PARTIAL_LOG_SECONDS`, with how many shards failed
+        and the first reason."""
+        shards = response.get("_shards") or {}
+        failed = shards.get("failed") or 0
+        if not failed and not response.get("timed_out"):
+            return
+        now = time.monotonic()
+        if now - self._partial_logged < PARTIAL_LOG_SECONDS:
+            return
+        self._partial_logged = now
+        reason = ""
+        failures = shards.get("failures") or []
+        if failures and isinstance(failures[0], dict):
+            cause = failures[0].get("reason") or {}
+            reason = f": {cause.get('type', 'error')}: {cause.get('reason', '')}" \
+                if isinstance(cause, dict) else f": {cause}"
+        what = (f"{failed} of {shards.get('total', '?')} shards failed" if failed
+                else "the search timed out")
+        log.warning("Elasticsearch answered a search of %r in part (%s%s); the hits the "
+                    "other shards found are served", self.index, what, reason)
 
     def read_sources(self, hits: Sequence[dict[str, Any]],
                      deadline: float | None = None) -> list[dict[str, Any]]:
@@ -566,7 +662,7 @@ class ElasticsearchBackend(Backend):
         for f in self.fields:
             properties[f] = {"type": "text", "analyzer": "english"}
         for f in self.numeric_fields:
-            properties[f] = {"type": "float"}
+            properties[f] = {"type": "double"}
         return {"properties": properties}
 
     def _mapping(self) -> dict[str, Any]:
@@ -600,7 +696,7 @@ class ElasticsearchBackend(Backend):
             mapping = self._mapping()
             if self.config.backend.mapping is None and self.config.backend.filter_fields:
                 types, documents = filter_types(self.config.backend.filter_fields, documents)
-                es_types = {"keyword": "keyword", "number": "float", "boolean": "boolean"}
+                es_types = {"keyword": "keyword", "number": "double", "boolean": "boolean"}
                 for field, kind in types.items():
                     mapping["properties"].setdefault(field, {"type": es_types[kind]})
             self._call(lambda: es.indices.create(index=self.index, mappings=mapping),
@@ -662,9 +758,12 @@ class ElasticsearchBackend(Backend):
         state: dict[str, Any] = {"type": self.name, "index": self.index,
                                  "version": self.server_version}
         try:
-            es = self.es
-            self._call(lambda: es.options(request_timeout=min(self.timeout, 1.0)).info(),
-                       "checking health")
+            client = self.es.options(request_timeout=min(self.timeout, 1.0))
+            if self._info_forbidden:  # the index answers a search, then
+                self._call(lambda: client.search(index=self.index, size=0,
+                                                 track_total_hits=False), "checking health")
+            else:
+                self._call(lambda: client.info(), "checking health")
             state["status"] = "ok"
         except Exception as exc:  # noqa: BLE001 -- health reports, never raises
             state["status"] = "unavailable"
@@ -677,17 +776,9 @@ class ElasticsearchBackend(Backend):
 
 
 NUMERIC_TYPES = {"long", "integer", "short", "byte", "double", "float", "half_float",
-                 "scaled_float", "unsigned_long", "date", "date_nanos"}
-
-
-def _mapped_fields(properties: dict[str, Any], prefix: str, out: dict[str, str]) -> None:
-    """Every field path of a mapping with its type (objects' sub-fields and multi-fields
-    such as ``title.keyword`` included)."""
-    for name, spec in properties.items():
-        path = prefix + name
-        out[path] = spec.get("type", "object")
-        _mapped_fields(spec.get("properties", {}), path + ".", out)
-        _mapped_fields(spec.get("fields", {}), path + ".", out)
+                 "scaled_float", "unsigned_long"}
+#: Read as epoch milliseconds from doc values (:attr:`ElasticsearchBackend.date_fields`).
+DATE_TYPES = {"date", "date_nanos"}
 
 
 class _NothingIndexed(Exception):
@@ -721,12 +812,50 @@ def _secret(variable: str, key: str) -> str:
 
 
 def _number(value: Any) -> float:
+    """A numeric field's value as a float: a JSON number, or a number as text (which
+    Elasticsearch indexes as a number, and as which doc values give dates); NaN for
+    anything else (the feature then takes ``features.missing_value``)."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return np.nan
+        return number if math.isfinite(number) else np.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return np.nan
     try:
         return float(value)
     except OverflowError:
         return np.nan
+
+
+def _first_of_each_id(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The hits without those whose id an earlier (better) hit has: two indices behind an
+    alias or pattern may hold a document of the same id, and a page shows an id once."""
+    seen: set[str] = set()
+    first = []
+    for hit in hits:
+        doc_id = str(hit["_id"])
+        if doc_id not in seen:
+            seen.add(doc_id)
+            first.append(hit)
+    return first
+
+
+def _featureset_features(answer: Any) -> list[dict[str, Any]] | None:
+    """The features of the Learning to Rank plugin's answer to ``GET
+    _ltr/_featureset/<name>``: the stored document (``found`` and its ``_source``), or,
+    as some versions of the plugin answer, a search of the feature store."""
+    if not isinstance(answer, dict):
+        return None
+    if "_source" in answer:
+        document = answer if answer.get("found", True) else None
+    else:
+        hits = (answer.get("hits") or {}).get("hits") or []
+        document = hits[0] if hits else None
+    if document is None:
+        return None
+    return ((document.get("_source") or {}).get("featureset") or {}).get("features")
 
 
 def _ltr_values(hit: dict[str, Any]) -> dict[str, float]:
