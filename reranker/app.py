@@ -21,7 +21,6 @@ import hashlib
 import hmac
 import json
 import logging
-import math
 import threading
 import time
 from importlib import resources
@@ -602,7 +601,7 @@ def _register_errors(app: Flask | Blueprint) -> None:
         else:
             response = _error(exc.status, exc.message, exc.field)
         if isinstance(exc, TooManyRequestsError):
-            response[0].headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+            response[0].headers["Retry-After"] = str(exc.whole_seconds(exc.retry_after))
         elif isinstance(exc, UnauthorizedError):
             response[0].headers["WWW-Authenticate"] = 'Bearer realm="reranker"'
         return response

@@ -69,10 +69,12 @@ def index(config_path: str | None, documents: str, recreate: bool) -> None:
         raise DataError(f"document file {documents} does not exist")
     backend = backend_class(get_plugin_manager(), config.backend.type)(config)
     unreadable: list[tuple[str, str]] = []
+    # (checked before the backend writes or deletes anything)
+    checked = checked_documents(read_jsonl(documents, unreadable), config, unreadable,
+                                source=documents,
+                                adding=not recreate and backend.index_exists() is True)
     with progress_bar("indexing documents") as advance:
-        report = backend.index_documents(
-            checked_documents(read_jsonl(documents, unreadable), config, unreadable),
-            recreate=recreate, progress=advance)
+        report = backend.index_documents(checked, recreate=recreate, progress=advance)
     report.failed[:0] = unreadable
     for where, why in report.failed[:20]:
         click.echo(f"failed: {where}: {why}", err=True)
@@ -80,7 +82,7 @@ def index(config_path: str | None, documents: str, recreate: bool) -> None:
         click.echo(f"... and {len(report.failed) - 20} more failures", err=True)
     click.echo(f"indexed {report.indexed} documents into the {config.backend.type} backend"
                + (f"; {len(report.failed)} failed" if report.failed else ""))
-    if report.failed:
+    if report.failed or not report.indexed:
         sys.exit(1)
 
 

@@ -12,6 +12,7 @@ keeps the two identical.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -22,6 +23,8 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "RERANKER_"
 #: Seconds between two exchanges of request counts at least (a transaction each).
@@ -477,7 +480,17 @@ def _merge_env(merged: dict, environ: Mapping[str, str], origins: dict[str, str]
         rest = name[len(ENV_PREFIX):].lower()
         section, _, key = rest.partition("_")
         if section not in SCHEMA or key not in SCHEMA[section]:
-            continue  # other RERANKER_* variables (test switches, secrets) are not config keys
+            # other RERANKER_* variables (secrets, test switches) are not config keys; one
+            # that looks like a misspelt key is said, not taken
+            if section in SCHEMA and key:
+                import difflib
+
+                close = difflib.get_close_matches(key, list(SCHEMA[section]), n=1, cutoff=0.6)
+                if close:
+                    log.warning("environment variable %s is not a config key and is ignored; "
+                                "did you mean %s%s_%s?", name, ENV_PREFIX, section.upper(),
+                                close[0].upper())
+            continue
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError as exc:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import itertools
-import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataError
+from .jsontext import json_error, strict_loads
 
 #: Documents read to check that every configured field exists, before anything is written.
 CHECK_FIRST = 1000
@@ -35,17 +35,17 @@ def read_jsonl(path: str | os.PathLike,
                     continue
                 where = f"{path}, line {number}"
                 try:
-                    doc = json.loads(line)
-                    if not isinstance(doc, dict):
-                        raise ValueError(f"expected a JSON object, got {type(doc).__name__}")
+                    doc = strict_loads(line)
                 except ValueError as exc:
-                    why = (f"not valid JSON: {exc.msg}" if isinstance(exc, json.JSONDecodeError)
-                           else str(exc))
-                    if failures is None:
-                        raise DataError(f"{where}: {why}") from exc
-                    failures.append((where, why))
-                    continue
-                yield where, doc
+                    why = f"not valid JSON: {json_error(exc)}"
+                else:
+                    if isinstance(doc, dict):
+                        yield where, doc
+                        continue
+                    why = f"expected a JSON object, got {type(doc).__name__}"
+                if failures is None:
+                    raise DataError(f"{where}: {why}")
+                failures.append((where, why))
     except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise DataError(f"{path}: cannot be read: {exc}") from exc
 
@@ -61,33 +61,45 @@ def field_value(doc: dict[str, Any], field: str) -> Any:
 
 
 def checked_documents(documents: Iterable[tuple[str, dict[str, Any]]], config,
-                      failures: list[tuple[str, str]]) -> Iterator[tuple[str, dict[str, Any]]]:
+                      failures: list[tuple[str, str]], source: str = "the input",
+                      adding: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
     """The documents, checked against the configured fields.
 
-    A text field (``backend.fields``) or numeric field (``features.numeric_fields``) that none
-    of the first :data:`CHECK_FIRST` documents holds is a :class:`DataError` naming it with
-    the closest field names the documents do hold, raised before the first document is
-    yielded (so nothing is written); it would otherwise be a feature that is always 0. A
-    document whose numeric field holds something else than a number (the string "12.50")
-    is added to ``failures`` naming the document, and skipped."""
+    Checked at once, before the backend writes (or, with ``--recreate``, deletes) anything:
+    an input without a single document (``source`` names it), and a text field
+    (``backend.fields``) or numeric field (``features.numeric_fields``) that none of the
+    first :data:`CHECK_FIRST` documents holds, are a :class:`DataError`, the latter naming
+    the field with the closest field names the documents do hold (it would otherwise be a
+    feature that is always 0); not when ``adding`` to an index that exists, whose fields
+    the run that made it checked (a few updated documents may lack a field). Then, as the
+    documents are read, one whose numeric field holds something else than a number (the
+    string "12.50") is added to ``failures`` naming the document, and skipped."""
     from .config import did_you_mean
 
     iterator = iter(documents)
     head = list(itertools.islice(iterator, CHECK_FIRST))
-    if head:
-        keys: Counter = Counter()
-        for _, doc in head:
-            keys.update(_paths(doc))
-        for key, fields in (("backend.fields", config.backend.fields),
-                            ("features.numeric_fields", config.features.numeric_fields)):
-            for field in fields:
-                if not any(field_value(doc, field) is not None for _, doc in head):
-                    shown = ", ".join(sorted(keys)[:30])
-                    raise DataError(f"{key}: none of the first {len(head)} documents holds a "
-                                    f"field {field!r}{did_you_mean(field, keys)} (they hold: "
-                                    f"{shown}); fix the config or the documents")
+    if not head:
+        first = f" ({len(failures)} failed; the first: {failures[0][0]}: {failures[0][1]})" \
+            if failures else ""
+        raise DataError(f"{source} holds no document to index{first}")
+    keys: Counter = Counter()
+    for _, doc in head:
+        keys.update(_paths(doc))
+    for key, fields in (("backend.fields", config.backend.fields),
+                        ("features.numeric_fields", config.features.numeric_fields)):
+        for field in () if adding else fields:
+            if not any(field_value(doc, field) is not None for _, doc in head):
+                shown = ", ".join(sorted(keys)[:30])
+                raise DataError(f"{key}: none of the first {len(head)} documents holds a "
+                                f"field {field!r}{did_you_mean(field, keys)} (they hold: "
+                                f"{shown}); fix the config or the documents")
+    return _numbers_checked(itertools.chain(head, iterator), config, failures)
+
+
+def _numbers_checked(documents: Iterator[tuple[str, dict[str, Any]]], config,
+                     failures: list[tuple[str, str]]) -> Iterator[tuple[str, dict[str, Any]]]:
     numeric = config.features.numeric_fields
-    for where, doc in itertools.chain(head, iterator):
+    for where, doc in documents:
         bad = next(((f, v) for f in numeric if (v := field_value(doc, f)) is not None
                     and (isinstance(v, bool) or not isinstance(v, (int, float)))), None)
         if bad is not None:

@@ -7,6 +7,7 @@ and an HTTP status so that the service can answer it as JSON without a translati
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -119,6 +120,11 @@ class TooManyRequestsError(RerankerError):
     def __init__(self, message: str, *, retry_after: float, field: str | None = None):
         super().__init__(message, field=field)
         self.retry_after = retry_after
+
+    @staticmethod
+    def whole_seconds(seconds: float) -> int:
+        """``Retry-After`` for a wait of ``seconds``: whole seconds, rounded up, at least 1."""
+        return max(1, math.ceil(seconds))
 
 
 class UnprocessableError(RerankerError):

@@ -54,7 +54,8 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
     if imp.features is None:
         raise GoneError(f"impression {impression_id!r} is older than store.retention: its "
                         f"features were dropped, so it cannot be explained any more (its page "
-                        f"and clicks still count in its experiment's report)")
+                        f"and clicks still count in its experiment's report)",
+                        field="impression_id")
     arm = next((a for a in service.arms if imp.arm in a.names()), service.arms[0])
     shown = imp.shown().tolist()
     hits = _hits(arm, imp.features, imp.doc_ids, imp.feature_names)

@@ -55,6 +55,10 @@ class ModelStore:
     def __init__(self, root: str | os.PathLike, learner_name: str, keep: int = 20):
         self.dir = Path(root) / learner_name
         self.keep = keep
+        #: The refused files already logged, as (version, size, modification time): the
+        #: service looks for new versions every second, and a file that stays broken is
+        #: logged once (``/healthz`` keeps saying it), a file rewritten since logged again.
+        self._logged: set[tuple[int, int, int]] = set()
 
     def path(self, version: int) -> Path:
         return self.dir / f"model-{version:06d}.json"
@@ -253,9 +257,22 @@ class ModelStore:
             try:
                 return self.load(version, factory), errors
             except ModelLoadError as exc:
-                log.error("%s", exc.message)
+                self._log_refused(version, exc.message)
                 errors.append(exc.message)
         return None, errors
+
+    def _log_refused(self, version: int, message: str) -> None:
+        try:
+            stat = self.path(version).stat()
+        except OSError:
+            stat = None
+        key = (version, -1, -1) if stat is None else (version, stat.st_size, stat.st_mtime_ns)
+        if key in self._logged:
+            return
+        if len(self._logged) >= 1000:
+            self._logged.clear()
+        self._logged.add(key)
+        log.error("%s", message)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -110,6 +110,21 @@ REQUEST_COMPONENTS = {"search": "SearchRequest", "click": "ClickRequest",
                       "explain_impression": "ExplainImpressionRequest"}
 
 
+#: The endpoints that ask for an API key when ``security.api_keys_env`` is set.
+KEYED_PATHS = ("/search", "/explain", "/clicks")
+
+SECURITY_SCHEMES = {
+    "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key",
+               "description": "one of the keys in the environment variable that "
+                              "security.api_keys_env names"},
+    "apiKeyBearer": {"type": "http", "scheme": "bearer",
+                     "description": "the same API key as Authorization: Bearer KEY"},
+    "adminToken": {"type": "http", "scheme": "bearer",
+                   "description": "server.admin_token: the operator view, "
+                                  "/healthz?detail=1"},
+}
+
+
 def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
                      base: str = "/") -> dict[str, Any]:
     """The OpenAPI 3.1 document of the API served under ``base`` (a blueprint's URL prefix),
@@ -172,6 +187,12 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
             {"200": {"description": "the OpenAPI document",
                      "content": {"application/json": {"schema": {"type": "object"}}}}})},
     }
+    # Who may call what: with security.api_keys_env, the application's servers' key on the
+    # endpoints it guards; the operator's token for /healthz?detail=1 (optional otherwise).
+    if config.security.api_keys_env:
+        for path in KEYED_PATHS:
+            paths[path]["post"]["security"] = [{"apiKey": []}, {"apiKeyBearer": []}]
+    paths["/healthz"]["get"]["security"] = [{}, {"adminToken": []}]
     components = {"Error": ERROR_SCHEMA, **RESPONSE_SCHEMAS}
     components.update({REQUEST_COMPONENTS[name]: schema for name, schema in schemas.items()})
     limits = config.server
@@ -191,7 +212,7 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
         },
         "servers": [{"url": base}],
         "paths": paths,
-        "components": {"schemas": components},
+        "components": {"schemas": components, "securitySchemes": SECURITY_SCHEMES},
     }
 
 

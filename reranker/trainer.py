@@ -97,6 +97,8 @@ class Trainer:
         self.batch_size = batch_size
         self.clock = clock
         self.last_report: TrainReport | None = None
+        #: The version this trainer saved last, in whichever pass (most passes save none).
+        self.last_saved_version: int | None = None
         self.last_error: str | None = None
         self.last_run: float | None = None
         #: With a leader-mode background loop: whether this process is the store's trainer
@@ -153,6 +155,8 @@ class Trainer:
         for arm in self.arms:
             report.add(arm.label, self._train_arm(arm))
         self.last_report = report
+        if report.version is not None:
+            self.last_saved_version = report.version
         self.last_run = self.clock()
         return report
 
@@ -312,13 +316,19 @@ class Trainer:
         (:meth:`reranker.stores.EventStore.trainer_leadership`), which it tries to take
         every ``interval`` seconds: of many processes serving one store, one trains."""
         leadership = None
+        waiting = False  # (said once per wait)
         try:
             while not stop.is_set():
                 if lead and (leadership is None or not leadership.held()):
                     leadership = self._take_lead(leadership)
                     if leadership is None:
+                        if not waiting:
+                            log.info("another process runs the trainer of %s; this one takes "
+                                     "over when it stops", self.events.location)
+                        waiting = True
                         stop.wait(interval)
                         continue
+                    waiting = False
                 self.run_pass()
                 stop.wait(interval)
         finally:
@@ -349,7 +359,7 @@ class Trainer:
         report = self.last_report
         return {"leading": self.leading, "last_run": self.last_run,
                 "last_error": self.last_error,
-                "last_saved_version": report.version if report else None,
+                "last_saved_version": self.last_saved_version,
                 "last_skipped": report.skipped if report else 0}
 
 

@@ -346,7 +346,8 @@ class TrustGuard:
             per = "searches_per_minute" if endpoint == "search" else "clicks_per_minute"
             raise rejection(TooManyRequestsError(
                 f"too many requests from this client: at most {int(limiter.capacity)} a "
-                f"minute (security.{per}); retry in {wait:.0f} s", retry_after=wait),
+                f"minute (security.{per}); retry in "
+                f"{TooManyRequestsError.whole_seconds(wait)} s", retry_after=wait),
                 "rate_limited")
         if self.shared is not None:
             self.shared.note(endpoint, client)

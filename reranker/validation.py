@@ -19,7 +19,6 @@ names the keys of an object whose unknown keys are refused (``unknown clause 'ma
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +29,7 @@ import numpy as np
 from .backends.filters import MAX_TERMS, MAX_VALUE_LENGTH, RANGE_BOUNDS
 from .config import Config
 from .errors import BadRequestError, field_path, quoted_path, shorten
+from .jsontext import json_error, strict_loads
 
 #: Longest impression, user or session id accepted (a served impression id has about 60
 #: characters: :mod:`reranker.trust`).
@@ -235,12 +235,13 @@ def read_json(data: bytes, max_depth: int) -> Any:
     if nesting_depth(data, max_depth) > max_depth:
         raise _too_deep(max_depth)
     try:
-        return json.loads(data)
+        return strict_loads(data)
     except RecursionError:  # a body whose strings fooled the scan: still a client's error
         raise _too_deep(max_depth) from None
-    except ValueError:  # includes bytes that are no Unicode text
-        raise BadRequestError("the request body must be JSON (Content-Type: "
-                              "application/json)") from None
+    except UnicodeDecodeError:
+        raise BadRequestError("the request body must be JSON: it is not UTF-8 text") from None
+    except ValueError as exc:
+        raise BadRequestError(f"the request body must be JSON: {json_error(exc)}") from None
 
 
 def _too_deep(max_depth: int) -> BadRequestError:

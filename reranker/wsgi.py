@@ -86,6 +86,8 @@ def serve_workers(config_path: str | None, overrides: Mapping[str, Any], *,
                         "accesslog": None, "proc_name": "reranker"}
             if "control_socket_disable" in self.cfg.settings:  # gunicorn 25+
                 settings["control_socket_disable"] = True  # no socket in the home folder
+            if server.log_format == "json":  # gunicorn's own lines as JSON too
+                settings["logconfig_dict"] = json_logging_config()
             for key, value in settings.items():
                 self.cfg.set(key, value)
 
@@ -93,6 +95,22 @@ def serve_workers(config_path: str | None, overrides: Mapping[str, Any], *,
             return app(config_path, overrides, trainer=trainer)
 
     Gunicorn().run()
+
+
+def json_logging_config() -> dict[str, Any]:
+    """gunicorn's logging configuration (``logconfig_dict``) for ``server.log_format:
+    json``: its own loggers (the arbiter's start, stop and worker lines) write JSON lines,
+    as the service's do (:func:`reranker.monitoring.configure_logging`)."""
+    handler = {"class": "logging.StreamHandler", "formatter": "json",
+               "stream": "ext://sys.stderr"}
+    return {"version": 1, "disable_existing_loggers": False,
+            "formatters": {"json": {"()": "reranker.monitoring.JsonFormatter"}},
+            "handlers": {"console": handler, "error_console": handler},
+            "root": {"level": "INFO", "handlers": ["console"]},
+            "loggers": {"gunicorn.error": {"level": "INFO", "handlers": ["error_console"],
+                                           "propagate": False, "qualname": "gunicorn.error"},
+                        "gunicorn.access": {"level": "INFO", "handlers": [],
+                                            "propagate": False}}}
 
 
 class WaitressWorker(Worker):

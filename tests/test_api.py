@@ -1,6 +1,7 @@
 """The HTTP contract, over real HTTP against the real app and a real embedded index."""
 
 import shutil
+import time
 
 import pytest
 from conftest import run_cli
@@ -19,6 +20,7 @@ def assert_error(response, status, *fragments):
     assert error["status"] == status
     for fragment in fragments:
         assert fragment in error["message"], error["message"]
+    return error
 
 
 def test_search_answers_the_contract(live):
@@ -52,6 +54,12 @@ def test_click_answers_202_and_counts_duplicates_once(live):
 @pytest.mark.parametrize("kwargs, fragments", [
     ({"data": "not json", "headers": {"Content-Type": "application/json"}}, ["must be JSON"]),
     ({"data": "{}"}, ["must be JSON"]),  # no JSON content type
+    ({"data": '{"query": "tea"', "headers": {"Content-Type": "application/json"}},
+     ["must be JSON: Expecting ',' delimiter at line 1, column 16"]),
+    ({"data": '{"query": "tea", "size": NaN}', "headers": {"Content-Type": "application/json"}},
+     ["must be JSON: NaN is not a JSON value"]),
+    ({"data": b'{"query": "t\xe9"}', "headers": {"Content-Type": "application/json"}},
+     ["must be JSON: it is not UTF-8 text"]),
     ({"json": ["espresso"]}, ["must be a JSON object"]),
     ({"json": {}}, ["'query' must be a non-empty string"]),
     ({"json": {"query": "   "}}, ["'query' must be a non-empty string"]),
@@ -86,16 +94,19 @@ def test_click_on_a_document_not_shown_is_422(live):
     page = search(live, size=3)
     shown = {h["id"] for h in page["hits"]}
     other = next(h["id"] for h in search(live)["hits"] if h["id"] not in shown)
-    assert_error(live.post("/click", {"impression_id": page["impression_id"], "doc_id": other}),
-                 422, f"doc_id '{other}' was not shown")
+    error = assert_error(live.post("/click", {"impression_id": page["impression_id"],
+                                              "doc_id": other}),
+                         422, f"doc_id '{other}' was not shown")
+    assert error["field"] == "doc_id"
 
 
 def test_click_after_the_impression_was_trained_is_409(live):
     page = search(live)
     live.service.trainer.run_once(close_all=True)
-    assert_error(live.post("/click", {"impression_id": page["impression_id"],
-                                      "doc_id": page["hits"][1]["id"]}),
-                 409, "no longer accepts clicks")
+    error = assert_error(live.post("/click", {"impression_id": page["impression_id"],
+                                              "doc_id": page["hits"][1]["id"]}),
+                         409, "no longer accepts clicks")
+    assert error["field"] == "impression_id"
 
 
 def test_unavailable_backend_is_503_and_health_reports_it(live):
@@ -151,6 +162,47 @@ def test_a_corrupt_new_version_is_refused_and_the_last_good_one_serves(live, wor
     assert report.version == 3
     assert search(live)["model_version"] == 3
     assert live.get("/healthz").json()["status"] == "ok"
+
+
+def test_health_keeps_the_version_the_trainer_saved_last(live):
+    """Most passes save nothing: /healthz still says which version the trainer saved."""
+    click_to_learn(live, search(live))
+    assert live.service.trainer.run_once().version == 1
+    assert live.service.trainer.run_once().version is None  # nothing new to learn
+    assert live.get("/healthz").json()["trainer"]["last_saved_version"] == 1
+
+
+def test_a_trainer_waiting_for_the_lead_says_so_once(live, caplog):
+    """Of two processes training one store, the one that waits says so once, then takes
+    over when the other stops."""
+    import threading
+
+    from reranker.stores import open_event_store
+    from reranker.trainer import Trainer
+
+    held = live.service.events.trainer_leadership()
+    events = open_event_store(live.config)
+    stop = threading.Event()
+    waiting = Trainer.from_config(live.config, events)
+    thread = threading.Thread(target=waiting.run_forever, args=(stop, 0.02),
+                              kwargs={"lead": True})
+    try:
+        with caplog.at_level("INFO", logger="reranker.trainer"):
+            thread.start()
+            time.sleep(0.3)
+            said = [r.getMessage() for r in caplog.records]
+            assert len([m for m in said if "another process runs the trainer" in m]) == 1
+            assert not waiting.leading
+            held.release()
+            deadline = time.monotonic() + 5.0
+            while not waiting.leading and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert waiting.leading
+        assert any("this process runs the trainer" in r.getMessage() for r in caplog.records)
+    finally:
+        stop.set()
+        thread.join(5.0)
+        events.close()
 
 
 def test_background_server_stops_once_and_for_good():

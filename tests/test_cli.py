@@ -4,6 +4,8 @@ import pytest
 from conftest import ServeProcess, run_cli, write_config, write_docs
 
 from reranker.cli import cli
+from reranker.config import load_config
+from reranker.service import RerankerService
 
 
 @pytest.mark.parametrize("command", [[], *([name] for name in cli.commands)])
@@ -114,6 +116,71 @@ def test_a_failed_first_index_leaves_nothing_behind(tmp_path):
     assert not (tmp_path / "index").exists()
     failing("index", "-c", str(path), str(tmp_path / "missing.jsonl"))
     assert not (tmp_path / "index").exists()
+
+
+def test_an_index_run_that_loads_nothing_fails_and_leaves_nothing(tmp_path):
+    """An empty file, a file of lines that are not JSON documents (NaN is not JSON), and
+    documents that all fail: exit 1, and no index made by the run."""
+    path = write_config(tmp_path)
+    docs = tmp_path / "docs.jsonl"
+    for text, message in [
+            ("\n  \n", "docs.jsonl holds no document to index"),
+            ('[1, 2]\n{"id": "a", "popularity": NaN}\n',
+             "docs.jsonl holds no document to index (2 failed; the first: "),
+            ('{"id": "a", "title": "tea", "body": "x", "popularity": "3"}\n',
+             "indexed 0 documents")]:
+        docs.write_text(text)
+        result = run_cli("index", "-c", str(path), str(docs), check=False)
+        assert result.returncode == 1 and message in result.stdout + result.stderr
+        assert not (tmp_path / "index").exists()
+    docs.write_text('{"id": "a", "title": "tea", "body": "x", "popularity": 1}\n'
+                    '{"id": "b", "title": "tea", "body": "x", "popularity": Infinity}\n')
+    err = failing("index", "-c", str(path), str(docs))
+    assert "docs.jsonl, line 2: not valid JSON: Infinity is not a JSON value" in err
+
+
+def test_index_names_where_a_line_stops_being_json(tmp_path):
+    path = write_config(tmp_path)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": "a", "title": "tea", "body": "x", "popularity": 1}\n'
+                    '{"id": "b", "title": "tea" "body": "x"}\n')
+    assert "line 2: not valid JSON: Expecting ',' delimiter at line 1, column 28" in failing(
+        "index", "-c", str(path), str(docs))
+
+
+def test_a_recreate_with_a_misspelt_field_keeps_the_index(tmp_path, corpus):
+    """The documents are checked against the config before --recreate deletes anything."""
+    path = write_config(tmp_path)
+    docs = write_docs(tmp_path, corpus.documents[:20])
+    run_cli("index", "-c", str(path), str(docs))
+    misspelt = write_config(tmp_path, backend={"fields": ["title", "bdy"]})
+    for run in (("index", "-c", str(misspelt), str(docs), "--recreate"),
+                ("index", "-c", str(path), str(tmp_path / "empty.jsonl"), "--recreate")):
+        (tmp_path / "empty.jsonl").write_text("")
+        failing(*run)
+        service = RerankerService(load_config(write_config(tmp_path))).open()
+        try:
+            assert len(service.search(corpus.documents[0]["title"], 10)["hits"]) > 0
+        finally:
+            service.close()
+
+
+def test_documents_added_to_an_index_may_lack_a_field(tmp_path, corpus):
+    """The fields were checked when the index was made: an update of a few documents that
+    lack the numeric field (or a text field) is taken; the field is then missing."""
+    path = write_config(tmp_path)
+    run_cli("index", "-c", str(path), str(write_docs(tmp_path, corpus.documents[:20])))
+    update = tmp_path / "update.jsonl"
+    update.write_text('{"id": "new-1", "title": "zanzibar spice tea", "body": "cloves"}\n')
+    assert "indexed 1 documents" in run_cli("index", "-c", str(path), str(update)).stdout
+    service = RerankerService(load_config(path)).open()
+    try:
+        assert service.search("zanzibar", 10)["hits"][0]["id"] == "new-1"
+    finally:
+        service.close()
+    # a new index still wants the fields somewhere in its first documents
+    assert "none of the first 1 documents holds a field 'popularity'" in failing(
+        "index", "-c", str(path), str(update), "--recreate")
 
 
 def test_index_refuses_a_config_that_changed_the_fields(tmp_path, corpus):

@@ -83,6 +83,17 @@ def test_missing_config_file_is_named(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
+def test_a_misspelt_environment_key_is_said_and_ignored(caplog):
+    with caplog.at_level("WARNING", logger="reranker.config"):
+        config = load_config(None, environ={"RERANKER_SERVER_PROT": "9",
+                                            "RERANKER_SIGNING_KEYS": "k1:secret",
+                                            "RERANKER_TEST_ES_URL": "http://x"})
+    assert config.server.port == load_config(None, environ={}).server.port
+    assert [r.getMessage() for r in caplog.records] == [
+        "environment variable RERANKER_SERVER_PROT is not a config key and is ignored; did "
+        "you mean RERANKER_SERVER_PORT?"]
+
+
 def test_bad_environment_value_is_named(tmp_path):
     with pytest.raises(ConfigError, match="environment variable RERANKER_SERVER_PORT: "
                                           "server.port must be an integer"):

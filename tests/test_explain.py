@@ -71,8 +71,9 @@ def test_explain_refuses_bad_requests(live, body, status, message):
 def test_a_signed_id_of_no_logged_page_is_404(live):
     token = live.service.trust.signer.sign(Binding.of(None, None))
     answer = live.post("/explain", {"impression_id": token})
-    assert answer.status_code == 404 and "unknown impression_id" in answer.json()["error"][
-        "message"]
+    error = answer.json()["error"]
+    assert answer.status_code == 404 and "unknown impression_id" in error["message"]
+    assert error["field"] == "impression_id"
 
 
 def test_explain_numbers_are_finite(live):

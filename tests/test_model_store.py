@@ -75,6 +75,23 @@ def test_corrupt_versions_are_refused_and_the_last_good_one_loads(tmp_path, how,
     assert len(errors) == 1 and message in errors[0]
 
 
+def test_a_refused_version_is_logged_once_until_it_changes(tmp_path, caplog):
+    """The service looks for new versions every second: a file that stays broken is
+    logged once (each look still returns its error, for /healthz)."""
+    store = ModelStore(tmp_path, "preference_perceptron")
+    store.save(trained_model(1))
+    store.save(trained_model(2))
+    corrupt(store.path(2), "truncated")
+    with caplog.at_level("ERROR", logger="reranker.model_store"):
+        for _ in range(3):
+            model, errors = store.load_latest(factory())
+            assert model.version == 1 and len(errors) == 1
+        assert len(caplog.records) == 1
+        corrupt(store.path(2), "garbage")  # rewritten, still broken: said again
+        store.load_latest(factory())
+    assert len(caplog.records) == 2 and "model-000002.json" in caplog.records[1].getMessage()
+
+
 @pytest.mark.parametrize("other, message", [
     (factory(names=("a", "b", "d")), "other features than the config gives (adds d; drops c)"),
     (factory(normalization="zscore"), "normalisation 'per_query_minmax'"),

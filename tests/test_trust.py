@@ -166,6 +166,8 @@ def test_per_client_search_and_click_limits(server_for):
     error = error_of(response, 429)
     assert "security.searches_per_minute" in error["message"]
     assert 1 <= int(response.headers["Retry-After"]) <= 20  # a token comes back every 20 s
+    # the message says the header's wait (rounded up, never "retry in 0 s")
+    assert error["message"].endswith(f"retry in {response.headers['Retry-After']} s")
     served(live, user_id="u2")  # another user has a budget of its own
     served(live, session_id="s")  # and so has a session ...
     served(live)  # ... and an anonymous client, by its address
@@ -216,6 +218,31 @@ def test_an_api_key_guards_search_and_explain(server_for, monkeypatch):
     assert live.post("/explain", body, headers={"X-API-Key": "key-one"}).status_code == 200
     # the page's clicks come from the browser, with the signed id and no key
     assert click(live, page).status_code == 202
+
+
+def test_the_openapi_document_says_which_endpoints_want_the_api_key(server_for, monkeypatch):
+    """Each guarded endpoint answers 401 without the key its description asks for and 200
+    with it; the others (the browser's clicks) ask for none."""
+    monkeypatch.setenv("SHOP_RERANKER_KEYS", "key-one")
+    live = server_for(security={"api_keys_env": "SHOP_RERANKER_KEYS"})
+    document = live.get("/openapi.json").json()
+    schemes = document["components"]["securitySchemes"]
+    guarded = {path for path, item in document["paths"].items()
+               for operation in item.values() if {} not in operation.get("security", [{}])}
+    assert guarded == {"/search", "/explain", "/clicks"}
+    page = live.post("/search", {"query": "tea"}, headers={"X-API-Key": "key-one"}).json()
+    bodies = {"/search": {"query": "tea"}, "/explain": {"query": "tea"},
+              "/clicks": {"clicks": [{"impression_id": page["impression_id"],
+                                      "doc_id": page["hits"][0]["id"]}]}}
+    for path in guarded:
+        assert live.post(path, bodies[path]).status_code == 401
+        for requirement in document["paths"][path]["post"]["security"]:
+            scheme = schemes[next(iter(requirement))]
+            headers = ({scheme["name"]: "key-one"} if scheme["type"] == "apiKey"
+                       else {"Authorization": "Bearer key-one"})
+            assert live.post(path, bodies[path], headers=headers).status_code == 200, path
+    assert schemes["adminToken"]["scheme"] == "bearer"
+    assert {} in document["paths"]["/healthz"]["get"]["security"]  # optional there
 
 
 def test_an_api_key_variable_that_is_not_set_stops_start_up(workdir, monkeypatch):

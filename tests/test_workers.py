@@ -138,6 +138,26 @@ def test_a_separate_follow_trainer_trains_for_services_without_one(workdir):
     assert "runs the trainer" in output
 
 
+def test_json_logs_from_workers_are_json_lines_gunicorn_s_too(workdir):
+    """With server.log_format json, every line the workers and gunicorn's arbiter log is a
+    JSON object (a log collector reads them all)."""
+    import json
+
+    path = write_config(workdir, server={"log_format": "json"})
+    server = ServeProcess(path, "--workers", "2", "--no-trainer")
+    try:
+        server.wait_ready()
+        assert requests.post(server.url + "/search", json={"query": "tea"},
+                             timeout=30).status_code == 200
+    finally:
+        server.stop()
+    lines = [line for line in server.log_path.read_text(encoding="utf-8").splitlines()
+             if line.strip()]
+    records = [json.loads(line) for line in lines]  # each a JSON object, or this fails
+    loggers = {record.get("logger") for record in records}
+    assert "gunicorn.error" in loggers and "reranker.access" in loggers, loggers
+
+
 def test_workers_out_of_range_is_an_error_naming_the_key(workdir):
     path = write_config(workdir, server={"workers": -1})
     result = run_cli("serve", "-c", str(path), check=False)

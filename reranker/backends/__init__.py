@@ -81,6 +81,11 @@ class Backend(ABC):
         """Add or replace documents given as ``(where, document)`` pairs, ``where`` naming the
         source line for error reports; call ``progress(k)`` after each ``k`` documents."""
 
+    def index_exists(self) -> bool | None:
+        """Whether the configured index exists already (``reranker index`` then adds to an
+        index whose fields earlier runs checked); None when the backend cannot tell."""
+        return None
+
     def health(self) -> dict[str, Any]:
         """A JSON-able description of the backend's state for ``/healthz``."""
         return {"type": self.name}

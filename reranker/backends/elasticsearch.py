@@ -738,7 +738,7 @@ class ElasticsearchBackend(Backend):
 
         try:
             self._call(run, f"bulk-loading into {self.index!r}")
-            if created and not report.indexed and report.failed:
+            if created and not report.indexed:
                 raise _NothingIndexed()
         except BaseException as exc:
             if created:  # a failed first load leaves no half-made index behind
@@ -751,6 +751,11 @@ class ElasticsearchBackend(Backend):
             raise
         self._call(lambda: es.indices.refresh(index=self.index), f"refreshing {self.index!r}")
         return report
+
+    def index_exists(self) -> bool:
+        es = self.es
+        return bool(self._call(lambda: es.indices.exists(index=self.index),
+                               f"checking index {self.index!r}"))
 
     # -- health -----------------------------------------------------------------------------
 

@@ -441,8 +441,8 @@ class EmbeddedBackend(Backend):
             raise
         if progress and pending:
             progress(pending)
-        if created and not report.indexed and report.failed:
-            shutil.rmtree(self.path, ignore_errors=True)  # every document failed
+        if created and not report.indexed:
+            shutil.rmtree(self.path, ignore_errors=True)  # nothing was indexed
             self._index = None
             return report
         self._index = None  # the next search reopens with the new commit
@@ -471,6 +471,9 @@ class EmbeddedBackend(Backend):
                 _add_filter_value(tdoc, f, kind, item)
         tdoc.add_bytes(SOURCE, json.dumps(doc, ensure_ascii=False).encode("utf-8"))
         return tdoc
+
+    def index_exists(self) -> bool:
+        return (self.path / META_FILE).is_file()
 
     def health(self) -> dict[str, Any]:
         state = {"type": self.name, "path": str(self.path)}

@@ -322,7 +322,8 @@ class SQLEventStore(EventStore):
             for impression_id, doc_id, now in clicks:
                 row = rows.get(impression_id)
                 if row is None:
-                    outcomes.append(NotFoundError(f"unknown impression_id {impression_id!r}"))
+                    outcomes.append(NotFoundError(f"unknown impression_id {impression_id!r}",
+                                                  field="impression_id"))
                     continue
                 offset, n_shown = row[6], row[2]
                 shown = shown_of.get(impression_id)
@@ -332,7 +333,8 @@ class SQLEventStore(EventStore):
                                                        ranking[offset: offset + n_shown]]
                 if doc_id not in shown:
                     outcomes.append(UnprocessableError(f"doc_id {doc_id!r} was not shown in "
-                                                       f"impression {impression_id!r}"))
+                                                       f"impression {impression_id!r}",
+                                                       field="doc_id"))
                     continue
                 position = offset + shown.index(doc_id) + 1  # its rank in the whole ranking
                 if row[3] is not None:
@@ -343,7 +345,7 @@ class SQLEventStore(EventStore):
                         if existing is not None else
                         ConflictError(f"impression {impression_id!r} no longer accepts "
                                       f"clicks: its feedback window has closed and it was "
-                                      f"trained on"))
+                                      f"trained on", field="impression_id"))
                     continue
                 cur = self._run(conn, "INSERT INTO clicks (impression_id, doc_id, position, "
                                 "created) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
@@ -378,7 +380,8 @@ class SQLEventStore(EventStore):
             row = self._run(conn, "SELECT closed_seq FROM impressions WHERE id = ?"
                             + self.FOR_UPDATE, (impression_id,)).fetchone()
             if row is None:
-                raise NotFoundError(f"unknown impression_id {impression_id!r}")
+                raise NotFoundError(f"unknown impression_id {impression_id!r}",
+                                    field="impression_id")
             before = self._run(conn, "SELECT value FROM rewards WHERE impression_id = ?",
                                (impression_id,)).fetchone()
             before = None if before is None else before[0]
@@ -386,7 +389,8 @@ class SQLEventStore(EventStore):
                 if before == value:
                     return RewardResult(impression_id, value, before)
                 raise ConflictError(f"impression {impression_id!r} no longer accepts a reward: "
-                                    f"its feedback window has closed and it was trained on")
+                                    f"its feedback window has closed and it was trained on",
+                                    field="impression_id")
             self._run(conn, "INSERT INTO rewards (impression_id, value, created) VALUES "
                       "(?, ?, ?) ON CONFLICT (impression_id) DO UPDATE SET value = "
                       "excluded.value, created = excluded.created", (impression_id, value, now))
@@ -513,7 +517,8 @@ class SQLEventStore(EventStore):
             row = self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE id = ?",
                             (impression_id,)).fetchone()
         if row is None:
-            raise NotFoundError(f"unknown impression_id {impression_id!r}")
+            raise NotFoundError(f"unknown impression_id {impression_id!r}",
+                                field="impression_id")
         imp = impression_from_row(row)
         imp.clicked = self._clicks([imp.id])[imp.id]
         return imp
