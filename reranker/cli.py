@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from . import __version__
-from .config import load_config
+from .config import load_config, warnings_held
 from .errors import RerankerError
 from .users import USER_HELP
 
@@ -104,24 +104,24 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
     """
     overrides = {k: v for k, v in (("server.host", host), ("server.port", port),
                                    ("server.workers", workers)) if v is not None}
-    config = load_config(config_path, overrides)
-    if config.server.workers:
-        # Metrics summed over the workers: prometheus_client's multiprocess mode, which it
-        # decides when first imported, so before anything imports it here
-        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    with warnings_held():  # (said once logging is set up as configured)
+        config = load_config(config_path, overrides)
+        if config.server.workers and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            # Metrics summed over the workers: prometheus_client's multiprocess mode, which
+            # it decides when first imported, so before anything imports it here
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(
                 prefix="reranker-metrics-")
         from .monitoring import configure_logging
-        from .wsgi import serve_workers
 
         configure_logging(config.server.log_format)
+    if config.server.workers:
+        from .wsgi import serve_workers
+
         serve_workers(config_path, overrides, trainer=not no_trainer)
         return
     from .app import create_server, serving_app
-    from .monitoring import configure_logging
     from .service import RerankerService
 
-    configure_logging(config.server.log_format)
     service = RerankerService(config).open()
     app, stop = serving_app(service, config.trainer.interval
                             if config.trainer.enabled and not no_trainer else None)
@@ -172,12 +172,17 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
     from .stores import open_event_store
     from .trainer import Trainer
 
-    config = load_config(config_path)
     if follow:
         if close_all:
             raise click.UsageError("--close-all and --follow do not go together")
+        from .monitoring import configure_logging
+
+        with warnings_held():  # (said once logging is set up as configured)
+            config = load_config(config_path)
+            configure_logging(config.server.log_format)
         _follow(config)
         return
+    config = load_config(config_path)
     events = open_event_store(config)
     try:
         trainer = Trainer.from_config(config, events)
@@ -258,11 +263,9 @@ def _follow(config: Config) -> None:
     """``reranker train --follow``: the leader-mode training loop until SIGTERM or SIGINT."""
     import threading
 
-    from .monitoring import configure_logging
     from .stores import open_event_store
     from .trainer import Trainer
 
-    configure_logging(config.server.log_format)
     events = open_event_store(config)
     stop = threading.Event()
 

@@ -12,6 +12,7 @@ keeps the two identical.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -473,6 +474,40 @@ def did_you_mean(name: Any, known, prefix: str = "") -> str:
     return "; did you mean " + " or ".join(f"'{prefix}{c}'" for c in close) + "?"
 
 
+#: What loading configurations has warned about in this process (a forked worker inherits
+#: it, so the warnings of its parent's config are not said again).
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
+@contextlib.contextmanager
+def warnings_held() -> Iterator[None]:
+    """Hold what loading a configuration logs until the block ends, then log it: a command
+    that sets up logging from its configuration loads it and sets up logging within the
+    block, and the warnings come out in the configured format (JSON lines, say)."""
+    held: list[logging.LogRecord] = []
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            held.append(record)
+
+    handler, propagate = Hold(), log.propagate
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
+        for record in held:
+            log.handle(record)
+
+
 def _merge_env(merged: dict, environ: Mapping[str, str], origins: dict[str, str]) -> None:
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX):
@@ -487,9 +522,9 @@ def _merge_env(merged: dict, environ: Mapping[str, str], origins: dict[str, str]
 
                 close = difflib.get_close_matches(key, list(SCHEMA[section]), n=1, cutoff=0.6)
                 if close:
-                    log.warning("environment variable %s is not a config key and is ignored; "
-                                "did you mean %s%s_%s?", name, ENV_PREFIX, section.upper(),
-                                close[0].upper())
+                    _warn_once(f"environment variable {name} is not a config key and is "
+                               f"ignored; did you mean {ENV_PREFIX}{section.upper()}_"
+                               f"{close[0].upper()}?")
             continue
         try:
             value = yaml.safe_load(raw) if raw != "" else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -101,14 +102,26 @@ def _numbers_checked(documents: Iterator[tuple[str, dict[str, Any]]], config,
     numeric = config.features.numeric_fields
     for where, doc in documents:
         bad = next(((f, v) for f in numeric if (v := field_value(doc, f)) is not None
-                    and (isinstance(v, bool) or not isinstance(v, (int, float)))), None)
+                    and not _finite_number(v)), None)
         if bad is not None:
             doc_id = doc.get(config.backend.id_field)
+            held = repr(bad[1])
+            held = held if len(held) <= 60 else held[:59] + "\u2026"
             failures.append((f"{where} (id {doc_id})" if doc_id is not None else where,
-                             f"numeric field {bad[0]!r} holds {bad[1]!r}, not a number "
-                             f"(features.numeric_fields); store it as a JSON number"))
+                             f"numeric field {bad[0]!r} holds {held}, not a number a float "
+                             f"holds (features.numeric_fields); store it as a JSON number"))
             continue
         yield where, doc
+
+
+def _finite_number(value: Any) -> bool:
+    """A JSON number a float holds (an integer beyond a float's range is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _paths(doc: dict[str, Any], prefix: str = "") -> Iterator[str]:

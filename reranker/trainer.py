@@ -320,12 +320,12 @@ class Trainer:
         try:
             while not stop.is_set():
                 if lead and (leadership is None or not leadership.held()):
-                    leadership = self._take_lead(leadership)
+                    leadership, failed = self._take_lead(leadership)
                     if leadership is None:
-                        if not waiting:
+                        if not waiting and not failed:
                             log.info("another process runs the trainer of %s; this one takes "
                                      "over when it stops", self.events.location)
-                        waiting = True
+                        waiting = waiting or not failed
                         stop.wait(interval)
                         continue
                     waiting = False
@@ -338,21 +338,23 @@ class Trainer:
                 self.leading = False
 
     def _take_lead(self, lost):
-        """The store's trainer leadership if this process can take it now, else None."""
+        """The store's trainer leadership if this process can take it now, else None; and
+        whether asking the store failed (else another process holds it)."""
         if lost is not None:
             lost.release()
             log.warning("this process lost the trainer's leadership (its connection to the "
                         "event store broke); trying to take it again")
+        failed = False
         try:
             leadership = self.events.trainer_leadership()
         except StoreError as exc:
             self.last_error = exc.message
             log.warning("%s", exc.message)
-            leadership = None
+            leadership, failed = None, True
         self.leading = leadership is not None
         if leadership is not None:
             log.info("this process runs the trainer of %s", self.events.location)
-        return leadership
+        return leadership, failed
 
     def status(self) -> dict:
         """For ``/healthz``: when the last pass ran, what it saved, and its error if any."""

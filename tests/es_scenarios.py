@@ -30,13 +30,15 @@ def unique_index() -> str:
     return f"{TEST_PREFIX}{uuid.uuid4().hex[:10]}"
 
 
-#: The prefix of every index the scenarios create, and the stored template's id.
-TEST_PREFIX = "reranker-test-"
-TEST_TEMPLATE = "reranker-test-template"
+#: The prefix of every index the scenarios of this test run create, and the stored
+#: template's id (another run against the same cluster has its own).
+RUN = uuid.uuid4().hex[:6]
+TEST_PREFIX = f"reranker-test-{RUN}-"
+TEST_TEMPLATE = f"reranker-test-template-{RUN}"
 
 
 def clean_up(url: str) -> None:
-    """Delete what the scenarios left on a cluster: their indices (by name: a real
+    """Delete what this run's scenarios left on a cluster: their indices (by name: a real
     cluster refuses a wildcard delete by default) and the stored template."""
     answer = requests.get(f"{url}/_cat/indices/{TEST_PREFIX}*", params={"format": "json",
                                                                         "h": "index"},

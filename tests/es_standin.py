@@ -574,6 +574,11 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, {"valid": True, "explanations": [{"index": index.name, "valid": True}]}
         if action == "_search":
             self._faults("ids" if "ids" in body.get("query", {}) else "other")
+            if "include_named_queries_score" in params and \
+                    tuple(int(x) for x in standin.version.split(".")[:2]) < (8, 8):
+                raise ApiError(400, "illegal_argument_exception",
+                               f"request [/{'/'.join(parts)}] contains unrecognized parameter: "
+                               f"[include_named_queries_score]")
             return 200, standin.search(index, body, params)
         raise ApiError(400, "illegal_argument_exception",
                        f"unsupported [{method} /{'/'.join(parts)}]")

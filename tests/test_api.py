@@ -58,6 +58,9 @@ def test_click_answers_202_and_counts_duplicates_once(live):
      ["must be JSON: Expecting ',' delimiter at line 1, column 16"]),
     ({"data": '{"query": "tea", "size": NaN}', "headers": {"Content-Type": "application/json"}},
      ["must be JSON: NaN is not a JSON value"]),
+    ({"data": '{"query": "tea", "user_id": -1e400}',
+      "headers": {"Content-Type": "application/json"}},
+     ["must be JSON: the number -1e400 is too large for a float"]),
     ({"data": b'{"query": "t\xe9"}', "headers": {"Content-Type": "application/json"}},
      ["must be JSON: it is not UTF-8 text"]),
     ({"json": ["espresso"]}, ["must be a JSON object"]),
@@ -203,6 +206,32 @@ def test_a_trainer_waiting_for_the_lead_says_so_once(live, caplog):
         stop.set()
         thread.join(5.0)
         events.close()
+
+
+def test_a_trainer_that_cannot_reach_the_store_does_not_say_another_leads(live, caplog,
+                                                                          monkeypatch):
+    import threading
+
+    from reranker.errors import StoreError
+    from reranker.trainer import Trainer
+
+    def unreachable():
+        raise StoreError("the event store is unreachable")
+
+    monkeypatch.setattr(live.service.events, "trainer_leadership", unreachable)
+    trainer = Trainer.from_config(live.config, live.service.events)
+    stop = threading.Event()
+    thread = threading.Thread(target=trainer.run_forever, args=(stop, 0.02),
+                              kwargs={"lead": True})
+    with caplog.at_level("INFO", logger="reranker.trainer"):
+        thread.start()
+        time.sleep(0.2)
+        stop.set()
+        thread.join(5.0)
+    said = [r.getMessage() for r in caplog.records]
+    assert "the event store is unreachable" in said
+    assert not [m for m in said if "another process" in m]
+    assert trainer.last_error == "the event store is unreachable"
 
 
 def test_background_server_stops_once_and_for_good():

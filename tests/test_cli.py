@@ -134,9 +134,16 @@ def test_an_index_run_that_loads_nothing_fails_and_leaves_nothing(tmp_path):
         assert result.returncode == 1 and message in result.stdout + result.stderr
         assert not (tmp_path / "index").exists()
     docs.write_text('{"id": "a", "title": "tea", "body": "x", "popularity": 1}\n'
-                    '{"id": "b", "title": "tea", "body": "x", "popularity": Infinity}\n')
+                    '{"id": "b", "title": "tea", "body": "x", "popularity": Infinity}\n'
+                    '{"id": "c", "title": "tea", "body": "x", "popularity": 1e999}\n'
+                    '{"id": "d", "title": "tea", "body": "x", "popularity": 1' + "0" * 400
+                    + '}\n')
     err = failing("index", "-c", str(path), str(docs))
     assert "docs.jsonl, line 2: not valid JSON: Infinity is not a JSON value" in err
+    assert "docs.jsonl, line 3: not valid JSON: the number 1e999 is too large for a float" \
+        in err
+    assert "docs.jsonl, line 4 (id d): numeric field 'popularity' holds 1000" in err
+    assert "0\u2026, not a number a float holds" in err  # (not 400 digits)
 
 
 def test_index_names_where_a_line_stops_being_json(tmp_path):

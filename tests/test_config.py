@@ -83,11 +83,15 @@ def test_missing_config_file_is_named(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
-def test_a_misspelt_environment_key_is_said_and_ignored(caplog):
+def test_a_misspelt_environment_key_is_said_once_and_ignored(caplog, monkeypatch):
+    import reranker.config
+
+    monkeypatch.setattr(reranker.config, "_warned", set())
+    environ = {"RERANKER_SERVER_PROT": "9", "RERANKER_SIGNING_KEYS": "k1:secret",
+               "RERANKER_TEST_ES_URL": "http://x"}
     with caplog.at_level("WARNING", logger="reranker.config"):
-        config = load_config(None, environ={"RERANKER_SERVER_PROT": "9",
-                                            "RERANKER_SIGNING_KEYS": "k1:secret",
-                                            "RERANKER_TEST_ES_URL": "http://x"})
+        config = load_config(None, environ=environ)
+        load_config(None, environ=environ)  # loaded again in the process: not said again
     assert config.server.port == load_config(None, environ={}).server.port
     assert [r.getMessage() for r in caplog.records] == [
         "environment variable RERANKER_SERVER_PROT is not a config key and is ignored; did "

@@ -3,8 +3,9 @@
     RERANKER_TEST_ES_URL=http://localhost:9200 make test
 
 (credentials may go in the URL, http://user:password@host:9200). Each scenario creates its
-own index named reranker-test-<random>, deleted after the test with the stored template it
-may have made. Without the variable these tests are skipped.
+own index named reranker-test-<run>-<random>, deleted after the test with the stored
+template it may have made (another test run against the same cluster keeps its own).
+Without the variable these tests are skipped.
 """
 
 import os

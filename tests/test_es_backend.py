@@ -41,10 +41,11 @@ def test_scenario(standin, tmp_path, corpus, name):
 
 def test_the_clean_up_after_a_real_cluster_s_scenarios_leaves_nothing(es8, tmp_path, corpus):
     es8.indices["products"] = Index("products", {})  # not the scenarios': kept
+    es8.indices["reranker-test-other-run"] = Index("reranker-test-other-run", {})  # kept too
     scenarios.scenario_template_and_stored_template(tmp_path, es8.url, corpus)
-    assert len(es8.indices) == 2 and es8.scripts
+    assert len(es8.indices) == 3 and es8.scripts
     scenarios.clean_up(es8.url)
-    assert list(es8.indices) == ["products"] and not es8.scripts
+    assert list(es8.indices) == ["products", "reranker-test-other-run"] and not es8.scripts
     scenarios.clean_up(es8.url)  # nothing left to delete: no error
 
 
@@ -320,6 +321,25 @@ def test_a_key_that_may_only_search_the_index_serves(es8, tmp_path, corpus):
     es8.fail_status = 403
     with pytest.raises(BackendError, match="Elasticsearch refused"):
         scenarios.backend_for(path).open()
+
+
+def test_an_old_server_that_does_not_tell_its_version_is_refused_at_start_up(tmp_path,
+                                                                              corpus):
+    old = Standin("8.6.2")
+    try:
+        index = scenarios.unique_index()  # loaded by the site's own pipeline
+        old.indices[index] = Index(index, {"properties": {
+            "id": {"type": "keyword"}, "title": {"type": "text"}, "body": {"type": "text"},
+            "popularity": {"type": "double"}}})
+        for doc in corpus.documents[:20]:
+            old.indices[index].put(doc["id"], doc)
+        path = scenarios.es_config(tmp_path, old.url, index)
+        old.forbidden = {"info"}
+        with pytest.raises(BackendError, match="include_named_queries_score.*need "
+                                               "Elasticsearch 8.8 or later"):
+            scenarios.backend_for(path).open()
+    finally:
+        old.stop()
 
 
 def test_an_index_of_a_remote_cluster_can_be_wrapped(es8, tmp_path, corpus):

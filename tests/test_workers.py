@@ -144,7 +144,8 @@ def test_json_logs_from_workers_are_json_lines_gunicorn_s_too(workdir):
     import json
 
     path = write_config(workdir, server={"log_format": "json"})
-    server = ServeProcess(path, "--workers", "2", "--no-trainer")
+    server = ServeProcess(path, "--workers", "2", "--no-trainer",
+                          env={"RERANKER_SERVER_PROT": "9"})  # a misspelt key: said once
     try:
         server.wait_ready()
         assert requests.post(server.url + "/search", json={"query": "tea"},
@@ -156,6 +157,8 @@ def test_json_logs_from_workers_are_json_lines_gunicorn_s_too(workdir):
     records = [json.loads(line) for line in lines]  # each a JSON object, or this fails
     loggers = {record.get("logger") for record in records}
     assert "gunicorn.error" in loggers and "reranker.access" in loggers, loggers
+    misspelt = [r for r in records if "RERANKER_SERVER_PROT" in r["message"]]
+    assert len(misspelt) == 1 and misspelt[0]["logger"] == "reranker.config"
 
 
 def test_workers_out_of_range_is_an_error_naming_the_key(workdir):

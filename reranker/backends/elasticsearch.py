@@ -343,7 +343,8 @@ class ElasticsearchBackend(Backend):
         if info is None:
             # A key allowed to search the index alone (no ``monitor`` privilege): spoken to
             # in the 8.x compatibility mode, which 8.x and 9.x servers accept; a server older
-            # than 8.8 is found out by the first search (matched queries without scores).
+            # than 8.8 is found out by the start-up search, which it refuses (the parameter
+            # include_named_queries_score).
             self._info_forbidden = True
             log.info("Elasticsearch at %s does not tell this key its version (the monitor "
                      "cluster privilege); requests use the 8.x compatibility mode",
@@ -411,11 +412,19 @@ class ElasticsearchBackend(Backend):
                 self._validate(substitute(query, {"query": PROBE_TEXT}),
                                f"feature query {name!r}")
             self._validate(self._retrieval(PROBE_TEXT)[0], "the retrieval query")
-        self.search(PROBE_TEXT, 1)  # the whole request runs
+        try:
+            self.search(PROBE_TEXT, 1)  # the whole request runs
+        except BackendError as exc:
+            if "include_named_queries_score" in exc.message:  # (a version not read: < 8.8)
+                raise BackendError(f"Elasticsearch at {self._where()} refused the per-hit "
+                                   f"feature scores (include_named_queries_score): they need "
+                                   f"Elasticsearch 8.8 or later") from exc
+            raise
 
     def _check_fields(self) -> None:
         """The index, alias or pattern must exist, and every configured field be in its
-        mapping (in that of every index behind it), numeric fields as numbers or dates: an
+        mapping (in that of an index behind it, at least), numeric fields as numbers or
+        dates: an
         error names the field and the closest names the mapping has, instead of a feature
         that is always 0. Read with the field capabilities API, which needs no more than the
         search itself (the ``read`` privilege) and answers for remote clusters too."""
