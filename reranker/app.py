@@ -569,9 +569,10 @@ def _check_text_plain(cors: CorsPolicy) -> None:
     if cors.allow(origin) is None:
         if origin is not None and len(origin) > ECHO_LIMIT:
             origin = origin[:ECHO_LIMIT - 1] + "\u2026"
+        sent = "it sent no Origin header" if origin is None else f"its Origin: {origin!r}"
         raise BadRequestError(f"a text/plain body is only accepted from an origin listed in "
-                              f"server.cors_origins (this request's Origin: {origin!r}); "
-                              f"send Content-Type: application/json")
+                              f"server.cors_origins (this request: {sent}); send "
+                              f"Content-Type: application/json")
 
 
 def _error(status: int, message: str, field: str | None = None):

@@ -425,20 +425,21 @@ class Arm:
 
     # -- managing versions (``reranker models``) ----------------------------------------------
 
-    def load_version(self, version: int) -> RankingModel:
-        """Load saved ``version``; the error names the arm, the version and the folder, and
-        says how to list the versions."""
+    def load_version(self, version: int, what: str | None = None) -> RankingModel:
+        """Load saved ``version``; the error names the arm (or ``what`` the caller calls
+        it), the version and the folder, and says how to list the versions."""
         versions = self.models.versions()
         if version not in versions:
             saved = (f"its saved versions are {_ranges(versions)}" if versions
                      else "it has no saved version")
-            raise NotFoundError(f"arm {self.label!r} ({self.id}) has no version {version} in "
-                                f"{self.models.dir}: {saved} (`reranker models list` lists "
-                                f"them)")
+            raise NotFoundError(f"{what or f'arm {self.label!r} ({self.id})'} has no version "
+                                f"{version} in {self.models.dir}: {saved} (`reranker models "
+                                f"list` lists them)")
         try:
             return self.models.load(version, self.factory)
         except ModelLoadError as exc:
-            raise ModelLoadError(f"version {version} of arm {self.label!r} does not load: "
+            raise ModelLoadError(f"version {version} of {what or f'arm {self.label!r}'} does "
+                                 f"not load: "
                                  f"{exc.message}; choose another version "
                                  f"(`reranker models list` lists them)") from None
 

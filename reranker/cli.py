@@ -296,26 +296,35 @@ def report(config_path: str | None, html_path: str | None, as_json: bool) -> Non
     """
     import json
 
-    from rich.console import Console
-
     from .experiments.experiment import offline_status
     from .experiments.report import render_table, write_html
     from .plugins import get_plugin_manager
 
     status = offline_status(load_config(config_path), get_plugin_manager())
+    if html_path:  # (a folder that is not there fails before anything is printed)
+        folder = Path(html_path).resolve().parent
+        if not folder.is_dir():
+            raise click.BadParameter(f"folder {folder} does not exist", param_hint="--html")
     if as_json:
         click.echo(json.dumps(status, indent=1))
-    else:  # piped or in a narrow terminal, the tables keep every column whole
-        console = Console()
-        render_table(status, Console(width=max(console.width, 160)))
+    else:
+        render_table(status, _wide_console())
     if html_path:
-        click.echo(f"HTML report: {write_html(status, html_path)}", err=as_json)
+        try:
+            written = write_html(status, html_path)
+        except OSError as exc:
+            raise click.BadParameter(f"{html_path} cannot be written: {exc.strerror or exc}",
+                                     param_hint="--html") from None
+        click.echo(f"HTML report: {written}", err=as_json)
 
 
 @cli.command()
 @config_option
 @click.argument("arm")
-def promote(config_path: str | None, arm: str) -> None:
+@click.option("--force", is_flag=True,
+              help="Promote ARM even though the guarded rollout held it (it lost to the "
+                   "control significantly).")
+def promote(config_path: str | None, arm: str, force: bool) -> None:
     """Make ARM (a label of experiment.arms) the sole learner: every search is ranked by its
     model, which keeps learning; the other arms' models stay in their folders for a
     rollback. Takes effect in a running service within a second."""
@@ -327,10 +336,16 @@ def promote(config_path: str | None, arm: str) -> None:
     from .stores import open_event_store
 
     config = load_config(config_path)
-    events = open_event_store(config)
+    events = open_event_store(config, existing=True)
     try:
         experiment = require_experiment(config, events)
-        state = experiment.promote(arm, "promoted with `reranker promote`")
+        held = experiment.state(fresh=True).get("held", {})
+        if arm in held and not force:
+            why = held[arm].get("because", "it lost to the control")
+            raise click.ClickException(f"arm {arm!r} is held ({why}): it is not served any "
+                                       f"more; promote it anyway with --force")
+        state = experiment.promote(arm, "promoted with `reranker promote`"
+                                   + (" --force, held before" if arm in held else ""))
     finally:
         events.close()
     chosen = next(a for a in arms_from_config(config, get_plugin_manager()) if arm in a.labels)
@@ -389,11 +404,15 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
                               f"{name!r}")
         section["params"][key] = value
     defaults = {k: config.learner[k] for k in ("depth", "discount", "seed")}
-    section = arm_section("target", section, defaults, "--learner")
-    spec, factory = build_arm("target", section, config, get_plugin_manager(), "--learner")
+    try:
+        section = arm_section("target", section, defaults, "--learner")
+        spec, factory = build_arm("target", section, config, get_plugin_manager(), "--learner")
+    except ConfigError as exc:  # named as the options give them
+        raise ConfigError(exc.message.replace("--learner.params:", "--param:", 1)
+                          .replace("--learner.name:", "--learner:", 1)) from None
     arm = Arm(spec, factory, config.store.models)
     if version is not None:
-        model = arm.load_version(version)
+        model = arm.load_version(version, f"--version: learner {name!r} ({arm.id})")
     else:
         model, _ = arm.models.load_latest(factory)
         model = model or factory.new()
@@ -406,7 +425,7 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
                                      f"off-policy estimate of it is possible")
         return at
 
-    events = open_event_store(config)
+    events = open_event_store(config, existing=True)
     try:
         logged = pages_from_log(events, model)
     finally:
@@ -609,11 +628,12 @@ def _one_arm(config_path: str | None, label: str | None) -> Arm:
 
 
 def _wide_console() -> Console:
-    """A console that keeps table columns whole when piped or in a narrow terminal."""
+    """A console that keeps table columns whole: piped, as wide as the tables are; in a
+    terminal, at least 160 columns wide."""
     from rich.console import Console
 
     console = Console()
-    return Console(width=max(console.width, 160))
+    return Console(width=max(console.width, 160) if console.is_terminal else 1000)
 
 
 def _versions_of(arm: Arm) -> dict[str, Any]:

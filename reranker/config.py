@@ -13,6 +13,7 @@ keeps the two identical.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import os
 import re
@@ -44,6 +45,7 @@ class Key:
     maximum: float | None = None
     nullable: bool = False
     path: bool = False  # resolved against the config file's folder
+    time: bool = False  # an ISO 8601 date and time (YAML's own unquoted timestamps too)
 
 
 SCHEMA: dict[str, dict[str, Key]] = {
@@ -172,8 +174,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                        "is promoted, one that loses significantly is no longer served.",
                        choices=("manual", "auto")),
         "start": Key("str", None, "When the experiment starts (ISO 8601 date and time, UTC "
-                     "when no offset is given); null: at once.", nullable=True),
-        "stop": Key("str", None, "When it stops (ISO 8601); null: never.", nullable=True),
+                     "when no offset is given); null: at once.", nullable=True, time=True),
+        "stop": Key("str", None, "When it stops (ISO 8601); null: never.", nullable=True,
+                    time=True),
         "alpha": Key("float", 0.05, "Significance level of the always-valid sequential test.",
                      minimum=0.0001, maximum=0.5),
         "mixture": Key("float", 10.0, "h of the Beta(h, h) mixture of the sequential test: "
@@ -621,6 +624,10 @@ def _check_experiment(experiment: Section, label: str) -> None:
         if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigError(f"{label}: experiment.arms: label {name!r} must be letters, "
                               f"digits, '-' and '_'")
+    if experiment.shares and experiment.mode != "split":
+        raise ConfigError(f"{label}: experiment.shares divide the traffic between the arms of "
+                          f"a split; with mode {experiment.mode} every arm is on every page "
+                          f"(experiment.share is the part of the traffic an experiment takes)")
     for name, share in experiment.shares.items():
         if name not in labels:
             raise ConfigError(f"{label}: experiment.shares.{name}: no arm {name!r} (arms: "
@@ -697,6 +704,10 @@ def _check_value(dotted: str, value: Any, spec: Key, label: str, base_dir: Path)
             return None
         raise fail(_expected(spec))
     kind = spec.type
+    if spec.time and isinstance(value, datetime.date):
+        # YAML reads an unquoted 2026-12-01T09:00:00Z as a timestamp (UTC, without its
+        # offset), 2026-12-01 as a date: as ISO 8601 text again
+        value = value.isoformat()
     if kind == "str":
         if not isinstance(value, str) or not value:
             raise fail("a non-empty string")

@@ -46,15 +46,55 @@ def get_plugin_manager(load_entrypoints: bool = True) -> pluggy.PluginManager:
     for name in DEFAULT_PLUGINS:
         pm.register(importlib.import_module(name), name=name)
     if load_entrypoints:
-        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-    pm.check_pending()
+        _load_installed(pm)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:  # a hook the project does not define
+        raise ConfigError(f"plugin {pm.get_name(exc.plugin) or exc.plugin!r}: {exc} (the "
+                          f"hooks are reranker_register_learners, "
+                          f"reranker_register_backends and reranker_register_event_stores)"
+                          ) from None
     return pm
 
 
+def _load_installed(pm: pluggy.PluginManager) -> None:
+    """The plugins installed under the entry-point group ``reranker``, as pluggy's
+    ``load_setuptools_entrypoints`` loads them, but a plugin that cannot be imported or
+    registered is an error naming it and its package instead of a traceback."""
+    from importlib.metadata import distributions
+
+    for dist in list(distributions()):
+        for ep in dist.entry_points:
+            if ep.group != ENTRY_POINT_GROUP or pm.get_plugin(ep.name) \
+                    or pm.is_blocked(ep.name):
+                continue
+            where = f"plugin {ep.name!r} ({ep.value}, from {dist.metadata['name']})"
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # noqa: BLE001 -- any import failure of a plugin
+                raise ConfigError(f"{where} cannot be loaded: {type(exc).__name__}: {exc}; "
+                                  f"fix or uninstall it") from None
+            try:
+                pm.register(plugin, name=ep.name)
+            except pluggy.PluginValidationError as exc:
+                raise ConfigError(f"{where} is not a valid plugin: {exc}") from None
+
+
+#: What each registry holds: a subclass of this (imported when first needed).
+BASES = {"learner": ("reranker.learner", "Learner"),
+         "backend": ("reranker.backends", "Backend"),
+         "event store": ("reranker.stores.base", "EventStore")}
+
+
 def _registry(pm: pluggy.PluginManager, results: list[list[type]], what: str) -> dict[str, type]:
+    module, base_name = BASES[what]
+    base = getattr(importlib.import_module(module), base_name)
     registry: dict[str, type] = {}
     for classes in results:
         for cls in classes:
+            if not (isinstance(cls, type) and issubclass(cls, base)):
+                raise ConfigError(f"a plugin registers {cls!r} as a {what}, but it is not a "
+                                  f"subclass of {module}.{base_name}")
             name = getattr(cls, "name", "")
             if not name:
                 raise ConfigError(f"{what} class {cls.__qualname__} has no name")

@@ -118,3 +118,25 @@ def test_config_errors_suggest_the_closest_key(tmp_path, data, message):
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         arms_from_config(config_from_dict(data, tmp_path), get_plugin_manager())
+
+
+@pytest.mark.parametrize("written, expected", [
+    ("2030-01-01T00:00:00", "2030-01-01T00:00:00+00:00"),
+    ("2026-12-01T09:00:00Z", "2026-12-01T09:00:00+00:00"),
+    ("2030-01-01", "2030-01-01T00:00:00+00:00"),
+    ("'2030-01-01T00:00:00+02:00'", "2029-12-31T22:00:00+00:00"),
+])
+def test_experiment_times_may_be_unquoted(tmp_path, written, expected):
+    """YAML reads an unquoted ISO 8601 date and time as a timestamp: taken as the same
+    moment as the quoted text (UTC when it gives no offset)."""
+    from datetime import datetime
+
+    from reranker.config import parse_time
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"experiment: {{mode: interleave, arms: {{a: {{}}, b: {{learner: random}}}}, "
+                    f"stop: {written}}}\n")
+    config = load_config(path, environ={"RERANKER_EXPERIMENT_START": "2020-01-01T00:00:00"})
+    assert parse_time(config.experiment.stop, "") == datetime.fromisoformat(expected).timestamp()
+    assert parse_time(config.experiment.start, "") == datetime.fromisoformat(
+        "2020-01-01T00:00:00+00:00").timestamp()

@@ -200,6 +200,9 @@ def test_an_event_store_of_schema_2_is_migrated(tmp_path):
      "experiment.shares.c: no arm 'c'"),
     ({"mode": "split", "arms": {"a": PERCEPTRON, "b": RANDOM}, "shares": {"a": 0}},
      "experiment.shares.a must be a positive number"),
+    ({"mode": "interleave", "arms": {"a": PERCEPTRON, "b": RANDOM}, "shares": {"a": 2}},
+     "experiment.shares divide the traffic between the arms of a split; with mode "
+     "interleave every arm is on every page"),
     ({"mode": "split", "arms": {"a": PERCEPTRON, "b": RANDOM}, "control": "z"},
      "experiment.control 'z' is not one of the arms"),
     ({"mode": "split", "arms": {"a": PERCEPTRON, "b": RANDOM}, "start": "next week"},
@@ -404,6 +407,14 @@ def test_the_guard_holds_a_losing_arm_and_promotes_a_winning_one(workdir, corpus
         for _ in range(10):  # the losing arm is no longer served
             page = server.post("/search", {"query": "tea"}).json()
             assert page["arm"] == "engine" and page["experiment"] is None
+        # promoting it by hand takes --force, and then it is held no more
+        refused = run_cli("promote", "-c", str(path), "random", check=False)
+        assert refused.returncode == 1 and "'random' is held" in refused.stderr \
+            and "--force" in refused.stderr
+        assert server.get("/experiments").json()["promoted"] is None
+        run_cli("promote", "-c", str(path), "random", "--force")
+        status = server.service.experiment_status()
+        assert status["promoted"] == "random" and status["held"] == []
     finally:
         server.stop()
     path = experiment_config(workdir, arms={"random": RANDOM, "engine": ENGINE},
@@ -433,8 +444,19 @@ def test_report_prints_the_results_and_writes_html(workdir, corpus, tmp_path):
     (pair,) = status["pairs"]
     assert f"{pair['wins']}" in result.stdout and "engine" in result.stdout
     assert html.exists() and "<svg" in html.read_text()
+    # piped, every arm's row is whole (no label cut to "ra…")
+    lines = result.stdout.splitlines()
+    arms_table = "\n".join(lines[next(i for i, line in enumerate(lines)
+                                      if line.strip() == "Arms"):])
+    for label, arm in status["arms"].items():
+        row = next(line for line in arms_table.splitlines() if f" {label} " in line)
+        assert arm["learner"] in row and arm["status"] in row and "\u2026" not in row
     as_json = json.loads(run_cli("report", "-c", str(path), "--json").stdout)
     assert as_json["pairs"][0]["wins"] == pair["wins"]
+    missing = run_cli("report", "-c", str(path), "--html", str(tmp_path / "no" / "r.html"),
+                      check=False)
+    assert missing.returncode == 2 and "--html" in missing.stderr and "does not exist" in \
+        missing.stderr and "Traceback" not in missing.stderr
     no_experiment = write_config(workdir, experiment={"mode": None})
     failed = run_cli("report", "-c", str(no_experiment), check=False)
     assert failed.returncode == 1 and "has no experiment" in failed.stderr
@@ -495,3 +517,40 @@ def test_an_arm_learns_in_an_experiment_as_it_does_alone(workdir, corpus):
     assert gains["alone"] > 0.05
     # within noise: the mean of two runs varies by about 0.02 either way
     assert gains["interleaved"] > 0.05 and gains["interleaved"] > gains["alone"] - 0.06, gains
+
+
+def split_tally(window: int = 100):
+    from reranker.experiments.experiment import ExperimentSpec
+    from reranker.experiments.outcomes import Tally
+
+    return Tally(ExperimentSpec(name="split", mode="split", labels=("learner", "engine"),
+                                shares={"learner": 3.0, "engine": 1.0}, window=window))
+
+
+def test_a_split_compares_pages_of_the_same_time_whatever_the_shares():
+    """No page gets a click at first; then the arm with three times the traffic, which has
+    learned, gets the first click on top, the engine third. Compared with the engine's
+    pages of the same time, it wins from the first comparison on; paired with its own
+    early pages queued up by its larger share (the i-th with the i-th), the engine would
+    have won."""
+    tally = split_tally()
+    order = ["learner", "learner", "learner", "engine"]
+    for i in range(400):  # warm-up: no clicks on either arm
+        arm = order[i % 4]
+        tally.add(arm, [arm] * 10, 10, [])
+    for i in range(2000):
+        arm = order[i % 4]
+        tally.add(arm, [arm] * 10, 10, [1] if arm == "learner" else [3])
+    (pair,) = tally.pair_summaries()
+    assert pair["winner"] == "learner"
+    assert (pair["wins"], pair["losses"], pair["ties"]) == (500, 0, 100)  # every engine page
+
+
+def test_a_split_with_equal_shares_pairs_every_page():
+    tally = split_tally()
+    rng = np.random.default_rng(3)
+    arms = rng.permutation(["learner"] * 500 + ["engine"] * 500)
+    for arm in arms:  # a random order: runs of one arm within the window
+        tally.add(str(arm), [str(arm)] * 10, 10, [int(rng.integers(1, 11))])
+    (pair,) = tally.pair_summaries()
+    assert pair["wins"] + pair["losses"] + pair["ties"] >= 490

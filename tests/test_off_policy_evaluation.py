@@ -155,7 +155,7 @@ def test_reranker_evaluate_estimates_a_target_from_random_logs(workdir):
 
 
 def test_reranker_evaluate_refuses_what_the_logs_cannot_tell(workdir):
-    from conftest import run_cli
+    from conftest import run_cli, write_config
 
     path, _ = log_traffic(workdir, "backend_order", 30)
     result = run_cli("evaluate", "-c", str(path), "--learner", "random", check=False)
@@ -165,6 +165,21 @@ def test_reranker_evaluate_refuses_what_the_logs_cannot_tell(workdir):
     result = run_cli("evaluate", "-c", str(path), "--learner", "dbgd", check=False)
     assert result.returncode == 1
     assert "learner 'dbgd' cannot say where it would place each result" in result.stderr
+    # errors name the options as the command takes them
+    for args, fragments in [
+            (["--learner", "pdgd", "--param", "pdgd.learnig_rate=0.05"],
+             ["--param: learner 'pdgd' has no parameter 'learnig_rate'"]),
+            (["--learner", "pdgd", "--version", "3"],
+             ["--version: learner 'pdgd' (", "has no version 3 in"]),
+            (["--learner", "pdgdd"], ["--learner: unknown learner 'pdgdd'"])]:
+        result = run_cli("evaluate", "-c", str(path), *args, check=False)
+        assert result.returncode == 1, result.stderr
+        assert all(fragment in result.stderr for fragment in fragments), result.stderr
+    # a store that is not there is named, not created
+    missing = write_config(workdir, store={"path": "no-such-events.sqlite"})
+    result = run_cli("evaluate", "-c", str(missing), "--learner", "random", check=False)
+    assert result.returncode == 1 and "no-such-events.sqlite does not exist" in result.stderr
+    assert not (workdir / "no-such-events.sqlite").exists()
 
 
 def test_simulate_checks_the_estimates_against_the_true_value(tmp_path):

@@ -120,3 +120,47 @@ def test_learners_command_lists_a_plugin_that_needs_arguments(monkeypatch):
     assert "needs_index_test  A test plugin built only with an index name." in result.output
     assert "preference_perceptron  (stochastic)" in result.output  # perturbed by default
     assert "greedy_klrank  Greedy KLRank" in result.output  # an argmax learner
+
+
+def installed_plugin(tmp_path, monkeypatch, name: str, source: str) -> None:
+    """A package installed on the path with an entry point in the group ``reranker``, as
+    pip installs a plugin."""
+    (tmp_path / f"{name}.py").write_text(source)
+    info = tmp_path / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[reranker]\n{name} = {name}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+@pytest.mark.parametrize("source, message", [
+    ("import nonexistent_dependency_xyz\n",
+     "plugin 'broken_plugin_t' (broken_plugin_t, from broken_plugin_t) cannot be loaded: "
+     "ModuleNotFoundError: No module named 'nonexistent_dependency_xyz'; fix or uninstall it"),
+    ("from reranker import hookimpl\n\n@hookimpl\ndef reranker_register_learner():\n"
+     "    return []\n",
+     "plugin 'broken_plugin_t': unknown hook 'reranker_register_learner'"),
+])
+def test_an_installed_plugin_that_cannot_load_is_named(tmp_path, monkeypatch, source, message):
+    installed_plugin(tmp_path, monkeypatch, "broken_plugin_t", source)
+    with pytest.raises(ConfigError) as info:
+        get_plugin_manager()
+    assert message in info.value.message
+
+
+def test_a_plugin_that_registers_something_else_than_a_learner_is_named(tmp_path, monkeypatch):
+    installed_plugin(tmp_path, monkeypatch, "odd_plugin_t", (
+        "from reranker import hookimpl\n\nclass NotALearner:\n    name = 'odd'\n\n"
+        "@hookimpl\ndef reranker_register_learners():\n    return [NotALearner]\n"))
+    pm = get_plugin_manager()
+    with pytest.raises(ConfigError, match="registers <class 'odd_plugin_t.NotALearner'> as a "
+                                          "learner, but it is not a subclass of "
+                                          "reranker.learner.Learner"):
+        learner_classes(pm)
+    from click.testing import CliRunner
+
+    from reranker.cli import cli
+
+    result = CliRunner().invoke(cli, ["learners"])  # a clean error, no traceback
+    assert result.exit_code == 1 and "not a subclass of reranker.learner.Learner" in \
+        result.output and "Traceback" not in result.output

@@ -123,12 +123,13 @@ class Experiment:
 
     def promote(self, label: str, reason: str) -> dict[str, Any]:
         """Make ``label`` the sole arm that serves (its model keeps learning; the others'
-        models stay in their folders)."""
+        models stay in their folders); an arm held before is held no more."""
         self._check_label(label)
 
         def change(state: dict) -> dict:
+            held = {k: v for k, v in state.get("held", {}).items() if k != label}
             return {**state, "promoted": label, "promoted_at": self.clock(),
-                    "promoted_because": reason}
+                    "promoted_because": reason, "held": held}
 
         return self._update(change)
 
@@ -279,7 +280,7 @@ def offline_status(config, pm) -> dict[str, Any]:
     running service (``reranker report``)."""
     from ..arms import arms_from_config
 
-    events = open_event_store(config, pm)
+    events = open_event_store(config, pm, existing=True)
     try:
         experiment = require_experiment(config, events)
         arms = {}

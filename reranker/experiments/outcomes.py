@@ -8,10 +8,15 @@ contributed the result (``Impression.teams``). A click is credited to that arm.
   comparison for every pair of arms in it: the arm credited with more clicks wins, equal
   credit is a tie (team-draft interleaving, Radlinski, Kurup & Joachims 2008; multileaving,
   Schuth et al. 2014). Impressions without clicks say nothing.
-* Split: each impression is one arm's alone. The i-th impression of arm a is compared with
-  the i-th of arm b, in the order they closed, on the reciprocal rank of the first click (0
-  when nothing was clicked): two independent samples, paired in order, make a valid sign
-  test of which arm gets clicks higher up.
+* Split: each impression is one arm's alone. Each impression of arm a is compared with the
+  latest impression of arm b still waiting for a partner (in the order they closed) on the
+  reciprocal rank of the first click (0 when nothing was clicked): two independent
+  samples, paired by their order alone, never by their clicks, make a valid sign test of
+  which arm gets clicks higher up. Pairing the latest keeps the two pages of a comparison
+  close in time: with unequal shares the larger arm's impressions queue up, and paired
+  oldest first (the i-th with the i-th) a learning arm's early, unlearned pages would be
+  compared with the other arm's current ones for ever after. At most
+  ``experiment.window`` impressions of an arm wait; older ones are left out.
 
 Per arm: the clicks on the pages it took part in (``clicks``), those credited to it
 (``credited_clicks``), and metrics of its credited clicks in those impressions:
@@ -50,8 +55,10 @@ class Tally:
         #: and the experiment impression at which each was decided.
         self.outcomes: dict[tuple[str, str], list[int]] = {p: [] for p in self.pairs}
         self.decided_at: dict[tuple[str, str], list[int]] = {p: [] for p in self.pairs}
+        # per pair, each arm's impressions (reciprocal ranks) waiting for a partner
+        waiting = max(1, spec.window)
         self._waiting: dict[tuple[str, str], tuple[deque, deque]] = {
-            p: (deque(), deque()) for p in self.pairs}
+            p: (deque(maxlen=waiting), deque(maxlen=waiting)) for p in self.pairs}
         # per arm, per impression it took part in: credited clicks, reciprocal rank of the
         # first credited click, credited clicks in the top k
         self.metrics: dict[str, list[tuple[int, float, int]]] = {label: [] for label in labels}
@@ -112,7 +119,7 @@ class Tally:
             mine, theirs = self._waiting[pair] if label == pair[0] else \
                 self._waiting[pair][::-1]
             if theirs:
-                other = theirs.popleft()
+                other = theirs.pop()  # the latest: the closest in time
                 ours = first[label]
                 outcome = np.sign(ours - other) if label == pair[0] else np.sign(other - ours)
                 self._decide(pair, int(outcome))

@@ -9,11 +9,18 @@ import pluggy
 from .base import EventStore, Reader, Retained
 
 
-def open_event_store(config, pm: pluggy.PluginManager | None = None) -> EventStore:
-    """Open the event store the ``store`` section of ``config`` selects (``store.type``)."""
+def open_event_store(config, pm: pluggy.PluginManager | None = None, *,
+                     existing: bool = False) -> EventStore:
+    """Open the event store the ``store`` section of ``config`` selects (``store.type``);
+    with ``existing``, one that must be there already (a command that only reads what
+    searches logged: a store it would create is a misspelt ``store.path``)."""
+    from ..errors import StoreError
     from ..plugins import event_store_class, get_plugin_manager
 
     cls = event_store_class(pm or get_plugin_manager(), config.store.type)
+    if existing and cls.exists(config) is False:
+        raise StoreError(f"store.path: {config.store.path} does not exist: no search has "
+                         f"been logged with this configuration (is store.path right?)")
     return cls.from_config(config)
 
 

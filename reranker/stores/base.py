@@ -74,6 +74,13 @@ class EventStore(abc.ABC):
     location: str
 
     @classmethod
+    def exists(cls, config) -> bool | None:
+        """Whether the store the config names exists already (a command that only reads it
+        then says so instead of creating an empty one); None when the store cannot tell
+        without opening it."""
+        return None
+
+    @classmethod
     @abc.abstractmethod
     def from_config(cls, config) -> EventStore:
         """Open (creating or migrating it when needed) the store a validated

@@ -198,6 +198,10 @@ class SQLiteStore(SQLEventStore):
     DATA_ERRORS = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError)
 
     @classmethod
+    def exists(cls, config) -> bool:
+        return Path(config.store.path).exists()
+
+    @classmethod
     def from_config(cls, config) -> SQLiteStore:
         store = cls(config.store.path, busy_timeout=config.store.timeout)
         store.click_refresh = config.features.click_refresh
