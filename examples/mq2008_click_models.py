@@ -16,6 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
+from reranker.console import progress_bar
 from reranker.plotting import learning_curve_panels
 from reranker.simulation import (
     WINDOW_METRIC,
@@ -53,21 +54,23 @@ def main() -> None:
                              feature)
     keys = [s.key for s in specs] + [PROTOCOL]
     panels, windows, table = {}, {}, {}
-    for click_model in CLICK_MODELS:
-        common = dict(impressions=args.impressions, runs=args.runs, seed=1,
-                      click_model=click_model, backend_feature=feature)
-        result = simulate(data, specs, Settings(**common))
-        summary = write_reports(result, args.out / click_model,
-                                {"click_model": click_model})["learners"]
-        baseline = simulate(data, protocol, Settings(**common, start="zero",
-                                                     click_features=False))
-        summary[PROTOCOL] = summarize(baseline)[PROTOCOL]
-        table[click_model] = summary
-        panels[click_model] = result.rows + [r for r in baseline.rows
-                                             if r["learner"] == PROTOCOL]
-        windows[click_model] = result.window_rows() + [r for r in baseline.window_rows()
-                                                       if r["learner"] == PROTOCOL]
-        print(f"{click_model}: done")
+    total = len(CLICK_MODELS) * (len(specs) + 1) * args.runs * args.impressions
+    with progress_bar("simulating impressions", total) as advance:
+        for click_model in CLICK_MODELS:
+            common = dict(impressions=args.impressions, runs=args.runs, seed=1,
+                          click_model=click_model, backend_feature=feature)
+            result = simulate(data, specs, Settings(**common), progress=advance)
+            summary = write_reports(result, args.out / click_model,
+                                    {"click_model": click_model})["learners"]
+            baseline = simulate(data, protocol, Settings(**common, start="zero",
+                                                         click_features=False),
+                                progress=advance)
+            summary[PROTOCOL] = summarize(baseline)[PROTOCOL]
+            table[click_model] = summary
+            panels[click_model] = result.rows + [r for r in baseline.rows
+                                                 if r["learner"] == PROTOCOL]
+            windows[click_model] = result.window_rows() + [
+                r for r in baseline.window_rows() if r["learner"] == PROTOCOL]
     (args.out / "table.json").write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
     _print_table(table, keys, args)
     for metric in ("offline_ndcg@10", "online_ndcg@10", "utility_regret"):

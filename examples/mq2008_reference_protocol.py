@@ -18,6 +18,7 @@ import json
 import math
 from pathlib import Path
 
+from reranker.console import progress_bar
 from reranker.plugins import get_plugin_manager, learner_classes
 from reranker.simulation import (
     Settings,
@@ -49,11 +50,16 @@ def main() -> None:
     feature = best_single_feature(data)
     specs = learner_specs(names, {}, feature)
     table: dict[str, dict[str, tuple[float, float]]] = {}
-    for click_model in CLICK_MODELS:
-        settings = Settings(impressions=args.impressions, runs=args.runs, seed=0,
-                            click_model=f"{click_model}-every", start="zero",
-                            click_features=False, checkpoints=1, backend_feature=feature)
-        summary = summarize(simulate(data, specs, settings))
+    total = len(CLICK_MODELS) * len(specs) * args.runs * args.impressions
+    with progress_bar("simulating impressions", total) as advance:
+        summaries = {}
+        for click_model in CLICK_MODELS:
+            settings = Settings(impressions=args.impressions, runs=args.runs, seed=0,
+                                click_model=f"{click_model}-every", start="zero",
+                                click_features=False, checkpoints=1, backend_feature=feature)
+            summaries[click_model] = summarize(simulate(data, specs, settings,
+                                                        progress=advance))
+    for click_model, summary in summaries.items():
         for key, stats in summary.items():
             value = stats["offline_ndcg@10"]
             table.setdefault(key, {})[click_model] = (

@@ -20,6 +20,7 @@ import csv
 import json
 from pathlib import Path
 
+from reranker.console import progress_bar
 from reranker.plotting import learning_curve_panels
 from reranker.semibandit_simulation import SemibanditSettings, simulate_semibandits
 from reranker.simulation import LearnerSpec, prepare
@@ -62,10 +63,14 @@ def main() -> None:
                   for value in values]
     args.out.mkdir(parents=True, exist_ok=True)
     table, panels, curves = {}, {}, []
-    for weights in args.weights or ["uniform", "dcg"]:
-        settings = SemibanditSettings(rounds=args.rounds, runs=args.runs,
-                                      positions=args.positions, weights=weights)
-        result = simulate_semibandits(data, specs, settings)
+    kinds = args.weights or ["uniform", "dcg"]
+    results = {}
+    with progress_bar("learners' runs", len(kinds) * len(specs) * args.runs) as advance:
+        for weights in kinds:
+            settings = SemibanditSettings(rounds=args.rounds, runs=args.runs,
+                                          positions=args.positions, weights=weights)
+            results[weights] = simulate_semibandits(data, specs, settings, progress=advance)
+    for weights, result in results.items():
         for key, values in result.average_reward.items():
             for run, row in enumerate(values):
                 curves += [{"weights": weights, "learner": key, "run": run, "t": int(t),

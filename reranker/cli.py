@@ -516,7 +516,8 @@ class _GreedyCommand(click.Command):
               help="LETOR/SVMlight files whose queries form the interaction stream "
                    "(gzip or plain; files without qid need a .query file beside them).")
 @click.option("--test", "test", metavar="FILE",
-              help="LETOR file of held-out queries for offline NDCG@10.")
+              help="LETOR file of held-out queries for offline NDCG@10 (required, here or "
+                   "as 'test' in --config).")
 @click.option("--learner", "learners", multiple=True, metavar="NAME [NAME ...]",
               help="Learners to simulate (`reranker learners` lists them); random and "
                    "backend_order are always added as floors.")

@@ -798,8 +798,9 @@ def _off_policy_summary(checks: list[dict]) -> dict[str, Any]:
 
 def _worst_window(result: SimulationResult, learner: str) -> dict[str, Any]:
     """The worst window of online NDCG@10 (mean over runs, per window), and the worst gap
-    to the engine's-order floor in the same window (the runs see the same queries, so the
-    difference is paired)."""
+    to the engine's-order floor: over the windows, the lowest difference between the
+    learner's window and the floor's same window (the runs see the same queries, so the
+    difference is paired); its window may be another than the worst window's."""
     windows = result.windows(learner)
     if windows.size == 0:
         return {"worst_window": None, "worst_window_gap": None}
