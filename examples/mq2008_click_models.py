@@ -54,7 +54,7 @@ def main() -> None:
                              feature)
     keys = [s.key for s in specs] + [PROTOCOL]
     panels, windows, table = {}, {}, {}
-    total = len(CLICK_MODELS) * (len(specs) + 1) * args.runs * args.impressions
+    total = len(CLICK_MODELS) * (len(specs) + len(protocol)) * args.runs * args.impressions
     with progress_bar("simulating impressions", total) as advance:
         for click_model in CLICK_MODELS:
             common = dict(impressions=args.impressions, runs=args.runs, seed=1,

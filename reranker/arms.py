@@ -438,8 +438,9 @@ class Arm:
         try:
             return self.models.load(version, self.factory)
         except ModelLoadError as exc:
-            raise ModelLoadError(f"version {version} of {what or f'arm {self.label!r}'} does "
-                                 f"not load: "
+            which = f"{what}: version {version}" if what else \
+                f"version {version} of arm {self.label!r}"
+            raise ModelLoadError(f"{which} does not load: "
                                  f"{exc.message}; choose another version "
                                  f"(`reranker models list` lists them)") from None
 

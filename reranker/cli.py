@@ -404,12 +404,15 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
                               f"{name!r}")
         section["params"][key] = value
     defaults = {k: config.learner[k] for k in ("depth", "discount", "seed")}
+    where = "--learner" if learner_name else "learner"  # (the config's section otherwise)
     try:
-        section = arm_section("target", section, defaults, "--learner")
-        spec, factory = build_arm("target", section, config, get_plugin_manager(), "--learner")
+        section = arm_section("target", section, defaults, where)
+        spec, factory = build_arm("target", section, config, get_plugin_manager(), where)
     except ConfigError as exc:  # named as the options give them
-        raise ConfigError(exc.message.replace("--learner.params:", "--param:", 1)
-                          .replace("--learner.name:", "--learner:", 1)) from None
+        message = exc.message.replace("--learner.name:", "--learner:", 1)
+        if params:
+            message = message.replace(f"{where}.params:", "--param:", 1)
+        raise ConfigError(message) from None
     arm = Arm(spec, factory, config.store.models)
     if version is not None:
         model = arm.load_version(version, f"--version: learner {name!r} ({arm.id})")

@@ -554,3 +554,49 @@ def test_a_split_with_equal_shares_pairs_every_page():
         tally.add(str(arm), [str(arm)] * 10, 10, [int(rng.integers(1, 11))])
     (pair,) = tally.pair_summaries()
     assert pair["wins"] + pair["losses"] + pair["ties"] >= 490
+
+
+def test_a_split_of_three_arms_pairs_each_pair_on_its_own():
+    """Three arms with shares 5:2:1: every pair is compared on its own pages, each page once
+    per pair, and the order of the arms' quality comes out."""
+    from reranker.experiments.experiment import ExperimentSpec
+    from reranker.experiments.outcomes import Tally
+
+    tally = Tally(ExperimentSpec(name="three", mode="split", labels=("a", "b", "c"),
+                                 shares={"a": 5.0, "b": 2.0, "c": 1.0}))
+    rng = np.random.default_rng(5)
+    first = {"a": 1, "b": 2, "c": 3}  # where each arm's first click falls
+    counts = {"a": 0, "b": 0, "c": 0}
+    for _ in range(4000):
+        arm = str(rng.choice(["a", "b", "c"], p=[5 / 8, 2 / 8, 1 / 8]))
+        counts[arm] += 1
+        tally.add(arm, [arm] * 10, 10, [first[arm]])
+    summaries = {tuple(p["arms"]): p for p in tally.pair_summaries()}
+    for (x, y), pair in summaries.items():
+        compared = pair["wins"] + pair["losses"] + pair["ties"]
+        assert compared <= min(counts[x], counts[y]) and compared > 0.95 * min(counts[x],
+                                                                               counts[y])
+        assert pair["winner"] == min(x, y, key=first.get)
+
+
+def test_a_split_keeps_at_most_max_waiting_pages_of_an_arm():
+    from reranker.experiments.outcomes import MAX_WAITING
+
+    tally = split_tally()
+    for _ in range(MAX_WAITING + 500):  # the engine gets no traffic for a while
+        tally.add("learner", ["learner"] * 10, 10, [])
+    waiting = tally._waiting[("learner", "engine")]
+    assert len(waiting[0]) == MAX_WAITING and not waiting[1]
+    for _ in range(MAX_WAITING + 10):  # then only the engine: pairs with the latest first
+        tally.add("engine", ["engine"] * 10, 10, [1])
+    (pair,) = tally.pair_summaries()
+    assert pair["losses"] == MAX_WAITING and len(waiting[1]) == 10
+
+
+def test_report_and_promote_name_a_store_that_is_not_there(workdir):
+    missing = experiment_config(workdir, arms={"engine": ENGINE, "random": RANDOM},
+                                store={"path": "nowhere.sqlite"})
+    for command in (["report"], ["promote", "engine"]):
+        result = run_cli(*command, "-c", str(missing), check=False)
+        assert result.returncode == 1 and "nowhere.sqlite does not exist" in result.stderr
+    assert not (workdir / "nowhere.sqlite").exists()

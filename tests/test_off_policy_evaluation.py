@@ -175,6 +175,12 @@ def test_reranker_evaluate_refuses_what_the_logs_cannot_tell(workdir):
         result = run_cli("evaluate", "-c", str(path), *args, check=False)
         assert result.returncode == 1, result.stderr
         assert all(fragment in result.stderr for fragment in fragments), result.stderr
+    # a mistake in the config file is named as the config's, not as an option's
+    bad = write_config(workdir, learner={"name": "pdgd", "params": {"learnig_rate": 0.1}})
+    result = run_cli("evaluate", "-c", str(bad), check=False)
+    assert result.returncode == 1
+    assert "learner.params: learner 'pdgd' has no parameter 'learnig_rate'" in result.stderr
+    assert "--param" not in result.stderr
     # a store that is not there is named, not created
     missing = write_config(workdir, store={"path": "no-such-events.sqlite"})
     result = run_cli("evaluate", "-c", str(missing), "--learner", "random", check=False)

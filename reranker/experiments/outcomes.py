@@ -16,7 +16,7 @@ contributed the result (``Impression.teams``). A click is credited to that arm.
   close in time: with unequal shares the larger arm's impressions queue up, and paired
   oldest first (the i-th with the i-th) a learning arm's early, unlearned pages would be
   compared with the other arm's current ones for ever after. At most
-  ``experiment.window`` impressions of an arm wait; older ones are left out.
+  :data:`MAX_WAITING` impressions of an arm wait; older ones are left out.
 
 Per arm: the clicks on the pages it took part in (``clicks``), those credited to it
 (``credited_clicks``), and metrics of its credited clicks in those impressions:
@@ -40,6 +40,12 @@ if TYPE_CHECKING:
     from .experiment import ExperimentSpec
 
 
+#: A split's impressions of one arm that wait for a partner of another, at most: the latest
+#: are paired first, so the older ones only bound the memory (and how far back a burst of
+#: the other arm's impressions reaches).
+MAX_WAITING = 1000
+
+
 class Tally:
     """Outcomes and metrics of one experiment, read incrementally from the event store."""
 
@@ -56,9 +62,8 @@ class Tally:
         self.outcomes: dict[tuple[str, str], list[int]] = {p: [] for p in self.pairs}
         self.decided_at: dict[tuple[str, str], list[int]] = {p: [] for p in self.pairs}
         # per pair, each arm's impressions (reciprocal ranks) waiting for a partner
-        waiting = max(1, spec.window)
         self._waiting: dict[tuple[str, str], tuple[deque, deque]] = {
-            p: (deque(maxlen=waiting), deque(maxlen=waiting)) for p in self.pairs}
+            p: (deque(maxlen=MAX_WAITING), deque(maxlen=MAX_WAITING)) for p in self.pairs}
         # per arm, per impression it took part in: credited clicks, reciprocal rank of the
         # first credited click, credited clicks in the top k
         self.metrics: dict[str, list[tuple[int, float, int]]] = {label: [] for label in labels}

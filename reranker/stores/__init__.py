@@ -18,9 +18,10 @@ def open_event_store(config, pm: pluggy.PluginManager | None = None, *,
     from ..plugins import event_store_class, get_plugin_manager
 
     cls = event_store_class(pm or get_plugin_manager(), config.store.type)
-    if existing and cls.exists(config) is False:
-        raise StoreError(f"store.path: {config.store.path} does not exist: no search has "
-                         f"been logged with this configuration (is store.path right?)")
+    missing = cls.missing(config) if existing else None
+    if missing:
+        raise StoreError(f"{missing}: no search has been logged with this configuration "
+                         f"(is the store section right?)")
     return cls.from_config(config)
 
 

@@ -74,10 +74,11 @@ class EventStore(abc.ABC):
     location: str
 
     @classmethod
-    def exists(cls, config) -> bool | None:
-        """Whether the store the config names exists already (a command that only reads it
-        then says so instead of creating an empty one); None when the store cannot tell
-        without opening it."""
+    def missing(cls, config) -> str | None:
+        """Why the store the config names is not there yet (naming the key: "store.path:
+        FILE does not exist"), or None when it is there or the store cannot tell without
+        opening it: a command that only reads the store says so instead of creating an
+        empty one."""
         return None
 
     @classmethod

@@ -198,8 +198,9 @@ class SQLiteStore(SQLEventStore):
     DATA_ERRORS = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError)
 
     @classmethod
-    def exists(cls, config) -> bool:
-        return Path(config.store.path).exists()
+    def missing(cls, config) -> str | None:
+        path = Path(config.store.path)
+        return None if path.exists() else f"store.path: {path} does not exist"
 
     @classmethod
     def from_config(cls, config) -> SQLiteStore:
