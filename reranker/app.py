@@ -381,14 +381,15 @@ def fit_open_files(connections: int) -> int:
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return connections
     target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        log.info("raised the limit on open files from %d to %d for server.connection_limit "
-                 "%d", soft, target, connections)
-        soft = target
-    except (ValueError, OSError) as exc:  # a system maximum below the hard limit (macOS)
-        log.warning("could not raise the limit on open files from %d to %d: %s", soft,
-                    target, exc)
+    if target > soft:  # (at the hard limit already: nothing to raise)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("raised the limit on open files from %d to %d for "
+                     "server.connection_limit %d", soft, target, connections)
+            soft = target
+        except (ValueError, OSError) as exc:  # a system maximum below the hard limit (macOS)
+            log.warning("could not raise the limit on open files from %d to %d: %s", soft,
+                        target, exc)
     if soft >= needed:
         return connections
     fitting = max(soft - SPARE_FILES, soft // 2)  # half of a limit below twice the spare

@@ -404,6 +404,11 @@ class Arm:
                     log.error("%s", exc.message)
                     self.model_errors = [f"pinned version {pinned} does not load: "
                                          f"{exc.message}"]
+            elif pinned == self._model.version:  # served from memory: is its file still there?
+                gone = not self.models.path(pinned).exists()
+                if gone and not self.model_errors:
+                    log.error("%s", pinned_gone(self.models, pinned))
+                self.model_errors = [pinned_gone(self.models, pinned)] if gone else []
             self._pinned = pinned
             return
         current = self._model.version
@@ -620,3 +625,10 @@ def arms_from_config(config, pm) -> list[Arm]:
             continue
         arms[spec.id] = Arm(spec, factory, config.store.models, keep=config.store.keep_models)
     return list(arms.values())
+
+
+def pinned_gone(models: ModelStore, pinned: int) -> str:
+    """The problem of a pin whose version's file is gone."""
+    return (f"pinned version {pinned} is gone from {models.dir} (its file was deleted): a "
+            f"process serving it keeps it in memory, one that starts now refuses to; pin "
+            f"another version (`reranker models pin`) or unpin")

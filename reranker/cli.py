@@ -170,7 +170,7 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
     services started with --no-trainer, on this machine or others sharing the store.
     """
     from .stores import open_event_store
-    from .trainer import Trainer
+    from .trainer import Trainer, _unsaved_note
 
     if follow:
         if close_all:
@@ -197,7 +197,7 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
         if arm_report.versions:
             click.echo(f"{prefix}applied {arm_report.applied} impressions ({arm_report.clicks} "
                        f"clicks, {arm_report.updates} model updates); saved model version "
-                       f"{arm_report.version}")
+                       f"{arm_report.version}{_unsaved_note(arm_report)}")
         else:
             if arm_report.applied:
                 click.echo(f"{prefix}applied {arm_report.applied} impressions "
@@ -255,8 +255,13 @@ def prune(config_path: str | None, age: float | None, vacuum: bool) -> None:
         done += f"; compacted {retained.compacted} of experiment {config.experiment.name!r}"
     click.echo(done)
     if size is not None:
+        why = ""
+        if not vacuum and retained.deleted and now >= size:
+            why = ("; the space of the deleted impressions is reused by new ones (--vacuum "
+                   "gives it back), and the write-ahead log holds the deletions until its "
+                   "next checkpoint")
         click.echo(f"the event store takes {now / 1e6:.1f} MB on disk (before: "
-                   f"{size / 1e6:.1f} MB)")
+                   f"{size / 1e6:.1f} MB){why}")
 
 
 def _follow(config: Config) -> None:
@@ -642,6 +647,7 @@ def _wide_console() -> Console:
 
 def _versions_of(arm: Arm) -> dict[str, Any]:
     """What ``models list`` shows of one arm, as JSON-ready data."""
+    from .arms import pinned_gone
     from .errors import ModelLoadError, RerankerError
 
     try:
@@ -670,6 +676,8 @@ def _versions_of(arm: Arm) -> dict[str, Any]:
             newest_good = version
         rows.append(row)
     loads = {row["version"] for row in rows if "error" not in row}
+    if pinned is not None and pinned not in versions and pin_error is None:
+        pin_error = pinned_gone(arm.models, pinned)
     if pinned is not None:
         serving = pinned if pinned in loads else None
     elif pin_error is None:

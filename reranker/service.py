@@ -573,20 +573,24 @@ class RerankerService:
         :data:`WRITABLE_CHECK_EVERY` seconds."""
         checked, writable = self._writable
         if time.monotonic() - checked >= WRITABLE_CHECK_EVERY:
-            writable = self.ready()["status"] == "ok"
+            writable = self._check_writable()
         return writable
 
-    def ready(self) -> dict[str, Any]:
-        """The readiness check: the backend answers and the event store takes a write."""
-        problems = []
+    def _check_writable(self) -> bool:
+        """A durable write to the event store now (of the store alone: a backend that is
+        down says nothing about it), remembered for :meth:`store_writable`."""
         try:
             self.events.check_writable()
             writable = True
         except RerankerError as exc:
             log.warning("readiness: %s", exc.message)
             writable = False
-            problems.append("events")
         self._writable = (time.monotonic(), writable)
+        return writable
+
+    def ready(self) -> dict[str, Any]:
+        """The readiness check: the backend answers and the event store takes a write."""
+        problems = [] if self._check_writable() else ["events"]
         if self.backend.health().get("status", "ok") != "ok":
             problems.append("backend")
         return {"status": "unavailable" if problems else "ok", "problems": problems}

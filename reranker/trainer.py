@@ -51,6 +51,9 @@ class TrainReport:
     skipped: int = 0  # impressions passed over: another feature set, or a failed update
     bounded: int = 0  # impressions passed over: their client's budget was spent (trust.py)
     versions: list[int] = field(default_factory=list)  # versions saved
+    #: Impressions applied after the last version saved, which taught nothing: the next
+    #: pass reads them again (the saved cursor is before them).
+    unsaved: int = 0
     model_errors: list[str] = field(default_factory=list)  # newer versions that failed to load
     arms: dict[str, TrainReport] = field(default_factory=dict)  # by arm label
     #: Clicks that taught nothing, by reason (see :func:`uninformative_reason`).
@@ -65,6 +68,7 @@ class TrainReport:
         for key in ("applied", "clicks", "updates", "skipped", "bounded"):
             setattr(self, key, getattr(self, key) + getattr(report, key))
         self.versions.extend(report.versions)
+        self.unsaved += report.unsaved
         self.model_errors.extend(report.model_errors)
         for reason, count in report.uninformative.items():
             self.uninformative[reason] = self.uninformative.get(reason, 0) + count
@@ -205,6 +209,7 @@ class Trainer:
                 arm.models.save(model)
                 report.versions.append(model.version)
                 updates, skipped, read = report.updates, report.skipped, 0
+            report.unsaved = read
         return report
 
     def _apply(self, arm: Arm, model: RankingModel, imp: Impression,
@@ -302,9 +307,10 @@ class Trainer:
             if arm_report.versions:
                 idle = "; ".join(f"{n} {why}" for why, n in arm_report.uninformative.items())
                 log.info("%s: trained on %d impressions (%d clicks, %d updates, %d skipped, "
-                         "%d over their client's budget): model version %d%s", label,
+                         "%d over their client's budget): model version %d%s%s", label,
                          arm_report.applied, arm_report.clicks, arm_report.updates,
                          arm_report.skipped, arm_report.bounded, arm_report.version,
+                         _unsaved_note(arm_report),
                          f"; clicks that taught nothing: {idle}" if idle else "")
         return report
 
@@ -363,6 +369,15 @@ class Trainer:
                 "last_error": self.last_error,
                 "last_saved_version": self.last_saved_version,
                 "last_skipped": report.skipped if report else 0}
+
+
+def _unsaved_note(report: TrainReport) -> str:
+    """How many of a pass's impressions the saved version leaves out (they taught nothing,
+    and the next pass reads them again)."""
+    if not report.unsaved:
+        return ""
+    return (f" (which holds all but the last {report.unsaved}: they taught nothing, and the "
+            f"next version takes them)")
 
 
 def uninformative_reason(learner, feedback) -> str:

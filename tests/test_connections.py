@@ -258,3 +258,8 @@ def test_the_open_files_limit_is_raised_to_fit_the_connections():
     assert lines[1].startswith("server.connection_limit 1000 does not fit in the limit of "
                                "800 open files: holding 544 connections")
     assert lines[2] == "544 800"
+    # at the hard limit already: no raise is claimed, only the warning
+    lines = run(512)
+    assert lines[0].startswith("server.connection_limit 1000 does not fit in the limit of "
+                               "512 open files: holding 256 connections"), lines
+    assert lines[1] == "256 512"

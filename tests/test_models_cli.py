@@ -169,6 +169,26 @@ def test_a_pinned_version_is_served_while_training_goes_on(workdir):
             assert other.model.version == 1
         finally:
             other.close()
+        # the pinned file deleted: still served from memory, but said where a restart
+        # would find out
+        pinned_file = arm.models.path(1)
+        kept = pinned_file.read_bytes()
+        pinned_file.unlink()
+        deadline = time.monotonic() + 3.0
+        while "model" not in live.get("/healthz").json()["problems"] \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        health = live.get("/healthz").json()
+        assert health["status"] == "degraded" and health["model_version"] == 1
+        assert "pinned version 1 is gone" in health["model_errors"][0]
+        listing = json.loads(models("list", "-c", str(path), "--json").stdout)[0]
+        assert "pinned version 1 is gone" in listing["pin_error"]
+        assert "warning: pinned version 1 is gone" in models("list", "-c", str(path)).stdout
+        pinned_file.write_bytes(kept)  # back: the problem goes
+        deadline = time.monotonic() + 3.0
+        while live.get("/healthz").json()["problems"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert live.get("/healthz").json()["status"] == "ok"
         out = models("unpin", "-c", str(path)).stdout
         assert "unpinned version 1" in out
         assert served_version(live, 4) == 4 and arm.pinned is None
@@ -286,6 +306,9 @@ def test_a_long_run_of_passes_that_learn_nothing_still_moves_the_cursor(workdir,
     report = trainer.run_once(close_all=True)
     # saved once 10 batches (20 impressions) were read; the last 5 wait for the next version
     assert report.versions == [3] and report.updates == 0
+    assert report.applied == 25 and report.unsaved == 5
+    from reranker.trainer import _unsaved_note  # what the log and `reranker train` say
+    assert "all but the last 5" in _unsaved_note(report.arms["preference_perceptron"])
     assert saved(trained, 3)["training"]["impressions"] == saved(trained, 2)["training"][
         "impressions"] + 20
     assert trainer.run_once().versions == []

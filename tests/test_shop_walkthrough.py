@@ -14,7 +14,8 @@ import pytest
 import requests
 from conftest import ServeProcess, run_cli
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "shop"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "shop"
 TEA = [{"term": {"category": "tea"}}, {"term": {"in_stock": True}},
        {"range": {"price": {"lte": 30}}}]
 
@@ -152,3 +153,6 @@ def test_steps_2_to_6_serve_filter_page_click_train_and_change_the_features(shop
            if "the feature set changed" in line]
     assert len(log) == 1 and "(adds field_value:price)" in log[0], log
     assert f"starts from the weights of version {old_version}" in log[0]
+    # as the README shows it: the old feature set's 7 features carry over
+    readme = (ROOT / "README.md").read_text()
+    assert "on the 7 features both share" in log[0] and "on the 7 features both share" in readme
