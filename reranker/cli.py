@@ -170,7 +170,7 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
     services started with --no-trainer, on this machine or others sharing the store.
     """
     from .stores import open_event_store
-    from .trainer import Trainer, _unsaved_note
+    from .trainer import Trainer, unsaved_note
 
     if follow:
         if close_all:
@@ -197,7 +197,7 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
         if arm_report.versions:
             click.echo(f"{prefix}applied {arm_report.applied} impressions ({arm_report.clicks} "
                        f"clicks, {arm_report.updates} model updates); saved model version "
-                       f"{arm_report.version}{_unsaved_note(arm_report)}")
+                       f"{arm_report.version}{unsaved_note(arm_report)}")
         else:
             if arm_report.applied:
                 click.echo(f"{prefix}applied {arm_report.applied} impressions "

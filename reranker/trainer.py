@@ -310,7 +310,7 @@ class Trainer:
                          "%d over their client's budget): model version %d%s%s", label,
                          arm_report.applied, arm_report.clicks, arm_report.updates,
                          arm_report.skipped, arm_report.bounded, arm_report.version,
-                         _unsaved_note(arm_report),
+                         unsaved_note(arm_report),
                          f"; clicks that taught nothing: {idle}" if idle else "")
         return report
 
@@ -371,7 +371,7 @@ class Trainer:
                 "last_skipped": report.skipped if report else 0}
 
 
-def _unsaved_note(report: TrainReport) -> str:
+def unsaved_note(report: TrainReport) -> str:
     """How many of a pass's impressions the saved version leaves out (they taught nothing,
     and the next pass reads them again)."""
     if not report.unsaved:

@@ -307,8 +307,8 @@ def test_a_long_run_of_passes_that_learn_nothing_still_moves_the_cursor(workdir,
     # saved once 10 batches (20 impressions) were read; the last 5 wait for the next version
     assert report.versions == [3] and report.updates == 0
     assert report.applied == 25 and report.unsaved == 5
-    from reranker.trainer import _unsaved_note  # what the log and `reranker train` say
-    assert "all but the last 5" in _unsaved_note(report.arms["preference_perceptron"])
+    from reranker.trainer import unsaved_note  # what the log and `reranker train` say
+    assert "all but the last 5" in unsaved_note(report.arms["preference_perceptron"])
     assert saved(trained, 3)["training"]["impressions"] == saved(trained, 2)["training"][
         "impressions"] + 20
     assert trainer.run_once().versions == []

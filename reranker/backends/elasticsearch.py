@@ -424,10 +424,10 @@ class ElasticsearchBackend(Backend):
     def _check_fields(self) -> None:
         """The index, alias or pattern must exist, and every configured field be in its
         mapping (in that of an index behind it, at least), numeric fields as numbers or
-        dates: an
-        error names the field and the closest names the mapping has, instead of a feature
-        that is always 0. Read with the field capabilities API, which needs no more than the
-        search itself (the ``read`` privilege) and answers for remote clusters too."""
+        dates: an error names the field and the closest names the mapping has, instead of a
+        feature that is always 0. Read with the field capabilities API, which needs no more
+        than the search itself (the ``read`` privilege) and answers for remote clusters
+        too."""
         from elasticsearch import NotFoundError
 
         from ..config import did_you_mean
