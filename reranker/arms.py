@@ -405,10 +405,11 @@ class Arm:
                     self.model_errors = [f"pinned version {pinned} does not load: "
                                          f"{exc.message}"]
             elif pinned == self._model.version:  # served from memory: is its file still there?
-                gone = not self.models.path(pinned).exists()
-                if gone and not self.model_errors:
-                    log.error("%s", pinned_gone(self.models, pinned))
-                self.model_errors = [pinned_gone(self.models, pinned)] if gone else []
+                gone = [pinned_gone(self.models, pinned)] \
+                    if not self.models.path(pinned).exists() else []
+                if gone and self.model_errors != gone:  # (said once)
+                    log.error("%s", gone[0])
+                self.model_errors = gone
             self._pinned = pinned
             return
         current = self._model.version

@@ -256,7 +256,8 @@ def prune(config_path: str | None, age: float | None, vacuum: bool) -> None:
     click.echo(done)
     if size is not None:
         why = ""
-        if not vacuum and retained.deleted and now >= size:
+        if config.store.type == "sqlite" and not vacuum and (
+                retained.deleted or retained.compacted) and round(now / 1e5) >= round(size / 1e5):
             why = ("; the space of the deleted impressions is reused by new ones (--vacuum "
                    "gives it back), and the write-ahead log holds the deletions until its "
                    "next checkpoint")

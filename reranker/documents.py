@@ -107,11 +107,12 @@ def _numbers_checked(documents: Iterator[tuple[str, dict[str, Any]]], config,
             doc_id = doc.get(config.backend.id_field)
             held = repr(bad[1])
             held = held if len(held) <= 60 else held[:59] + "\u2026"
-            why = "a number too large for a float" if isinstance(bad[1], int) \
-                and not isinstance(bad[1], bool) else "not a number"
+            too_large = isinstance(bad[1], int) and not isinstance(bad[1], bool)
+            why = ("a number too large for a float (features.numeric_fields); keep it "
+                   "within ±1.8e308" if too_large else "not a number "
+                   "(features.numeric_fields); store it as a JSON number")
             failures.append((f"{where} (id {doc_id})" if doc_id is not None else where,
-                             f"numeric field {bad[0]!r} holds {held}, {why} "
-                             f"(features.numeric_fields); store it as a JSON number"))
+                             f"numeric field {bad[0]!r} holds {held}, {why}"))
             continue
         yield where, doc
 

@@ -52,7 +52,8 @@ class TrainReport:
     bounded: int = 0  # impressions passed over: their client's budget was spent (trust.py)
     versions: list[int] = field(default_factory=list)  # versions saved
     #: Impressions applied after the last version saved, which taught nothing: the next
-    #: pass reads them again (the saved cursor is before them).
+    #: pass reads them again (the saved cursor is before them). Summed over the arms in a
+    #: pass's report; per arm in ``arms``.
     unsaved: int = 0
     model_errors: list[str] = field(default_factory=list)  # newer versions that failed to load
     arms: dict[str, TrainReport] = field(default_factory=dict)  # by arm label
@@ -194,6 +195,7 @@ class Trainer:
             budget.forget_through(model.progress.cursor)
             names = arm.names()
             updates, skipped, read = 0, 0, 0  # since the last save
+            applied_at_save = 0
             while True:
                 batch = self.events.closed_since(model.progress.cursor, self.batch_size,
                                                  arms=names)
@@ -209,7 +211,9 @@ class Trainer:
                 arm.models.save(model)
                 report.versions.append(model.version)
                 updates, skipped, read = report.updates, report.skipped, 0
-            report.unsaved = read
+                applied_at_save = report.applied
+            if report.versions:  # (later pages and others' mixed lists are not applied)
+                report.unsaved = report.applied - applied_at_save
         return report
 
     def _apply(self, arm: Arm, model: RankingModel, imp: Impression,

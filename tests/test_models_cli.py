@@ -309,6 +309,14 @@ def test_a_long_run_of_passes_that_learn_nothing_still_moves_the_cursor(workdir,
     assert report.applied == 25 and report.unsaved == 5
     from reranker.trainer import unsaved_note  # what the log and `reranker train` say
     assert "all but the last 5" in unsaved_note(report.arms["preference_perceptron"])
+    # later pages are not applied, so not left for the next version either
+    learn_in(trained)
+    for _ in range(6):
+        trained.search("green tea", 10, user_id="u", offset=10)
+    report = trainer.run_once(close_all=True)
+    # the 5 from before and the clicked page are in the new version; the later pages after
+    # it were read, but nothing was applied from them: nothing is left for the next one
+    assert report.versions == [4] and report.applied == 6 and report.unsaved == 0
     assert saved(trained, 3)["training"]["impressions"] == saved(trained, 2)["training"][
         "impressions"] + 20
     assert trainer.run_once().versions == []
