@@ -230,3 +230,21 @@ def test_a_feature_that_is_always_zero_is_reported(tmp_path, caplog):
     finally:
         server.stop()
     assert "field_value:popularity" in caplog.text and "first 100 searches" in caplog.text
+
+
+@pytest.mark.parametrize("clause, field, shown", [
+    ({"terms": {"brand": ["x", True]}}, "filter[1].terms.brand[1]",
+     "true is not a keyword value"),
+    ({"term": {"in_stock": 1}}, "filter[1].term.in_stock", "1 is not a boolean value"),
+    ({"term": {"price": "y" * 300}}, "filter[1].term.price", "\u2026 is not a number value"),
+    ({"range": {"brand": {"gte": 1}}}, "filter[1].range.brand", "a range needs a numeric"),
+])
+def test_a_filter_value_of_the_wrong_type_names_its_place(shop_server, clause, field, shown):
+    server, _, standin = shop_server
+    if standin is not None:
+        pytest.skip("Elasticsearch checks the values itself (its own 400)")
+    answer = server.post("/search", {"query": "shop", "filter": [
+        {"term": {"in_stock": True}}, clause]})
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and error["field"] == field and shown in error["message"]
+    assert len(error["message"]) < 200  # a long value is cut, not echoed

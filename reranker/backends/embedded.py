@@ -18,7 +18,7 @@ import numpy as np
 import tantivy
 
 from .. import hookimpl
-from ..errors import BackendError, BackendUnavailableError, BadRequestError
+from ..errors import BackendError, BackendUnavailableError, BadRequestError, shorten
 from . import Backend, Candidates, IndexReport
 from .filters import FACET_SIZE, Clause, filter_kind, filter_types, filters_key
 
@@ -238,12 +238,13 @@ class EmbeddedBackend(Backend):
     def _filter_query(self, clauses: tuple[Clause, ...]) -> tantivy.Query:
         """The clauses as one zero-scoring query that every candidate must match."""
         parts = []
-        for clause in clauses:
+        for i, clause in enumerate(clauses):  # (in the request's order)
             kind = self.filter_types.get(clause.field)
             where = f"'filter' on {clause.field!r} ({kind} field)"
+            path = f"filter[{i}].{clause.kind}.{clause.field}"
             if clause.kind == "range":
                 if kind != "number":
-                    raise BadRequestError(f"{where}: a range needs a numeric field")
+                    raise BadRequestError(f"{where}: a range needs a numeric field", field=path)
                 bounds = dict(clause.bounds)
                 low = bounds.get("gte", bounds.get("gt", -math.inf))
                 high = bounds.get("lte", bounds.get("lt", math.inf))
@@ -251,9 +252,9 @@ class EmbeddedBackend(Backend):
                     self._schema, clause.field, tantivy.FieldType.Float, low, high,
                     "gte" in bounds or "gt" not in bounds, "lte" in bounds or "lt" not in bounds))
                 continue
-            terms = [tantivy.Query.term_query(self._schema, clause.field,
-                                              _filter_value(kind, v, where))
-                     for v in clause.values]
+            terms = [tantivy.Query.term_query(self._schema, clause.field, _filter_value(
+                kind, v, where, path if clause.kind == "term" else f"{path}[{j}]"))
+                for j, v in enumerate(clause.values)]
             parts.append(terms[0] if len(terms) == 1 else tantivy.Query.boolean_query(
                 [(tantivy.Occur.Should, t) for t in terms]))
         return tantivy.Query.const_score_query(
@@ -591,15 +592,16 @@ def _add_filter_value(tdoc: tantivy.Document, field: str, kind: str, value: Any)
         tdoc.add_float(field, float(value))
 
 
-def _filter_value(kind: str | None, value: Any, where: str) -> Any:
-    """A request's filter value as the index keeps the field."""
+def _filter_value(kind: str | None, value: Any, where: str, path: str) -> Any:
+    """A request's filter value as the index keeps the field (``path``: where the request
+    gives it, for the error)."""
     if kind == "keyword" and not isinstance(value, bool):
         return str(value)
     if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if kind == "boolean" and isinstance(value, bool):
         return value
-    raise BadRequestError(f"{where}: {value!r} is not a {kind} value")
+    raise BadRequestError(f"{where}: {shorten(value)} is not a {kind} value", field=path)
 
 
 def _facet_key(bucket: dict[str, Any]) -> str:
