@@ -128,22 +128,26 @@ def arm_section(label: str, section: Any, defaults: Mapping[str, Any], where: st
     return {**merged, "params": dict(merged["params"])}
 
 
-def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str
+def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str, *,
+              name_key: str | None = None, params_key: str | None = None
               ) -> tuple[ArmSpec, ModelFactory]:
-    """The spec and model factory of an arm described by a learner ``section``."""
+    """The spec and model factory of an arm described by a learner ``section``; errors
+    name ``where.name`` and ``where.params`` (or ``name_key`` and ``params_key``: the
+    command-line options that gave them)."""
     from .plugins import learner_class
 
     try:
         learner_cls = learner_class(pm, section["name"])
     except ConfigError as exc:
-        raise ConfigError(f"{where}.name: {exc.message.split(': ', 1)[-1]}") from None
+        raise ConfigError(f"{name_key or where + '.name'}: "
+                          f"{exc.message.split(': ', 1)[-1]}") from None
     try:
         factory = ModelFactory(learner_cls, dict(section["params"]),
                                FeatureMap(section["depth"], section["discount"]),
                                FeatureSpec.from_config(config).names,
                                config.features.normalization)
     except ValueError as exc:
-        raise ConfigError(f"{where}.params: {exc}") from exc
+        raise ConfigError(f"{params_key or where + '.params'}: {exc}") from exc
     learner = factory.new_learner()
     learner.validate_params()
     spec = ArmSpec(label=label, learner=learner_cls.name, params=learner.get_params(),

@@ -411,14 +411,10 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
         section["params"][key] = value
     defaults = {k: config.learner[k] for k in ("depth", "discount", "seed")}
     where = "--learner" if learner_name else "learner"  # (the config's section otherwise)
-    try:
-        section = arm_section("target", section, defaults, where)
-        spec, factory = build_arm("target", section, config, get_plugin_manager(), where)
-    except ConfigError as exc:  # named as the options give them
-        message = exc.message.replace("--learner.name:", "--learner:", 1)
-        if params:
-            message = message.replace(f"{where}.params:", "--param:", 1)
-        raise ConfigError(message) from None
+    section = arm_section("target", section, defaults, where)
+    spec, factory = build_arm("target", section, config, get_plugin_manager(), where,
+                              name_key="--learner" if learner_name else None,
+                              params_key="--param" if params else None)
     arm = Arm(spec, factory, config.store.models)
     if version is not None:
         model = arm.load_version(version, f"--version: learner {name!r} ({arm.id})")

@@ -19,17 +19,22 @@ LOOK_EVERY = 100
 ALPHA = 0.05
 
 
+def aa_setup(seed: int, mode: str, shares: dict[str, float]):
+    """An A/A experiment's parts: its random numbers, tally, users, and 50 queries' labels
+    with the scores of the one ranker both arms are."""
+    rng = np.random.default_rng(seed)
+    spec = ExperimentSpec(name="aa", mode=mode, labels=("a", "b"), shares=shares, alpha=ALPHA)
+    labels = rng.integers(0, 3, size=(50, 20)) * (rng.random((50, 20)) < 0.4)
+    scores = labels + rng.normal(0, 1.0, size=labels.shape)
+    return rng, spec, Tally(spec), cascade_model("informational", 3), labels, scores
+
+
 def run_experiment(seed: int) -> tuple[bool, bool]:
     """One simulated A/A experiment through the experiment's own code (team draft,
     randomised pairs, credit, tally, test); returns whether the sequential test, and whether
     a naive sign test, declared a difference at any look."""
-    rng = np.random.default_rng(seed)
-    spec = ExperimentSpec(name="aa", mode="interleave", labels=("a", "b"),
-                          shares={"a": 1.0, "b": 1.0}, alpha=ALPHA)
-    tally = Tally(spec)
-    users = cascade_model("informational", 3)
-    labels = rng.integers(0, 3, size=(50, 20)) * (rng.random((50, 20)) < 0.4)
-    scores = labels + rng.normal(0, 1.0, size=labels.shape)  # one ranker, shown twice
+    rng, spec, tally, users, labels, scores = aa_setup(seed, "interleave",
+                                                       {"a": 1.0, "b": 1.0})
     sequential = naive = False
     for t in range(1, IMPRESSIONS + 1):
         q = rng.integers(50)
@@ -59,13 +64,7 @@ def test_an_aa_experiment_watched_every_100_impressions_keeps_its_false_positive
 def run_split_experiment(seed: int) -> bool:
     """One simulated A/A bucket split, the arms taking unequal shares (3:1) of the traffic in
     a random order; returns whether the sequential test declared a difference at any look."""
-    rng = np.random.default_rng(seed)
-    spec = ExperimentSpec(name="aa", mode="split", labels=("a", "b"),
-                          shares={"a": 3.0, "b": 1.0}, alpha=ALPHA)
-    tally = Tally(spec)
-    users = cascade_model("informational", 3)
-    labels = rng.integers(0, 3, size=(50, 20)) * (rng.random((50, 20)) < 0.4)
-    scores = labels + rng.normal(0, 1.0, size=labels.shape)  # one ranker in both arms
+    rng, _, tally, users, labels, scores = aa_setup(seed, "split", {"a": 3.0, "b": 1.0})
     significant = False
     for t in range(1, IMPRESSIONS + 1):
         q = rng.integers(50)

@@ -558,10 +558,9 @@ class ElasticsearchBackend(Backend):
         Learning to Rank log) and the numeric fields of ``_source``; the shown hits'
         documents as the response has them, or (``fetch_sources: shown``) read by
         :meth:`read_sources` before ``deadline``."""
-        hits = _first_of_each_id(response.get("hits", {}).get("hits", []))
+        hits, ids = _first_of_each_id(response.get("hits", {}).get("hits", []))
         self._note_partial(response)
         n = len(hits)
-        ids = [str(hit["_id"]) for hit in hits]
         # A sorted search answers no _score: then scores falling with the rank carry the
         # engine's order, as for application candidates without scores.
         scores = np.array([float(n - i if hit.get("_score") is None else hit["_score"])
@@ -843,17 +842,20 @@ def _number(value: Any) -> float:
         return np.nan
 
 
-def _first_of_each_id(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The hits without those whose id an earlier (better) hit has: two indices behind an
-    alias or pattern may hold a document of the same id, and a page shows an id once."""
+def _first_of_each_id(hits: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The hits without those whose id an earlier (better) hit has, and their ids: two
+    indices behind an alias or pattern may hold a document of the same id, and a page shows
+    an id once."""
+    first: list[dict[str, Any]] = []
+    ids: list[str] = []
     seen: set[str] = set()
-    first = []
     for hit in hits:
         doc_id = str(hit["_id"])
         if doc_id not in seen:
             seen.add(doc_id)
             first.append(hit)
-    return first
+            ids.append(doc_id)
+    return first, ids
 
 
 def _featureset_features(answer: Any) -> list[dict[str, Any]] | None:
