@@ -136,11 +136,7 @@ def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str, *,
     command-line options that gave them)."""
     from .plugins import learner_class
 
-    try:
-        learner_cls = learner_class(pm, section["name"])
-    except ConfigError as exc:
-        raise ConfigError(f"{name_key or where + '.name'}: "
-                          f"{exc.message.split(': ', 1)[-1]}") from None
+    learner_cls = learner_class(pm, section["name"], name_key or where + ".name")
     try:
         factory = ModelFactory(learner_cls, dict(section["params"]),
                                FeatureMap(section["depth"], section["discount"]),

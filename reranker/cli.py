@@ -193,7 +193,7 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
     for error in report.model_errors:
         click.echo(f"warning: {error}", err=True)
     for label, arm_report in report.arms.items():
-        prefix = f"{label}: " if len(report.arms) > 1 else ""
+        prefix = f"{label}: " if len(trainer.arms) > 1 else ""
         if arm_report.versions:
             click.echo(f"{prefix}applied {arm_report.applied} impressions ({arm_report.clicks} "
                        f"clicks, {arm_report.updates} model updates); saved model version "
@@ -214,6 +214,11 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
     if stats["open_impressions"]:
         click.echo(f"{stats['open_impressions']} impressions are still inside their feedback "
                    f"window ({config.trainer.feedback_window:g}s); use --close-all to include them")
+    if report.errors:
+        for error in report.errors.values():
+            click.echo(f"Error: training {error}; its impressions wait for the next run",
+                       err=True)
+        sys.exit(1)
 
 
 @cli.command()

@@ -220,3 +220,17 @@ def warm_up() -> None:
     raw_features(scores, columns, columns, np.empty((0, 0)), 0.0, 1e12, out)
     per_query_minmax(out, np.zeros(4, dtype=np.bool_), np.empty((n, 4), order="F"))
     perturbed_pairs(scores, 2, 0.5, np.array([0.7, 0.2, 0.9]))
+
+
+@_compiled
+def first_misplaced(ranking, n):
+    """The first position of ``ranking`` that breaks it as a permutation of ``0 .. n-1``
+    (an index out of range, or one seen before), or -1 when it is one. The caller checks
+    that ``ranking`` holds ``n`` integers."""
+    seen = np.zeros(n, np.bool_)
+    for position in range(ranking.shape[0]):
+        index = ranking[position]
+        if index < 0 or index >= n or seen[index]:
+            return position
+        seen[index] = True
+    return -1

@@ -238,6 +238,9 @@ class Learner(ABC):
             value = state[key]
             if isinstance(ref, np.ndarray):
                 arr = np.array(value, dtype=ref.dtype)
+                if arr.size == 0 and ref.ndim > 1 and key in self.variable_length_state:
+                    # an empty array of rows is an empty list in a model file
+                    arr = arr.reshape((0, *ref.shape[1:]))
                 if key in self.variable_length_state and arr.ndim == ref.ndim \
                         and arr.shape[1:] == ref.shape[1:]:
                     pass  # any length
@@ -298,10 +301,57 @@ class Learner(ABC):
         n_shown = X.shape[0] if n_shown is None else max(0, min(int(n_shown), X.shape[0]))
         if rng is None and self.stochastic:
             rng = _fallback_rng()
-        result = self._rank(X, n_shown, rng)
+        result = self._checked(self._rank(X, n_shown, rng), X.shape[0], n_shown)
         if self.stochastic and self.exact_probabilities:
             self._log_chances(X, n_shown, result)
+            result.propensities = self._checked_array(result.propensities, "propensities",
+                                                      X.shape[0])
         return result
+
+    def _checked(self, result: RankResult, n: int, n_shown: int) -> RankResult:
+        """``_rank``'s result as served and logged: the ranking a permutation of the ``n``
+        candidates, one score per candidate, one chance per candidate and per shown position
+        (array-likes become arrays); else a ``ValueError`` naming the learner, which the
+        service answers with the backend's order (a page that listed a result twice, or one
+        that does not exist, would be served and its clicks trained on)."""
+        from .kernels import first_misplaced
+
+        if not isinstance(result, RankResult):
+            raise ValueError(f"learner {self.name!r}: _rank returned {type(result).__name__}, "
+                             f"not a RankResult")
+        ranking = np.asarray(result.ranking)
+        if ranking.shape != (n,) or ranking.dtype.kind not in "iu":
+            raise ValueError(f"learner {self.name!r}: the ranking must hold the {n} "
+                             f"candidates' indices as integers, got shape {ranking.shape} of "
+                             f"{ranking.dtype}")
+        if ranking.dtype != np.intp:
+            ranking = ranking.astype(np.intp)
+        position = first_misplaced(ranking, n)
+        if position >= 0:
+            raise ValueError(f"learner {self.name!r}: the ranking is not a permutation of the "
+                             f"{n} candidates: position {position} holds "
+                             f"{int(ranking[position])}, out of range or seen before")
+        result.ranking = ranking
+        result.scores = self._checked_array(result.scores, "scores", n)
+        result.propensities = self._checked_array(result.propensities, "propensities", n)
+        if result.shown_propensities is not None:
+            shown = np.asarray(result.shown_propensities, dtype=np.float64)
+            if shown.ndim != 1 or shown.shape[0] > n_shown:
+                raise ValueError(f"learner {self.name!r}: shown_propensities must hold at "
+                                 f"most one chance per shown position ({n_shown}), got shape "
+                                 f"{shown.shape}")
+            result.shown_propensities = shown
+        return result
+
+    def _checked_array(self, values: Any, what: str, n: int) -> np.ndarray | None:
+        if values is None:
+            return None
+        if not isinstance(values, np.ndarray) or values.dtype != np.float64:
+            values = np.asarray(values, dtype=np.float64)
+        if values.shape != (n,):
+            raise ValueError(f"learner {self.name!r}: {what} must hold one number per "
+                             f"candidate ({n}), got shape {values.shape}")
+        return values
 
     def _log_chances(self, X: np.ndarray, n_shown: int, result: RankResult) -> None:
         """Fill in what a stochastic policy's impression logs and ``_rank`` left out: the

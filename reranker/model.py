@@ -95,8 +95,7 @@ class RankingModel:
     # -- serialisation ----------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        state = {k: (v.tolist() if isinstance(v, np.ndarray) else _scalar(v))
-                 for k, v in self.learner.get_state().items()}
+        state = state_for_file(self.learner)
         payload = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -109,8 +108,34 @@ class RankingModel:
             "training": self.progress.to_dict(),
             "state": state,
         }
-        payload["checksum"] = checksum(payload)
+        try:
+            payload["checksum"] = checksum(payload)
+        except (TypeError, ValueError):  # name what a model file cannot hold
+            for key, value in state.items():
+                check_saveable(self.learner.name, key, value)
+            raise
         return payload
+
+
+#: What a learner's learned state may hold, as a model file keeps it (JSON).
+SAVEABLE = ("numbers, strings, booleans, None, numpy arrays of numbers, and lists or dicts "
+            "of numbers and strings (no NaN or infinity)")
+
+
+def state_for_file(learner: Learner) -> dict[str, Any]:
+    """The learner's learned state as a model file holds it: numpy arrays as lists, numpy
+    scalars as numbers (:data:`SAVEABLE`)."""
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else _scalar(v))
+            for k, v in learner.get_state().items()}
+
+
+def check_saveable(learner_name: str, key: str, value: Any) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"learner {learner_name!r}: its learned state {key!r} cannot be "
+                         f"saved in a model file ({exc}); learned state holds "
+                         f"{SAVEABLE}") from None
 
 
 def _scalar(value: Any) -> Any:

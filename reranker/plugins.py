@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import pluggy
 
@@ -86,18 +87,46 @@ BASES = {"learner": ("reranker.learner", "Learner"),
          "event store": ("reranker.stores.base", "EventStore")}
 
 
-def _registry(pm: pluggy.PluginManager, results: list[list[type]], what: str) -> dict[str, type]:
+def _registered(pm: pluggy.PluginManager, hook_name: str) -> list[tuple[str, list]]:
+    """Each plugin's answer to a registration hook, with the plugin's name, in pluggy's order
+    of calling: a hook that raises, or answers something other than a list of classes, is an
+    error naming its plugin."""
+    answers = []
+    for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
+        if getattr(impl, "hookwrapper", False) or getattr(impl, "wrapper", False):
+            continue  # (a wrapper answers no classes of its own)
+        plugin = pm.get_name(impl.plugin) or impl.plugin_name
+        try:
+            classes = impl.function()
+        except Exception as exc:  # noqa: BLE001 -- any failure of a plugin's hook
+            raise ConfigError(f"plugin {plugin!r}: its {hook_name} hook raised "
+                              f"{type(exc).__name__}: {exc}; fix or uninstall it") from None
+        if classes is None:
+            continue
+        if not isinstance(classes, list | tuple):
+            raise ConfigError(f"plugin {plugin!r}: its {hook_name} hook must return a list of "
+                              f"classes, got {classes!r}")
+        answers.append((plugin, list(classes)))
+    return answers
+
+
+def _registry(pm: pluggy.PluginManager, hook_name: str, what: str) -> dict[str, type]:
     module, base_name = BASES[what]
     base = getattr(importlib.import_module(module), base_name)
     registry: dict[str, type] = {}
-    for classes in results:
+    for plugin, classes in _registered(pm, hook_name):
         for cls in classes:
             if not (isinstance(cls, type) and issubclass(cls, base)):
-                raise ConfigError(f"a plugin registers {cls!r} as a {what}, but it is not a "
-                                  f"subclass of {module}.{base_name}")
+                raise ConfigError(f"plugin {plugin!r} registers {cls!r} as a {what}, but it is "
+                                  f"not a subclass of {module}.{base_name}")
+            if inspect.isabstract(cls):
+                missing = ", ".join(sorted(cls.__abstractmethods__))
+                raise ConfigError(f"plugin {plugin!r} registers {what} class "
+                                  f"{cls.__qualname__}, which does not implement {missing}")
             name = getattr(cls, "name", "")
             if not name:
-                raise ConfigError(f"{what} class {cls.__qualname__} has no name")
+                raise ConfigError(f"plugin {plugin!r}: {what} class {cls.__qualname__} has no "
+                                  f"name")
             if name in registry and registry[name] is not cls:
                 raise ConfigError(f"two plugins register a {what} named {name!r}: "
                                   f"{registry[name].__module__} and {cls.__module__}")
@@ -107,35 +136,42 @@ def _registry(pm: pluggy.PluginManager, results: list[list[type]], what: str) ->
 
 def learner_classes(pm: pluggy.PluginManager) -> dict[str, type]:
     """Every registered learner class by name."""
-    return _registry(pm, pm.hook.reranker_register_learners(), "learner")
+    return _registry(pm, "reranker_register_learners", "learner")
 
 
 def backend_classes(pm: pluggy.PluginManager) -> dict[str, type]:
     """Every registered backend class by name."""
-    return _registry(pm, pm.hook.reranker_register_backends(), "backend")
+    return _registry(pm, "reranker_register_backends", "backend")
 
 
 def event_store_classes(pm: pluggy.PluginManager) -> dict[str, type]:
     """Every registered event store class by name."""
-    return _registry(pm, pm.hook.reranker_register_event_stores(), "event store")
+    return _registry(pm, "reranker_register_event_stores", "event store")
 
 
-def _lookup(classes: dict[str, type], name: str, what: str, key: str) -> type:
+def _lookup(pm: pluggy.PluginManager, classes: dict[str, type], name: str, what: str,
+            key: str) -> type:
     if name not in classes:
-        raise ConfigError(f"{key}: unknown {what} {name!r} (available: {', '.join(classes)})")
+        idle = [plugin for plugin, module in pm.list_name_plugin()
+                if plugin not in DEFAULT_PLUGINS and not pm.get_hookcallers(module)]
+        hint = "".join(f"; installed plugin {plugin!r} registers nothing: are its hook "
+                       f"functions marked with @reranker.hookimpl?" for plugin in idle)
+        raise ConfigError(f"{key}: unknown {what} {name!r} (available: {', '.join(classes)})"
+                          f"{hint}")
     return classes[name]
 
 
-def learner_class(pm: pluggy.PluginManager, name: str) -> type:
-    """The learner class called ``name``; the error lists the available ones."""
-    return _lookup(learner_classes(pm), name, "learner", "learner.name")
+def learner_class(pm: pluggy.PluginManager, name: str, key: str = "learner.name") -> type:
+    """The learner class called ``name``; the error names ``key`` and lists the available
+    ones."""
+    return _lookup(pm, learner_classes(pm), name, "learner", key)
 
 
 def backend_class(pm: pluggy.PluginManager, name: str) -> type:
     """The backend class called ``name``; the error lists the available ones."""
-    return _lookup(backend_classes(pm), name, "backend", "backend.type")
+    return _lookup(pm, backend_classes(pm), name, "backend", "backend.type")
 
 
 def event_store_class(pm: pluggy.PluginManager, name: str) -> type:
     """The event store class called ``name``; the error lists the available ones."""
-    return _lookup(event_store_classes(pm), name, "event store", "store.type")
+    return _lookup(pm, event_store_classes(pm), name, "event store", "store.type")

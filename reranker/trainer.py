@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import StoreError
+from .errors import RerankerError, StoreError
 from .events import Impression
 from .model import RankingModel
 from .model_store import ModelStore
@@ -57,6 +57,10 @@ class TrainReport:
     unsaved: int = 0
     model_errors: list[str] = field(default_factory=list)  # newer versions that failed to load
     arms: dict[str, TrainReport] = field(default_factory=dict)  # by arm label
+    #: Arms whose training failed in this pass (by label): what failed, naming the arm and
+    #: its learner. The other arms trained; the failed one applies its impressions again
+    #: from its saved cursor in the next pass.
+    errors: dict[str, str] = field(default_factory=dict)
     #: Clicks that taught nothing, by reason (see :func:`uninformative_reason`).
     uninformative: dict[str, int] = field(default_factory=dict)
 
@@ -105,6 +109,7 @@ class Trainer:
         #: The version this trainer saved last, in whichever pass (most passes save none).
         self.last_saved_version: int | None = None
         self.last_error: str | None = None
+        self._arm_errors: dict[str, str] = {}  # by arm label: the last failure logged
         self.last_run: float | None = None
         #: With a leader-mode background loop: whether this process is the store's trainer
         #: (None: no such loop).
@@ -158,12 +163,33 @@ class Trainer:
         before = float("inf") if close_all else self.clock() - self.feedback_window
         report.closed = self.events.close_impressions(before)
         for arm in self.arms:
-            report.add(arm.label, self._train_arm(arm))
+            try:
+                report.add(arm.label, self._train_arm(arm))
+            except StoreError:
+                raise  # the event store's trouble is every arm's: the pass fails
+            except Exception as exc:  # noqa: BLE001 -- one arm's learner or model must not
+                # stop the others from learning
+                report.errors[arm.label] = self._arm_failed(arm, exc)
+            else:
+                if self._arm_errors.pop(arm.label, None) is not None:
+                    log.info("arm %s (learner %s) trains again", arm.label,
+                             arm.factory.learner_cls.name)
         self.last_report = report
         if report.version is not None:
             self.last_saved_version = report.version
         self.last_run = self.clock()
         return report
+
+    def _arm_failed(self, arm: Arm, exc: Exception) -> str:
+        """What failed in ``arm``'s training, logged with its traceback when it is new (a
+        learner that fails every pass would fill the log)."""
+        message = (f"arm {arm.label} (learner {arm.factory.learner_cls.name}): "
+                   f"{getattr(exc, 'message', None) or f'{type(exc).__name__}: {exc}'}")
+        if self._arm_errors.get(arm.label) != message:
+            self._arm_errors[arm.label] = message
+            log.error("training %s; its impressions wait for the next pass", message,
+                      exc_info=exc)
+        return message
 
     def _train_arm(self, arm: Arm) -> TrainReport:
         """Apply the closed impressions after the cursor of ``arm``'s newest good version (the
@@ -220,7 +246,14 @@ class Trainer:
                report: TrainReport, budget: ClientBudget) -> None:
         progress = model.progress
         progress.cursor = imp.closed_seq
-        learned = arm.feedback(imp)
+        try:
+            learned = arm.feedback(imp)
+        except (ValueError, LookupError) as exc:  # a page whose logged ranking is broken
+            log.warning("impression %s skipped: its feedback cannot be read (%s: %s)",
+                        imp.id, type(exc).__name__, exc)
+            progress.skipped += 1
+            report.skipped += 1
+            return
         if learned is None:  # a mixed list this arm had no part in, or cannot learn from
             return
         if tuple(imp.feature_names) != model.feature_names:
@@ -257,6 +290,11 @@ class Trainer:
                 progress.skipped += 1
                 report.skipped += 1
                 return
+            except Exception as exc:
+                # Anything else is the learner's own fault (a bug, not this page's data):
+                # the arm's pass stops, and the impression waits for a fixed learner.
+                raise RerankerError(f"its update on impression {imp.id} failed: "
+                                    f"{type(exc).__name__}: {exc}") from exc
         progress.impressions += 1
         progress.clicks += clicked
         progress.updates += int(changed)
@@ -295,6 +333,8 @@ class Trainer:
         raised."""
         try:
             report = self.run_once()
+            if report.errors:  # (the other arms' versions are kept; the pass goes on)
+                self.last_error = "; ".join(report.errors.values())
             if self.after_pass is not None:
                 self.after_pass(report)
             if self.retention is not None and (
@@ -306,7 +346,8 @@ class Trainer:
             self.last_run = self.clock()
             log.exception("training pass failed")
             return None
-        self.last_error = None
+        if not report.errors:
+            self.last_error = None
         for label, arm_report in report.arms.items():
             if arm_report.versions:
                 idle = "; ".join(f"{n} {why}" for why, n in arm_report.uninformative.items())

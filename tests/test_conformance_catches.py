@@ -122,6 +122,31 @@ class HiddenCounter(Good):
         return True
 
 
+class KeepsASet(Good):
+    """Keeps a set in its learned state, which a model file (JSON) cannot hold."""
+
+    name = "keeps_a_set"
+
+    def _initialize(self, n):
+        super()._initialize(n)
+        self.seen_ = set()
+
+
+def test_state_a_model_file_cannot_hold_is_named_by_the_check_and_by_the_save():
+    with pytest.raises(AssertionError, match="learned state 'seen_' cannot be saved"):
+        check_save_load_round_trip(KeepsASet)
+    from reranker.featuremap import FeatureMap
+    from reranker.features import make_normalizer
+    from reranker.model import RankingModel
+
+    learner = KeepsASet(feature_map=FeatureMap(depth=5))
+    learner.initialize(3)
+    model = RankingModel(learner=learner, normalizer=make_normalizer("per_query_minmax"),
+                         feature_names=("a", "b", "c"))
+    with pytest.raises(ValueError, match="'keeps_a_set': its learned state 'seen_'"):
+        model.to_dict()
+
+
 class LogsTheWholeRanking(WrongProbabilities):
     """Samples correctly but logs the probability of the whole ranking, not the top k."""
 

@@ -53,9 +53,17 @@ def test_concatenating_files_aligns_features(tmp_path):
     ("1 qid:1 0:1\n", "line 1: bad feature '0:1'"),
     ("1 qid:1 1:nan\n", "line 1: bad feature '1:nan'"),
     ("1 qid:1 1\n", "line 1: expected 'index:value'"),
-    ("1 qid:1 1:1\n1 1:1\n", "data line 2 has no qid"),
-    ("1 1:1\n", "no qid and there is no"),
+    ("# a comment\n\n1 qid:1 1:1\n1 1:1\n", "line 4: no qid, while other lines have one"),
+    ("1 1:1\n", "no qid and there is no bad.txt.query file"),
     ("# only a comment\n", "holds no data lines"),
+    ("nan qid:1 1:1\n", "line 1: label 'nan' must be a non-negative integer"),
+    ("1 qid:1 1:1\ninf qid:1 1:1\n", "line 2: label 'inf' must be a non-negative integer"),
+    ("1 qid:1 3:0.2 1:1 3:0.9\n", "line 1: feature 3 is given twice"),
+    ("1 qid:1 1:1 2:1:3\n", "line 1: bad feature '2:1:3'"),
+    ("1 qid:1 1:1 2:x\n", "line 1: bad feature '2:x'"),
+    ("1 qid:1 1.5:1\n", "line 1: bad feature '1.5:1'"),
+    ("1 qid:1 1:1 qid:2\n", "line 1: 'qid:' must come right after the label"),
+    ("1 qid:1 1:1e999\n", "line 1: bad feature '1:1e999'"),
 ])
 def test_bad_files_name_the_file_and_line(tmp_path, text, message):
     path = tmp_path / "bad.txt"
@@ -93,3 +101,55 @@ def test_grades_above_four_are_refused_by_the_simulator_with_file_and_line(tmp_p
     (tmp_path / "test.txt").write_text("1 qid:3 1:0.5\n0 qid:3 1:0.1\n")
     with pytest.raises(DataError, match=r"train.txt, line 3: label 5 is above 4"):
         prepare([tmp_path / "train.txt"], tmp_path / "test.txt")
+
+
+def test_what_editors_and_other_tools_leave_in_a_file_is_read(tmp_path):
+    """A byte-order mark, Windows line ends, a byte that is not UTF-8 in a comment,
+    feature ids out of order and a line without features."""
+    path = tmp_path / "odd.txt"
+    path.write_bytes("\ufeff2 qid:7 3:0.5 1:1.5 # docid = a\r\n".encode("utf-8")
+                     + b"0 qid:7 # docid = b \xe9\r\n1 qid:8 2:2\r\n")
+    data = load_letor(path)
+    assert data.qids == ["7", "8"] and data.feature_ids == [1, 2, 3]
+    np.testing.assert_array_equal(data.X, [[1.5, 0, 0.5], [0, 0, 0], [0, 2, 0]])
+    assert data.labels.tolist() == [2, 0, 1] and data.doc_ids == ["a", "b", None]
+
+
+def test_a_truncated_gzip_file_names_the_line_reached(tmp_path):
+    import gzip
+
+    text = "".join(f"{i % 3} qid:{i // 10} 1:{i} 2:0.5\n" for i in range(20000)).encode()
+    whole = gzip.compress(text)
+    path = tmp_path / "cut.txt.gz"
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(DataError, match=r"cut.txt.gz: cannot be read after line \d+"):
+        load_letor(path)
+
+
+def test_a_query_file_with_a_size_of_zero_is_named(tmp_path):
+    (tmp_path / "t.txt").write_text("1 1:1\n0 1:2\n")
+    (tmp_path / "t.txt.query").write_text("2\n0\n")
+    with pytest.raises(DataError, match=r"t.txt.query, line 2: a query size must be at least "
+                                        r"1, got 0"):
+        load_letor(tmp_path / "t.txt")
+
+
+def test_the_matrix_matches_a_token_by_token_reading(tmp_path):
+    """Random sparse lines with ids in any order and queries interleaved: the matrix equals
+    the one built token by token."""
+    rng = np.random.default_rng(3)
+    lines, expected = [], []
+    for i in range(300):
+        ids = rng.choice(np.arange(1, 60), size=rng.integers(0, 12), replace=False)
+        values = np.round(rng.normal(size=ids.shape[0]), 4)
+        lines.append(f"{i % 5} qid:{rng.integers(0, 20)} "
+                     + " ".join(f"{f}:{v}" for f, v in zip(ids, values, strict=True)))
+        expected.append(dict(zip(ids.tolist(), values.tolist(), strict=True)))
+    path = tmp_path / "sparse.txt"
+    path.write_text("\n".join(lines) + "\n")
+    data = load_letor(path)
+    for row, line in enumerate(data.lines.tolist()):
+        want = expected[line - 1]
+        got = {f: v for f, v in zip(data.feature_ids, data.X[row].tolist(), strict=True) if v}
+        assert got == {f: v for f, v in want.items() if v}
+        assert data.labels[row] == (line - 1) % 5

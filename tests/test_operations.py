@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from reranker import hookimpl
 from reranker.app import BackgroundServer, create_app
 from reranker.config import load_config
-from reranker.learner import Learner, RankResult
+from reranker.learner import Learner, Param, RankResult
 from reranker.monitoring import JsonFormatter, redact
 from reranker.plugins import get_plugin_manager
 from reranker.service import BACKEND_ORDER, RerankerService
@@ -112,6 +112,54 @@ class Failing(Learner):
         return False
 
 
+def reverse(X):
+    return np.arange(X.shape[0])[::-1].copy()
+
+
+#: Results a plugin's _rank may wrongly give, and the words of the log's error.
+BROKEN_RESULTS = {
+    "repeats": (lambda X: RankResult(ranking=np.zeros(X.shape[0], np.intp),
+                                     scores=np.zeros(X.shape[0])), "position 1 holds 0"),
+    "out_of_range": (lambda X: RankResult(ranking=reverse(X) + 1, scores=np.zeros(X.shape[0])),
+                     "out of range or seen before"),
+    "drops_one": (lambda X: RankResult(ranking=reverse(X)[:-1], scores=np.zeros(X.shape[0])),
+                  "must hold the"),
+    "short_scores": (lambda X: RankResult(ranking=reverse(X), scores=np.zeros(3)),
+                     "scores must hold one number per candidate"),
+    "floats": (lambda X: RankResult(ranking=reverse(X).astype(float),
+                                    scores=np.zeros(X.shape[0])), "as integers"),
+    "not_a_result": (lambda X: reverse(X), "not a RankResult"),
+}
+
+
+class Broken(Failing):
+    """A third-party learner whose _rank gives a result that cannot be served."""
+
+    name = "broken_test"
+    params = (Param("mode", str, "repeats", "which wrong result", choices=tuple(BROKEN_RESULTS)),)
+
+    def _rank(self, X, n_shown, rng):
+        return BROKEN_RESULTS[self.mode][0](X)
+
+
+class Lists(Failing):
+    """A third-party learner that gives its result as Python lists (a valid permutation)."""
+
+    name = "lists_test"
+
+    def _rank(self, X, n_shown, rng):
+        return RankResult(ranking=reverse(X).tolist(), scores=[0.0] * X.shape[0])
+
+
+class UpdateFails(Lists):
+    """A third-party learner that ranks but whose every update raises (a bug)."""
+
+    name = "update_fails_test"
+
+    def _update(self, X, feedback):
+        raise RuntimeError("update exploded")
+
+
 class Slow(Failing):
     """A third-party learner that ranks correctly, in reverse, but slowly."""
 
@@ -127,7 +175,7 @@ class _Plugin:
     @staticmethod
     @hookimpl
     def reranker_register_learners():
-        return [Failing, Slow]
+        return [Failing, Slow, Broken, Lists, UpdateFails]
 
 
 def serve_with(config_path: Path):
@@ -167,6 +215,136 @@ def test_a_failing_learner_leaves_the_engines_order_serving_logged_and_counted(w
         assert server.service.trainer.run_once(close_all=True).applied == 0
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("mode", sorted(BROKEN_RESULTS))
+def test_a_ranking_that_cannot_be_served_leaves_the_engines_order_serving(workdir, caplog,
+                                                                          mode):
+    """A result that is not a permutation of the candidates with one score each is the
+    learner's failure: the engine's order is served and logged, never the wrong page (which
+    would list a result twice or one that does not exist, and train on its clicks)."""
+    server = serve_with(write_config(workdir, learner={"name": "broken_test",
+                                                       "params": {"mode": mode}}))
+    try:
+        with caplog.at_level(logging.ERROR):
+            page = server.post("/search", {"query": "tea kettle"})
+        assert page.status_code == 200
+        body = page.json()
+        assert [hit["id"] for hit in body["hits"]] == engine_order(server, "tea kettle")
+        assert body["learner"] == BACKEND_ORDER
+        assert "learner 'broken_test'" in caplog.text and BROKEN_RESULTS[mode][1] in caplog.text
+        label = server.service.arms[0].labels[0]
+        assert samples(server)[("reranker_learner_fallbacks_total",
+                                (("arm", label), ("reason", "error")))] == 1
+    finally:
+        server.stop()
+
+
+def test_a_ranking_given_as_lists_is_served(workdir):
+    server = serve_with(write_config(workdir, learner={"name": "lists_test", "params": {}}))
+    try:
+        body = server.post("/search", {"query": "tea kettle"}).json()
+        assert body["learner"] == "lists_test"
+        engine = engine_order(server, "tea kettle")
+        assert [hit["id"] for hit in body["hits"]] != engine
+    finally:
+        server.stop()
+
+
+def test_one_arms_failing_learner_leaves_the_other_arms_training(workdir, caplog):
+    """An interleaved experiment whose one arm's learner raises on every update: the other
+    arm learns and saves versions, the failure names the arm and its learner in the log
+    (with its traceback, once), the report and /healthz, and the failing arm's impressions
+    wait for it (its cursor does not move)."""
+    server = serve_with(write_config(
+        workdir, trainer={"enabled": False, "feedback_window": 0.0},
+        experiment={"mode": "interleave", "name": "trial", "window": 50,
+                    "arms": {"bad": {"name": "update_fails_test"},
+                             "good": {"name": "preference_perceptron"}}}))
+    try:
+        for _ in range(6):
+            page = server.post("/search", {"query": "tea kettle"}).json()
+            for position in (5, 2):
+                server.post("/click", {"impression_id": page["impression_id"],
+                                       "doc_id": page["hits"][position]["id"]})
+        trainer = server.service.trainer
+        with caplog.at_level(logging.ERROR):
+            report = trainer.run_pass()
+            trainer.run_pass()
+        assert report.arms["good"].versions and "bad" not in report.arms
+        assert report.errors["bad"].startswith("arm bad (learner update_fails_test): ")
+        assert "update exploded" in report.errors["bad"]
+        assert caplog.text.count("training arm bad") == 1  # the same failure, logged once
+        assert "arm bad (learner update_fails_test)" in trainer.last_error
+        health = server.get("/healthz").json()
+        assert health["status"] == "degraded" and "trainer" in health["problems"]
+        bad = server.service.by_label["bad"]
+        model, _ = bad.models.load_latest(bad.factory)
+        assert model is None  # nothing of the failing arm saved: its impressions wait
+    finally:
+        server.stop()
+
+
+def test_a_page_whose_logged_ranking_cannot_be_read_is_skipped(workdir, monkeypatch):
+    """A page logged with a ranking that does not fit its candidates (logged by an earlier
+    version that served what a learner gave unchecked) is skipped, not a failure that would
+    stop the arm for good."""
+    server = serve_with(write_config(workdir, trainer={"enabled": False,
+                                                       "feedback_window": 0.0}))
+    try:
+        pages = [server.post("/search", {"query": "tea kettle"}).json() for _ in range(3)]
+        for page in pages:
+            for position in (5, 2):
+                server.post("/click", {"impression_id": page["impression_id"],
+                                       "doc_id": page["hits"][position]["id"]})
+        arm = server.service.arms[0]
+        read = type(arm).feedback
+
+        def broken_first(self, imp):
+            if imp.id == pages[0]["impression_id"]:
+                raise IndexError("index 56 is out of bounds for axis 0 with size 56")
+            return read(self, imp)
+
+        monkeypatch.setattr(type(arm), "feedback", broken_first)
+        report = server.service.trainer.run_once(close_all=True)
+        assert not report.errors and report.skipped == 1 and report.applied == 2
+    finally:
+        server.stop()
+
+
+def test_reranker_train_names_the_failing_arm_and_exits_1(workdir, monkeypatch):
+    """reranker train, with a learner installed as a plugin would be, trains the good arm,
+    names the failing one and exits 1."""
+    from click.testing import CliRunner
+
+    from reranker import cli as cli_module
+
+    config = write_config(
+        workdir, trainer={"enabled": False, "feedback_window": 0.0},
+        experiment={"mode": "interleave", "name": "trial", "window": 50,
+                    "arms": {"bad": {"name": "update_fails_test"},
+                             "good": {"name": "preference_perceptron"}}})
+    server = serve_with(config)
+    try:
+        for _ in range(4):
+            page = server.post("/search", {"query": "tea kettle"}).json()
+            for position in (5, 2):
+                server.post("/click", {"impression_id": page["impression_id"],
+                                       "doc_id": page["hits"][position]["id"]})
+    finally:
+        server.stop()
+    import reranker.plugins
+
+    def with_the_plugin(load_entrypoints=True):
+        pm = get_plugin_manager(load_entrypoints=False)
+        pm.register(_Plugin())
+        return pm
+
+    monkeypatch.setattr(reranker.plugins, "get_plugin_manager", with_the_plugin)
+    result = CliRunner().invoke(cli_module.cli, ["train", "-c", str(config), "--close-all"])
+    assert result.exit_code == 1, result.output
+    assert "good: applied" in result.output and "saved model version 1" in result.output
+    assert "Error: training arm bad (learner update_fails_test): " in result.output
 
 
 def test_a_slow_learner_trips_its_breaker_and_the_engines_order_serves(workdir):

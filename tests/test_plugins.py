@@ -164,3 +164,61 @@ def test_a_plugin_that_registers_something_else_than_a_learner_is_named(tmp_path
     result = CliRunner().invoke(cli, ["learners"])  # a clean error, no traceback
     assert result.exit_code == 1 and "not a subclass of reranker.learner.Learner" in \
         result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("name, body, message", [
+    ("hook_plugin_t", "    return Oops\n",
+     "plugin 'hook_plugin_t': its reranker_register_learners hook must return a list of "
+     "classes, got <class 'hook_plugin_t.Oops'>"),
+    ("raising_plugin_t", "    raise RuntimeError('no licence')\n",
+     "plugin 'raising_plugin_t': its reranker_register_learners hook raised RuntimeError: no "
+     "licence; fix or uninstall it"),
+    ("abstract_plugin_t", "    return [Abstract]\n",
+     "plugin 'abstract_plugin_t' registers learner class Abstract, which does not implement "
+     "_update"),
+])
+def test_a_hook_that_answers_wrongly_is_named_with_its_plugin(tmp_path, monkeypatch, name,
+                                                              body, message):
+    installed_plugin(tmp_path, monkeypatch, name, (
+        "import numpy as np\nfrom reranker import hookimpl\n"
+        "from reranker.learner import Learner, RankResult\n\n"
+        "class Abstract(Learner):\n    name = 'abstract_t'\n    description = 'x'\n\n"
+        "    def _initialize(self, n):\n        self.w_ = np.zeros(n)\n\n"
+        "    def _rank(self, X, n_shown, rng):\n"
+        "        return RankResult(ranking=np.arange(len(X)), scores=np.zeros(len(X)))\n\n"
+        "class Oops(Abstract):\n    name = 'oops_t'\n\n"
+        "    def _update(self, X, feedback):\n        return False\n\n"
+        "@hookimpl\ndef reranker_register_learners():\n" + body))
+    from click.testing import CliRunner
+
+    from reranker.cli import cli
+
+    result = CliRunner().invoke(cli, ["learners"])  # every command: a clean error
+    assert result.exit_code == 1 and message in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_plugin_without_hookimpl_is_named_when_its_learner_is_asked_for(tmp_path,
+                                                                          monkeypatch):
+    installed_plugin(tmp_path, monkeypatch, "unmarked_plugin_t", (
+        "def reranker_register_learners():\n    return []\n"))
+    with pytest.raises(ConfigError) as info:
+        learner_class(get_plugin_manager(), "unmarked")
+    assert "learner.name: unknown learner 'unmarked'" in info.value.message
+    assert "installed plugin 'unmarked_plugin_t' registers nothing: are its hook functions " \
+           "marked with @reranker.hookimpl?" in info.value.message
+
+
+def test_a_duplicate_name_is_said_whole_where_a_config_asks_for_the_learner(tmp_path):
+    from reranker.arms import build_arm
+    from reranker.config import load_config
+
+    config_path = tmp_path / "c.yaml"
+    config_path.write_text("learner:\n  name: reverse_test\n")
+    config = load_config(config_path)
+    pm = get_plugin_manager(load_entrypoints=False)
+    pm.register(plugin(type("Clone", (Reverse,), {"name": "random"})))
+    section = {"name": "reverse_test", "params": {}, "depth": 10, "discount": "log2",
+               "seed": None}
+    with pytest.raises(ConfigError, match="two plugins register a learner named 'random': "):
+        build_arm("main", section, config, pm, "learner")
