@@ -377,8 +377,8 @@ def promote(config_path: str | None, arm: str, force: bool) -> None:
 @click.option("--param", "params", multiple=True, metavar="LEARNER.KEY=VALUE",
               help="A parameter of the target learner, e.g. pdgd.learning_rate=0.05.")
 @click.option("--version", "version", type=int, default=None,
-              help="A saved model version of the target (default: its newest, or its initial "
-                   "model when it has none).")
+              help="A saved model version of the target, or 0 for its initial model "
+                   "(default: its newest, or its initial model when it has none).")
 @click.option("--depth", type=click.IntRange(1, 100), default=10, show_default=True,
               help="K of clicks@K, the metric estimated.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -421,7 +421,9 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
                               name_key="--learner" if learner_name else None,
                               params_key="--param" if params else None)
     arm = Arm(spec, factory, config.store.models)
-    if version is not None:
+    if version == 0:  # the initial model, never saved (as /search calls it)
+        model = factory.new()
+    elif version is not None:
         model = arm.load_version(version, f"--version: learner {name!r} ({arm.id})")
     else:
         model, _ = arm.models.load_latest(factory)

@@ -232,7 +232,10 @@ class Learner(ABC):
         extra = sorted(set(state) - set(expected))
         if missing or extra:
             raise ValueError(f"state of learner {self.name!r} does not fit: missing "
-                             f"{missing or 'nothing'}, unexpected {extra or 'nothing'}")
+                             f"{missing or 'nothing'}, unexpected {extra or 'nothing'}"
+                             + (" (a learner that gained learned state gives models saved "
+                                "before it their value in _state_defaults())" if missing
+                                else ""))
         restored = {}
         for key, ref in expected.items():
             value = state[key]

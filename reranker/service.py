@@ -102,6 +102,9 @@ class RerankerService:
         self.metrics = Metrics(self)
         self.breaker = LearnerBreaker(server.ranking_budget_ms / 1000.0,
                                       server.breaker_strikes, server.breaker_cooldown)
+        #: Arms (by id) whose last ranking raised or could not be served, with why: their
+        #: searches get the backend's order until one ranks again (``/healthz``).
+        self.rank_failures: dict[str, str] = {}
         self._writable: tuple[float, bool] = (-math.inf, True)
 
     # -- life cycle -------------------------------------------------------------------------
@@ -324,12 +327,15 @@ class RerankerService:
         try:
             result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None,
                                 check=False)  # X is built finite
-        except Exception:  # noqa: BLE001 -- any learner failure: the engine's order serves
+        except Exception as exc:  # noqa: BLE001 -- any learner failure: the engine's order
             log.exception("learner %s (arm %s) failed to rank %d candidates: the backend's "
                           "order is served", model.learner_name, arm.labels[0], X.shape[0])
             self.metrics.fallbacks.labels(arm.labels[0], "error").inc()
+            self.rank_failures[arm.id] = f"{type(exc).__name__}: {exc}"
             return None
         self.breaker.timed(arm.id, time.perf_counter() - started)
+        if self.rank_failures:  # (empty on the usual path: nothing to do)
+            self.rank_failures.pop(arm.id, None)
         return result
 
     def _backend_order(self, n: int, label: str, reason: str) -> dict[str, Any]:
@@ -607,6 +613,15 @@ class RerankerService:
         model_errors = [error for arm in self.arms for error in arm.model_errors]
         if model_errors:
             problems.append("model")
+        ranking = {}  # arms whose searches the backend's order serves now
+        for arm in self.arms:
+            failure = self.rank_failures.get(arm.id)
+            if failure is not None:
+                ranking[arm.labels[0]] = {"status": "failing", "error": failure}
+            elif self.breaker.open(arm.id):
+                ranking[arm.labels[0]] = {"status": "too slow"}
+        if ranking:
+            problems.append("learner")
         if trainer["last_error"]:
             problems.append("trainer")
         try:
@@ -626,6 +641,8 @@ class RerankerService:
                   "features": {"searches_watched": self._feature_searches,
                                "constant_zero": self.constant_zero_features()},
                   "trainer": trainer, "events": events}
+        if ranking:
+            answer["ranking"] = ranking
         if len(self.arms) > 1 or self.experiment is not None:
             answer["arms"] = {label: {"id": arm.id, "model_version": arm.model.version,
                                       "pinned": arm.pinned,

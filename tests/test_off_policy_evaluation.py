@@ -3,6 +3,8 @@ target's true on-policy value, and unsupported targets are refused."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -152,6 +154,12 @@ def test_reranker_evaluate_estimates_a_target_from_random_logs(workdir):
         assert estimate["effective_sample_size"] > 20
     table = run_cli("evaluate", "-c", str(path), "--learner", "preference_perceptron").stdout
     assert "target, DR" in table and "logged policy" in table
+    # version 0, the initial model, as /search calls it (here also what the default takes)
+    initial = run_cli("evaluate", "-c", str(path), "--learner", "preference_perceptron",
+                      "--version", "0", "--json").stdout
+    assert json.loads(initial)["estimates"] == json.loads(run_cli(
+        "evaluate", "-c", str(path), "--learner", "preference_perceptron", "--json").stdout
+    )["estimates"]
 
 
 def test_reranker_evaluate_refuses_what_the_logs_cannot_tell(workdir):

@@ -236,6 +236,10 @@ def test_a_ranking_that_cannot_be_served_leaves_the_engines_order_serving(workdi
         label = server.service.arms[0].labels[0]
         assert samples(server)[("reranker_learner_fallbacks_total",
                                 (("arm", label), ("reason", "error")))] == 1
+        health = server.get("/healthz").json()
+        assert health["status"] == "degraded" and "learner" in health["problems"]
+        assert health["ranking"][label]["status"] == "failing"
+        assert BROKEN_RESULTS[mode][1] in health["ranking"][label]["error"]
     finally:
         server.stop()
 
@@ -365,6 +369,9 @@ def test_a_slow_learner_trips_its_breaker_and_the_engines_order_serves(workdir):
         label = server.service.arms[0].labels[0]
         assert samples(server)[("reranker_learner_fallbacks_total",
                                 (("arm", label), ("reason", "slow")))] == 1
+        health = server.get("/healthz").json()
+        assert "learner" in health["problems"] and \
+            health["ranking"][label] == {"status": "too slow"}
     finally:
         server.stop()
 
