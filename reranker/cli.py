@@ -601,7 +601,22 @@ def simulate(**options) -> None:
     """
     from .simulate_command import run_simulate
 
-    run_simulate(options)
+    run_simulate(options, convert=_option_value(click.get_current_context()))
+
+
+def _option_value(ctx: click.Context):
+    """A plan file's value checked and converted as the option of that name takes it."""
+    params = {param.name: param for param in ctx.command.params}
+
+    def convert(key: str, value: Any) -> Any:
+        param = params.get(key)
+        if param is None:
+            return value
+        try:
+            return param.type_cast_value(ctx, value)
+        except click.BadParameter as exc:
+            raise ValueError(exc.message) from None
+    return convert
 
 
 # -- reranker models ----------------------------------------------------------------------------

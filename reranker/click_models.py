@@ -12,8 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 # Cascade click models of the online learning-to-rank literature (Hofmann et al. 2011, used by
-# PDGD): P(click | grade) and P(stop after a click | grade), for 3-grade and 5-grade labels.
+# PDGD): P(click | grade) and P(stop after a click | grade), for binary (0-1, as on the LETOR
+# 3.0 web collections), 3-grade and 5-grade labels.
 CASCADE_PRESETS: dict[tuple[str, int], tuple[tuple[float, ...], tuple[float, ...]]] = {
+    ("perfect", 2): ((0.0, 1.0), (0.0, 0.0)),
+    ("navigational", 2): ((0.05, 0.95), (0.2, 0.9)),
+    ("informational", 2): ((0.4, 0.9), (0.1, 0.5)),
     ("perfect", 3): ((0.0, 0.5, 1.0), (0.0, 0.0, 0.0)),
     ("navigational", 3): ((0.05, 0.5, 0.95), (0.2, 0.5, 0.9)),
     ("informational", 3): ((0.4, 0.7, 0.9), (0.1, 0.3, 0.5)),
@@ -68,13 +72,13 @@ class CascadeClickModel:
 
 def cascade_model(name: str, grades: int, stop_every_position: bool = False) -> CascadeClickModel:
     """One of the preset cascade models: ``perfect``, ``navigational`` or ``informational``
-    for 3-grade (0-2) or 5-grade (0-4) labels."""
+    for binary (0-1), 3-grade (0-2) or 5-grade (0-4) labels."""
     try:
         click, stop = CASCADE_PRESETS[(name, grades)]
     except KeyError:
         names = sorted({n for n, _ in CASCADE_PRESETS})
         raise ValueError(f"unknown cascade click model {name!r} for {grades} grades "
-                         f"(known: {', '.join(names)} for 3 or 5 grades)") from None
+                         f"(known: {', '.join(names)} for 2, 3 or 5 grades)") from None
     return CascadeClickModel(name, click, stop, stop_every_position)
 
 

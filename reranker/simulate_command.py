@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from .simulation import (
     simulate,
     write_reports,
 )
+from .users import make_user
 
 DEFAULTS: dict[str, Any] = {
     "click_model": "informational", "impressions": 10_000, "runs": 5, "seed": 0,
@@ -35,9 +37,21 @@ DEFAULTS: dict[str, Any] = {
 SHOWN = ("offline_ndcg@10", "online_ndcg@10", "utility_regret")
 
 
-def merge_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Defaults, then the plan file (``--config``), then the options given."""
-    plan = load_plan(options["config_path"]) if options.get("config_path") else {}
+def merge_options(options: dict[str, Any],
+                  convert: Callable[[str, Any], Any] | None = None) -> dict[str, Any]:
+    """Defaults, then the plan file (``--config``), then the options given. ``convert``
+    checks a plan file's value as the command-line option of that name would (its type,
+    range or choices), raising ``ValueError`` with the reason."""
+    path = options.get("config_path")
+    plan = load_plan(path) if path else {}
+    for key, value in plan.items():
+        if convert is not None and key in DEFAULTS and value is not None:
+            try:
+                plan[key] = convert(key, value)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: {key}: {exc}") from None
+    if isinstance(plan.get("learners"), str):
+        plan["learners"] = [plan["learners"]]
     merged = {**DEFAULTS, **{k: v for k, v in plan.items() if k not in ("learners", "params")}}
     for key in DEFAULTS:
         if options.get(key) is not None:
@@ -60,9 +74,15 @@ def merge_options(options: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def run_simulate(options: dict[str, Any], console: Console | None = None) -> dict:
+def run_simulate(options: dict[str, Any], console: Console | None = None,
+                 convert: Callable[[str, Any], Any] | None = None) -> dict:
     console = console or Console(width=None if Console().is_terminal else 120)
-    plan = merge_options(options)
+    plan = merge_options(options, convert)
+    check_learners(plan["learners"], plan["params"])  # (before the data takes its time)
+    try:
+        make_user(str(plan["click_model"]), 5)
+    except ValueError as exc:
+        raise ConfigError(f"--click-model: {exc}") from None
     started = time.perf_counter()
     with console.status("loading and normalising the data"):
         data = prepare(plan["train"], plan["test"], plan["gain"])
@@ -121,12 +141,32 @@ def run_simulate(options: dict[str, Any], console: Console | None = None) -> dic
             "backend_feature": feature, "features": data.feature_names,
             "learners": [s.key for s in specs], "wall_seconds": time.perf_counter() - started}
     document = write_reports(result, out, meta)
-    _print_summary(console, document["learners"], settings.impressions)
+    _print_summary(console, document["learners"], settings.impressions, settings.runs)
     if settings.evaluate is not None:
         _print_off_policy(console, document["learners"], settings.evaluate.key)
     console.print(f"Wrote {out / 'results.csv'}, {out / 'windows.csv'}, "
                   f"{out / 'summary.json'} and {len(METRICS) + 1} plots in {out}.")
     return document
+
+
+def check_learners(entries: list[Any], params: dict[str, dict]) -> None:
+    """Every learner named exists and takes its parameters, and every learner given
+    parameters by name is simulated: said before the data are read."""
+    from .plugins import get_plugin_manager, learner_class
+
+    specs = learner_specs(entries, params, None)
+    pm = get_plugin_manager()
+    for spec in specs:
+        cls = learner_class(pm, spec.name, "--learner")
+        try:
+            cls(**{k: v for k, v in spec.params.items() if k != "feature"}).validate_params()
+        except ValueError as exc:
+            raise ConfigError(f"--param: {exc}") from None
+    named = {entry for entry in entries if isinstance(entry, str)}
+    unused = sorted(set(params) - named)
+    if unused:
+        raise ConfigError(f"--param: parameters for learner {unused[0]!r}, which is not "
+                          f"simulated (learners: {', '.join(sorted(named)) or 'none by name'})")
 
 
 def _target(entry: Any, params: dict[str, dict]) -> LearnerSpec | None:
@@ -168,8 +208,14 @@ def _print_off_policy(console: Console, summary: dict, target: str) -> None:
         console.print(f"{learner}: {why}")
 
 
-def _print_summary(console: Console, summary: dict, impressions: int) -> None:
-    table = Table(title=f"After {impressions} impressions (mean ± standard error over runs)")
+def _print_summary(console: Console, summary: dict, impressions: int, runs: int) -> None:
+    # (one run has no standard error: its value alone is shown)
+    title = "mean ± standard error over runs" if runs > 1 else "one run: no spread"
+    table = Table(title=f"After {impressions} impressions ({title})")
+
+    def spread(value: dict) -> str:
+        return f" ± {value['stderr']:.3f}" if runs > 1 else ""
+
     table.add_column("learner", no_wrap=True)
     for metric in SHOWN:
         table.add_column(metric, justify="right")
@@ -189,8 +235,8 @@ def _print_summary(console: Console, summary: dict, impressions: int) -> None:
             elif metric == "worst_window":
                 cells.append(f"{value['mean']:.3f} (t={value['t']:,})")
             elif metric == "worst_window_gap":
-                cells.append(f"{value['mean']:+.3f} ± {value['stderr']:.3f} (t={value['t']:,})")
+                cells.append(f"{value['mean']:+.3f}{spread(value)} (t={value['t']:,})")
             else:
-                cells.append(f"{value['mean']:.3f} ± {value['stderr']:.3f}")
+                cells.append(f"{value['mean']:.3f}{spread(value)}")
         table.add_row(learner, *cells)
     console.print(table)

@@ -148,9 +148,8 @@ def prepare(train_paths: list[str], test_path: str, gain: str = "linear") -> Sim
         if above.size:
             raise DataError(f"{raw.where(int(above[0]))}: label {raw.labels[above[0]]} is above "
                             f"4; the simulated users know relevance grades 0 to 4")
-    ids = sorted(set(train_raw.feature_ids) | set(test_raw.feature_ids))
-    train_raw, test_raw = train_raw.with_features(ids), test_raw.with_features(ids)
-    varying = [f for j, f in enumerate(ids) if np.ptp(train_raw.X[:, j]) > 0]
+    # (a feature absent from the training data is constant there: 0)
+    varying = [f for j, f in enumerate(train_raw.feature_ids) if np.ptp(train_raw.X[:, j]) > 0]
     train_raw, test_raw = train_raw.with_features(varying), test_raw.with_features(varying)
     norm = PerQueryMinMax()
     for raw in (train_raw, test_raw):
@@ -164,7 +163,7 @@ def prepare(train_paths: list[str], test_path: str, gain: str = "linear") -> Sim
     coef, *_ = np.linalg.lstsq(np.hstack([X_all, np.ones((len(X_all), 1))]), y_all, rcond=None)
     w_star = coef[:-1]
     max_label = int(y_all.max())
-    grades = 3 if max_label <= 2 else 5
+    grades = 2 if max_label <= 1 else 3 if max_label <= 2 else 5  # (the users' presets)
 
     # Documents numbered across both files (rows without a docid comment are their own).
     numbers: dict[str, int] = {}

@@ -217,7 +217,7 @@ USER_HELP = ("perfect, navigational, informational (cascade click models; add '-
 
 def make_user(spec: str, grades: int) -> SimulatedUser:
     """A user from its name, e.g. ``informational``, ``strict_alpha:0.5``, ``noisy:10``;
-    ``grades`` is 3 (labels 0-2) or 5 (labels 0-4) for the click models."""
+    ``grades`` is 2 (labels 0-1), 3 (labels 0-2) or 5 (labels 0-4) for the click models."""
     name, _, arg = spec.partition(":")
     try:
         if name in ("strict_alpha", "expected_alpha"):

@@ -122,7 +122,6 @@ def log_traffic(workdir, learner: str, searches: int, seed: int = 0):
 
 
 def test_reranker_evaluate_estimates_a_target_from_random_logs(workdir):
-    import json
 
     from conftest import run_cli
 
@@ -200,7 +199,6 @@ def test_simulate_checks_the_estimates_against_the_true_value(tmp_path):
     """`reranker simulate --evaluate TARGET`: each learner's logged pages estimate the
     target's clicks@10, reported beside its true on-policy value; a deterministic logging
     policy is refused."""
-    import json
 
     from conftest import SHARED_DATA, run_cli
 

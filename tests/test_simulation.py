@@ -289,6 +289,14 @@ def test_simulate_plan_file(tiny, tmp_path):
     (["--learner", "preference_perceptron", "--param", "preference_perceptron.eta=1"],
      "has no parameter 'eta'"),
     (["--learner", "preference_perceptron", "--backend-feature", "99"], "no such feature"),
+    (["--learner", "preference_perceptron", "--param", "pdgdx.learning_rate=0.3"],
+     "--param: parameters for learner 'pdgdx', which is not simulated (learners: "
+     "preference_perceptron)"),
+    # names are checked before the data are read (here: a file that is not there)
+    (["--train", "missing.txt", "--test", "X", "--learner", "preferense_perceptron",
+      "--no-base"], "--learner: unknown learner 'preferense_perceptron'"),
+    (["--train", "missing.txt", "--test", "X", "--learner", "pdgd", "--click-model", "clicky",
+      "--no-base"], "--click-model: unknown click model 'clicky'"),
 ])
 def test_simulate_errors(tiny, tmp_path, args, message):
     train, test = tiny
@@ -299,6 +307,53 @@ def test_simulate_errors(tiny, tmp_path, args, message):
                      "--workers", "1", "--out", str(tmp_path / "out"), check=False)
     assert result.returncode != 0 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("line, message", [
+    ("runs: 0", "plan.yaml: runs: 0 is not in the range x>=1"),
+    ("impressions: -5", "plan.yaml: impressions: -5 is not in the range x>=1"),
+    ("seed: abc", "plan.yaml: seed: 'abc' is not a valid integer"),
+    ("gain: foo", "plan.yaml: gain: 'foo' is not one of 'linear', 'exp'"),
+    ("click_features: maybe", "plan.yaml: click_features: 'maybe' is not a valid boolean"),
+])
+def test_a_plan_files_values_are_checked_as_the_options_are(tiny, tmp_path, line, message):
+    train, test = tiny
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"train: {train[0]}\ntest: {test}\nlearners: [pdgd]\n{line}\n")
+    result = run_cli("simulate", "--config", str(plan), "--workers", "1", "--out",
+                     str(tmp_path / "out"), check=False)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_plan_files_values_are_taken_as_the_options_take_them(tiny, tmp_path):
+    """Quoted numbers and booleans, and one learner without a list."""
+    train, test = tiny
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"train: {train[0]}\ntest: {test}\nlearners: preference_perceptron\n"
+                    f"impressions: '60'\nruns: 1\nclick_features: 'false'\nout: o\n")
+    result = run_cli("simulate", "--config", str(plan), "--workers", "1")
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["settings"]["impressions"] == 60
+    assert summary["settings"]["click_features"] is False
+    assert "preference_perceptron" in summary["learners"]
+    assert "one run: no spread" in result.stdout and " ± " not in result.stdout
+
+
+def test_binary_labels_get_the_binary_users(tmp_path):
+    """Labels 0-1 (the LETOR 3.0 web collections): a relevant document is the top grade, so
+    the perfect user clicks every one and nothing else."""
+    from reranker.click_models import cascade_model
+
+    rng = np.random.default_rng(0)
+    lines = [f"{int(x[0] > 0.6)} qid:{q} " + " ".join(f"{i + 1}:{v:.3f}" for i, v in
+                                                      enumerate(x))
+             for q in range(20) for x in rng.random((10, 3))]
+    (tmp_path / "b.txt").write_text("\n".join(lines) + "\n")
+    data = prepare([tmp_path / "b.txt"], tmp_path / "b.txt")
+    assert data.grades == 2
+    clicks = cascade_model("perfect", data.grades).clicks(np.array([1, 0, 1, 0]), rng)
+    assert clicks.tolist() == [True, False, True, False]
 
 
 def test_bad_data_file_names_file_and_line(tiny, tmp_path):
