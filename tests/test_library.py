@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import write_config
 
@@ -113,3 +114,15 @@ def test_the_endpoints_mount_in_a_fastapi_app(tmp_path):
             assert client.get("/rr/healthz").json()["status"] == "ok"
     finally:
         app.state.reranker.close()
+
+
+def test_numeric_fields_of_the_applications_candidates_read_as_elasticsearch_reads_them():
+    """Numbers, and numbers as text (as an Elasticsearch document may hold them); anything
+    else is missing (NaN here, features.missing_value in the features)."""
+    from reranker.backends.application import candidates_from
+
+    items = [{"id": str(i), "source": {"popularity": value}}
+             for i, value in enumerate([12, "12.5", " 3 ", "abc", True, None, "nan", 1e308])]
+    numeric = candidates_from(items, ["title"], ["popularity"]).numeric[:, 0]
+    assert numeric[:3].tolist() == [12.0, 12.5, 3.0]
+    assert np.isnan(numeric[3:7]).all() and numeric[7] == 1e308

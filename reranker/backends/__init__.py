@@ -7,6 +7,7 @@ default; the Elasticsearch adapter implements the same interface.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -92,3 +93,21 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027 -- optional for backends that hold nothing
         """Release resources."""
+
+
+def numeric_value(value: Any) -> float:
+    """A numeric field's value in a hit's document as a float: a JSON number, or a number
+    as text (which Elasticsearch indexes as a number, and as which its doc values give
+    dates); NaN for anything else (the feature then takes ``features.missing_value``)."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return np.nan
+        return number if math.isfinite(number) else np.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return np.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return np.nan

@@ -12,7 +12,7 @@ import numpy as np
 from .. import hookimpl
 from ..documents import field_value
 from ..errors import BackendError, BadRequestError
-from . import Backend, Candidates, IndexReport
+from . import Backend, Candidates, IndexReport, numeric_value
 
 
 class ApplicationBackend(Backend):
@@ -42,7 +42,8 @@ def candidates_from(items: Any, fields: Sequence[str], numeric_fields: Sequence[
     mapping with ``id`` (string or integer), optionally ``score`` (the engine's score;
     default: falling with the rank), ``field_scores`` (a score per name of
     ``backend.fields``; default 0) and ``source`` (the document, returned with the hit; the
-    ``features.numeric_fields`` are read from it). A malformed item is a
+    ``features.numeric_fields`` are read from it: numbers, or numbers as text, as
+    Elasticsearch reads them; anything else is missing). A malformed item is a
     :class:`BadRequestError` naming it."""
     if not isinstance(items, list):
         raise BadRequestError(f"'candidates' must be a list, got {type(items).__name__}")
@@ -76,9 +77,7 @@ def candidates_from(items: Any, fields: Sequence[str], numeric_fields: Sequence[
             raise BadRequestError(f"{where}.source must be an object")
         sources.append(source)
         for j, f in enumerate(numeric_fields):
-            value = field_value(source, f)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                numeric[i, j] = float(value)
+            numeric[i, j] = numeric_value(field_value(source, f))
     if len(set(ids)) != n:
         raise BadRequestError("'candidates' holds an id twice")
     return Candidates(ids=ids, scores=scores, field_scores=field_scores, numeric=numeric,

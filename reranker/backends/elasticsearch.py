@@ -41,7 +41,7 @@ import numpy as np
 from .. import hookimpl
 from ..documents import field_value
 from ..errors import BackendError, BackendUnavailableError
-from . import Backend, Candidates, IndexReport
+from . import Backend, Candidates, IndexReport, numeric_value
 from .filters import FACET_PREFIX, FACET_SIZE, Clause, filter_types
 
 log = logging.getLogger(__name__)
@@ -590,7 +590,7 @@ class ElasticsearchBackend(Backend):
                     value = ((hit.get("fields") or {}).get(field) or [None])[0]
                 else:
                     value = field_value(source, field)
-                numeric[i, j] = _number(value)
+                numeric[i, j] = numeric_value(value)
         total = response.get("hits", {}).get("total")
         total = total.get("value") if isinstance(total, dict) else total
         facets, aggregations = {}, {}
@@ -822,24 +822,6 @@ def _secret(variable: str, key: str) -> str:
     if not value:
         raise BackendError(f"{key}: environment variable {variable} is not set")
     return value
-
-
-def _number(value: Any) -> float:
-    """A numeric field's value as a float: a JSON number, or a number as text (which
-    Elasticsearch indexes as a number, and as which doc values give dates); NaN for
-    anything else (the feature then takes ``features.missing_value``)."""
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return np.nan
-        return number if math.isfinite(number) else np.nan
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return np.nan
-    try:
-        return float(value)
-    except OverflowError:
-        return np.nan
 
 
 def _first_of_each_id(hits: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
