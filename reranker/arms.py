@@ -617,10 +617,17 @@ def arms_from_config(config, pm) -> list[Arm]:
         sections = {label: (f"experiment.arms.{label}", section)
                     for label, section in experiment.arms.items()}
     where = f"{config.source}: " if config.source else ""
+
+    def named(dotted: str) -> str:  # (the environment variable that gave it, or the file)
+        origin = config.origin(dotted)
+        return f"{origin}: {dotted}" if origin else dotted
+
     arms: dict[str, Arm] = {}
     for label, (key, section) in sections.items():
         section = arm_section(label, section, defaults, f"{where}{key}")
-        spec, factory = build_arm(label, section, config, pm, f"{where}{key}")
+        keys = {} if key != "learner" else {"name_key": named("learner.name"),
+                                            "params_key": named("learner.params")}
+        spec, factory = build_arm(label, section, config, pm, f"{where}{key}", **keys)
         if spec.id in arms:  # identical settings (an A/A test): one model serves both labels
             arms[spec.id].labels.append(label)
             continue

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -371,6 +371,14 @@ class Config:
     server: Section
     security: Section
     source: Path | None = None  # the YAML file it came from, if any
+    #: Where each key given (``section.key``) came from: the file, an environment variable
+    #: or an override; keys left at their defaults are not in it.
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def origin(self, dotted: str) -> str:
+        """Where ``section.key`` came from, for an error message: the environment variable
+        that set it, else the config file (empty for a config without one)."""
+        return self.origins.get(dotted) or (str(self.source) if self.source else "")
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The configuration as plain data (paths as strings), for display or YAML."""
@@ -566,7 +574,7 @@ def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
             values[key] = _check_value(dotted, merged[section][key], spec,
                                        origins.get(dotted, label), base_dir)
         sections[section] = Section(section, values)
-    config = Config(**sections, source=source)
+    config = Config(**sections, source=source, origins=dict(origins))
     if config.server.default_size > config.server.max_size:
         raise ConfigError(f"{label}: server.default_size ({config.server.default_size}) is "
                           f"larger than server.max_size ({config.server.max_size})")

@@ -104,6 +104,29 @@ def test_bad_environment_value_is_named(tmp_path):
         load_config(None, environ={"RERANKER_SERVER_PORT": "eighty"})
 
 
+def test_a_learner_set_in_the_environment_is_named_as_the_environments(tmp_path):
+    """The learner's name and parameters are checked where the arms are built, after the
+    configuration: an error names the variable that gave them, not the file."""
+    from reranker.arms import arms_from_config
+    from reranker.plugins import get_plugin_manager
+
+    path = tmp_path / "c.yaml"
+    path.write_text("learner: {name: preference_perceptron, params: {prior_steps: 5}}\n")
+    pm = get_plugin_manager(load_entrypoints=False)
+    cases = [({"RERANKER_LEARNER_PARAMS": '{"prior_steps": "fast"}'},
+              "environment variable RERANKER_LEARNER_PARAMS: learner.params: "),
+             ({"RERANKER_LEARNER_NAME": "perceptronn"},
+              "environment variable RERANKER_LEARNER_NAME: learner.name: unknown learner")]
+    for environ, message in cases:
+        with pytest.raises(ConfigError) as info:
+            arms_from_config(load_config(path, environ=environ), pm)
+        assert message in info.value.message, info.value.message
+    with pytest.raises(ConfigError) as info:  # and the file's own mistakes are the file's
+        path.write_text("learner: {name: preference_perceptron, params: {prior_steps: x}}\n")
+        arms_from_config(load_config(path, environ={}), pm)
+    assert info.value.message.startswith(f"{path}: learner.params: ")
+
+
 @pytest.mark.parametrize("data, message", [
     ({"lerner": {}}, "unknown section 'lerner'; did you mean 'learner'"),
     ({"backend": {"feilds": ["a"]}}, "unknown key backend.feilds; did you mean 'backend.fields'?"),
