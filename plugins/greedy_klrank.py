@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.gper import GPERLearner, kl_cost_gradient
+from reranker.gper import ARGMAX_PARAMS, GPERLearner, kl_cost_gradient
 
 
 class GreedyKLRank(GPERLearner):
@@ -15,6 +15,7 @@ class GreedyKLRank(GPERLearner):
     name = "greedy_klrank"
     description = ("Greedy KLRank (Delage 2009): GPER on the KL cost like NoRegret KLRank, but "
                    "presents the argmax ranking; supports new features.")
+    params = ARGMAX_PARAMS
 
     def _gradient(self, X, chosen) -> np.ndarray:
         # Delage, section 5.1: loss = -Phi(I_t) theta + log sum_I exp(Phi(I) theta)

@@ -5,16 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.gper import GPERLearner
+from reranker.gper import ARGMAX_PARAMS, GPERLearner
 
 
 class OnlineRankNet(GPERLearner):
-    """The clicked item is preferred to every other candidate; RankNet's logistic loss on
-    those pairs, normalised by ``n - 1``, trained with GPER; presents the argmax."""
+    """The clicked item is preferred to every other result the user saw (``choice_set``
+    ``shown``; every other candidate with ``all``, as in the paper); RankNet's logistic loss
+    on those pairs, normalised by their number, trained with GPER; presents the argmax."""
 
     name = "online_ranknet"
     description = ("Online RankNet (Delage 2009): pairwise logistic loss of the clicked item "
-                   "against each other candidate, GPER updates, argmax; supports new features.")
+                   "against each other result shown, GPER updates, argmax; supports new features.")
+    params = ARGMAX_PARAMS
 
     def _gradient(self, X, chosen) -> np.ndarray:
         # Delage, section 5.1: loss = 1/(n-1) sum_{I != I_t} [-s_It + log(exp(s_It) + exp(s_I))]

@@ -226,6 +226,51 @@ def test_klrank_variants_share_updates_but_not_presentation():
     assert len({tuple(greedy.rank(Xr, 5, rng).ranking) for _ in range(10)}) == 1
 
 
+@pytest.mark.parametrize("cls", [GreedyKLRank, OnlineRankNet])
+def test_argmax_klrank_compares_a_click_with_the_results_shown(cls):
+    """choice_set 'shown': the loss of a click is that among the results the user saw (the
+    page, or down to a click below it), the same step as 'all' on those results alone."""
+    rng = np.random.default_rng(5)
+    Xr = rng.random((9, 3))
+    ranking = rng.permutation(9)
+    for positions, seen in (([1], 4), ([0, 2], 4), ([6], 7)):  # a page of 4; a click at 7th
+        shown, every = cls(), cls(choice_set="all")
+        for learner in (shown, every):
+            learner.initialize(3)
+            learner.theta_ = np.array([0.3, -0.2, 0.1])
+        shown.update(Xr, feedback_from_clicks(ranking, 4, ranking[positions]))
+        every.update(Xr[ranking[:seen]], feedback_from_clicks(np.arange(seen), seen,
+                                                               np.array(positions)))
+        np.testing.assert_allclose(shown.theta_, every.theta_)
+    assert (cls().choice_set, cls().prior_steps) == ("shown", 30.0)
+    assert (NoRegretKLRank().choice_set, NoRegretKLRank().prior_steps) == ("all", 0.0)
+
+
+@pytest.mark.parametrize("cls", [GreedyKLRank, OnlineRankNet])
+def test_a_click_on_a_page_of_identical_results_teaches_nothing(cls):
+    """The lock-in seen on OHSUMED: weights below zero put the candidates matching nothing
+    (features all 0) on the page. Against every candidate, a click on one lowers every
+    weight again, for good; against the page, which holds nothing else, it teaches nothing."""
+    Xr = np.vstack([np.zeros((4, 3)), np.random.default_rng(2).random((6, 3)) + 0.1])
+    start = np.array([-0.1, -0.2, -0.05])
+    for choice_set in ("all", "shown"):
+        learner = cls(choice_set=choice_set)
+        learner.initialize(3)
+        learner.theta_ = start.copy()
+        for step in range(20):
+            before = learner.theta_.copy()
+            ranking = learner.rank(Xr, 3).ranking
+            assert set(ranking[:3].tolist()) <= {0, 1, 2, 3}  # only the non-matching shown
+            learner.update(Xr, feedback_from_clicks(ranking, 3, ranking[[1]]))
+            if choice_set == "shown":
+                np.testing.assert_array_equal(learner.theta_, before)
+            elif step == 0:
+                assert np.all(learner.theta_ < before)
+        if choice_set == "all":  # pushed down to the edge of GPER's ball, all below zero
+            assert np.all(learner.theta_ < 0)
+            assert np.linalg.norm(learner.theta_) > 3 * np.linalg.norm(start)
+
+
 def test_last_click_option():
     learner = GreedyKLRank(clicks="last")
     learner.initialize(2)
