@@ -381,9 +381,16 @@ def promote(config_path: str | None, arm: str, force: bool) -> None:
                    "(default: its newest, or its initial model when it has none).")
 @click.option("--depth", type=click.IntRange(1, 100), default=10, show_default=True,
               help="K of clicks@K, the metric estimated.")
+@click.option("--since", default=None, metavar="TIME",
+              help="Only pages served from this ISO 8601 time on (UTC without an offset), "
+                   "e.g. since a stochastic learner began to serve.")
+@click.option("--logged-by", "logged_by", default=None, metavar="LEARNER",
+              help="Only pages served by this learner (the logging policy's name, as "
+                   "/search answers it).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def evaluate(config_path: str | None, learner_name: str | None, params: tuple[str, ...],
-             version: int | None, depth: int, as_json: bool) -> None:
+             version: int | None, depth: int, since: str | None, logged_by: str | None,
+             as_json: bool) -> None:
     """Estimate from the logged pages and clicks how a learner's model would have done:
     its clicks@K by item-position IPS, self-normalised IPS and a doubly robust estimator,
     with 95% intervals and effective sample sizes, beside the logged policy's own.
@@ -395,6 +402,7 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     import json
 
     from .arms import Arm, arm_section, build_arm
+    from .config import parse_time
     from .errors import ConfigError, UnprocessableError
     from .evaluation.estimators import SupportError
     from .evaluation.estimators import evaluate as estimate
@@ -437,9 +445,10 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
                                      f"off-policy estimate of it is possible")
         return at
 
+    start = parse_time(since, "--since") if since is not None else None
     events = open_event_store(config, existing=True)
     try:
-        logged = pages_from_log(events, model)
+        logged = pages_from_log(events, model, since=start, logged_by=logged_by)
     finally:
         events.close()
     skipped = "; ".join(f"{n} {why}" for why, n in logged.skipped.items())
@@ -451,7 +460,10 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     try:
         result = estimate(target, logged.pages, depth)
     except SupportError as exc:
-        raise UnprocessableError(str(exc)) from None
+        hint = "" if since or logged_by else (
+            "; when the log holds another policy's pages too, --logged-by LEARNER or --since "
+            "TIME evaluates on the part that can tell")
+        raise UnprocessableError(f"{exc}{hint}") from None
     target = {"learner": name, "arm": arm.id, "model_version": model.version}
     if as_json:
         click.echo(json.dumps({"target": target, **result.to_dict(),

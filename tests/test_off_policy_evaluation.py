@@ -221,3 +221,32 @@ def test_simulate_checks_the_estimates_against_the_true_value(tmp_path):
             assert abs(check[name]["mean"] - truth) < 0.2, (logging, name, check)
     floor = next(key for key in summary if key.startswith("backend_order"))
     assert "gave zero probability" in summary[floor]["off_policy"]["refused"]
+
+
+def test_reranker_evaluate_takes_the_part_of_a_log_its_policy_can_tell(workdir):
+    """A log of a deterministic learner's pages, then a stochastic one's: refused whole
+    (with the way out said), evaluated on the stochastic part with --logged-by or --since."""
+    import json
+    import time
+
+    from conftest import run_cli
+
+    log_traffic(workdir, "backend_order", 30)
+    time.sleep(0.05)
+    between = time.time()
+    time.sleep(0.05)
+    path, _ = log_traffic(workdir, "random", 200, seed=1)
+    whole = run_cli("evaluate", "-c", str(path), "--learner", "preference_perceptron",
+                    check=False)
+    assert whole.returncode == 1 and "on 30 of 230 pages" in whole.stderr
+    assert "--logged-by LEARNER or --since TIME" in whole.stderr
+    from datetime import datetime, timezone
+
+    moment = datetime.fromtimestamp(between, timezone.utc).isoformat()
+    for option in (["--logged-by", "random"], ["--since", moment]):
+        answer = json.loads(run_cli("evaluate", "-c", str(path), "--learner",
+                                    "preference_perceptron", "--json", *option).stdout)
+        assert answer["pages"] == 200
+        assert sum(answer["skipped"].values()) == 30, answer["skipped"]
+    bad = run_cli("evaluate", "-c", str(path), "--since", "yesterday", check=False)
+    assert bad.returncode == 1 and "--since must be an ISO 8601 date and time" in bad.stderr

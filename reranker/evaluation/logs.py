@@ -22,12 +22,15 @@ class LoggedPages:
     skipped: Counter = field(default_factory=Counter)
 
 
-def pages_from_log(events: EventStore, model: RankingModel, batch: int = 2000) -> LoggedPages:
+def pages_from_log(events: EventStore, model: RankingModel, batch: int = 2000, *,
+                   since: float | None = None, logged_by: str | None = None) -> LoggedPages:
     """Every closed first page the target ``model`` can read (the same features), with the
     logging policy's position propensities: logged by a stochastic policy, or 1 for a
     deterministic one (``log_prob`` 0). Pages of mixed lists, later pages, pages logged
     with other features and pages compacted by retention are counted in ``skipped`` (those
-    retention deleted are not there to count)."""
+    retention deleted are not there to count), and so are pages served before ``since`` (a
+    Unix time) or by another learner than ``logged_by``: a log whose policy changed (a
+    deterministic learner, then a stochastic one) is evaluated on the part that can tell."""
     out = LoggedPages([])
     cursor = 0
     names = tuple(model.feature_names)
@@ -37,6 +40,12 @@ def pages_from_log(events: EventStore, model: RankingModel, batch: int = 2000) -
             return out
         for imp in chunk:
             cursor = imp.closed_seq
+            if since is not None and imp.created < since:
+                out.skipped["pages served before --since"] += 1
+                continue
+            if logged_by is not None and imp.learner != logged_by:
+                out.skipped["pages served by another learner than --logged-by"] += 1
+                continue
             k = min(imp.n_shown, len(imp.doc_ids))
             if imp.offset:
                 out.skipped["later pages (not randomised)"] += 1
