@@ -279,3 +279,120 @@ def test_a_database_written_by_a_newer_reranker_is_refused(postgres_dsn):
         conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(StoreError, match=r"store.dsn: .* has event schema version 99.*newer"):
         PostgresStore(postgres_dsn)
+
+
+class Cable:
+    """A TCP forwarder to the PostgreSQL server that can be unplugged (every connection cut
+    and new ones refused, as when the server stops or the network fails) and plugged in
+    again on the same port."""
+
+    def __init__(self, host: str, port: int):
+        self.target = (host, port)
+        self.port = free_port()
+        self._sockets: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self.plug()
+
+    def plug(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                host, port = self.target
+                if host.startswith("/"):  # the server's Unix socket in that folder
+                    server = socket.socket(socket.AF_UNIX)
+                    server.connect(f"{host}/.s.PGSQL.{port}")
+                else:
+                    server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            self._sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def unplug(self) -> None:
+        try:  # (wakes the thread blocked in accept(), which a close alone would not)
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        for sock in self._sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        self._sockets = []
+
+
+def test_while_the_server_is_unreachable_searches_answer_and_the_rest_fails_at_once(
+        workdir, postgres_dsn):
+    """The server gone (its connections cut, new ones refused): after the first operation
+    that waits ``store.timeout`` in vain, searches answer (without the store's counts, their
+    impressions queued), clicks and /readyz answer 503 at once and /healthz says so; once it
+    answers again, within a few seconds the store is back and the queued impressions are
+    written: nothing a search answered is lost."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(postgres_dsn)
+    cable = Cable(params.get("host") or "/var/run/postgresql", int(params.get("port") or 5432))
+    dsn = make_conninfo(postgres_dsn, host="127.0.0.1", port=str(cable.port))
+    path = write_config(workdir, store={"type": "postgresql", "dsn": dsn, "timeout": 1.0},
+                        trainer={"enabled": False})
+    live = LiveServer(path)
+    try:
+        page = live.post("/search", {"query": "tea"}).json()
+        cable.unplug()
+        live.post("/search", {"query": "kettle green"})  # (may wait for the pool's timeout)
+        during = []
+        for query in ("tea", "green tea", "espresso beans"):
+            started = time.monotonic()
+            answer = live.post("/search", {"query": query})
+            assert answer.status_code == 200, answer.text
+            assert time.monotonic() - started < 0.5
+            during.append(answer.json()["impression_id"])
+        started = time.monotonic()
+        click = live.post("/click", {"impression_id": page["impression_id"],
+                                     "doc_id": page["hits"][0]["id"]})
+        assert click.status_code == 503 and "unreachable" in click.json()["error"]["message"]
+        assert live.get("/readyz").status_code == 503
+        health = live.get("/healthz").json()
+        assert health["status"] == "degraded" and "events" in health["problems"]
+        assert time.monotonic() - started < 1.0  # all three at once, not store.timeout each
+        cable.plug()
+        deadline = time.monotonic() + 10
+        while live.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, "the store did not come back"
+            time.sleep(0.2)
+        click = live.post("/click", {"impression_id": during[0], "doc_id": "1"})
+        assert click.status_code in (202, 422), click.text  # (422: '1' was not shown)
+        live.service.events.flush()
+        for impression_id in during:
+            assert live.service.events.get_impression(impression_id) is not None
+    finally:
+        live.stop()
+        cable.unplug()

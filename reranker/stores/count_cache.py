@@ -408,6 +408,17 @@ class CountCache:
             return False
         return True if now - self._checked <= self.ttl else None
 
+    def known(self, key: str, doc_ids: list[str]) -> tuple[np.ndarray, tuple[float, float]]:
+        """The counts as :meth:`counts` gives them, from what is kept alone (0 where nothing
+        is): for a search while the store cannot be read."""
+        with self._lock:
+            entry = self._queries.get(key)
+            docs, every = ({} if entry is None else entry[1]), self._all
+            counts = np.array([(*docs.get(d, EMPTY)[:2], *every.get(d, EMPTY)[:2])
+                               for d in doc_ids], dtype=np.float64).reshape(len(doc_ids), 4)
+            total = every.get(ALL_DOCS, EMPTY)
+        return counts, (float(total[0]), float(total[1]))
+
     def _assemble(self, key: str, doc_ids: list[str]) -> tuple[np.ndarray, tuple[float, float]]:
         docs, every = self._queries[key][1], self._all
         n = len(doc_ids)

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import re
+import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 
@@ -28,6 +31,11 @@ from .. import hookimpl
 from ..errors import ConfigError, StoreError
 from .base import Leadership
 from .sql import LATE_INDEXES, SCHEMA_VERSION, SQLEventStore
+
+log = logging.getLogger(__name__)
+
+#: Seconds between the attempts to connect to a server that stopped answering.
+RECONNECT_EVERY = 1.0
 
 #: First key of the advisory locks this store takes (the second tells them apart): a number
 #: other applications sharing the database are unlikely to use.
@@ -189,16 +197,78 @@ class PostgresStore(SQLEventStore):
                              f"reranker: upgrade "
                              f"reranker, or point store.dsn at a new database")
         self.store_id: str = meta["store_id"]
-        self._pool = psycopg_pool.ConnectionPool(
-            dsn, min_size=1, max_size=pool_size, timeout=timeout, open=False,
-            kwargs=self._connect_args, configure=self._configure,
-            check=self._check, name="reranker-events")
+        self.pool_size = pool_size
+        self._pool = self._new_pool()
         try:
             self._pool.open(wait=True, timeout=timeout)
         except psycopg.Error as exc:
             self.close()
             raise StoreError(f"store.dsn: cannot connect to the PostgreSQL server "
                              f"{self.location}: {self._error_text(exc)}") from None
+        #: When the server stopped answering (monotonic), None while it answers: see
+        #: :meth:`_unreachable`.
+        self.unreachable_since: float | None = None
+        self._outage_lock = threading.Lock()
+        self._closed = threading.Event()
+
+    def _new_pool(self):
+        _, psycopg_pool = _driver()
+        return psycopg_pool.ConnectionPool(
+            self.dsn, min_size=1, max_size=self.pool_size, timeout=self.timeout, open=False,
+            kwargs=self._connect_args, configure=self._configure, check=self._check,
+            name="reranker-events")
+
+    # -- an unreachable server ----------------------------------------------------------------
+    #
+    # Without a server, every operation would wait ``store.timeout`` for a connection the pool
+    # cannot make, and the pool's own reconnection waits longer and longer between attempts
+    # (one, two, four... seconds), so it could take half a minute to notice the server back.
+    # Once an operation has waited in vain, the store is unreachable: every operation fails at
+    # once (searches go on without the store's counts, clicks answer 503 at once, /readyz and
+    # /healthz say so at once), and a thread tries a new connection every second; the first
+    # that succeeds brings a new pool, and the store is reachable again.
+
+    def _guarded(self):
+        since = self.unreachable_since
+        if since is not None:
+            raise StoreError(f"event store {self.location} is unreachable (for "
+                             f"{time.monotonic() - since:.0f} s; it is tried again every "
+                             f"{RECONNECT_EVERY:g} s)")
+        return self._pool
+
+    def _unreachable(self, exc: BaseException) -> None:
+        """Called with an error of an operation: a connection the pool could not give
+        within the timeout starts an outage (and its thread of reconnection attempts)."""
+        _, psycopg_pool = _driver()
+        if not isinstance(exc, psycopg_pool.PoolTimeout):
+            return
+        with self._outage_lock:
+            if self.unreachable_since is not None or self._closed.is_set():
+                return
+            self.unreachable_since = time.monotonic()
+        log.warning("event store %s is unreachable (%s); operations fail at once until a "
+                    "new connection succeeds, tried every %g s", self.location,
+                    self._error_text(exc), RECONNECT_EVERY)
+        threading.Thread(target=self._reconnect, name="reranker-store-reconnect",
+                         daemon=True).start()
+
+    def _reconnect(self) -> None:
+        psycopg, _ = _driver()
+        while not self._closed.wait(RECONNECT_EVERY):
+            try:
+                psycopg.connect(self.dsn, **self._connect_args).close()
+            except psycopg.Error:
+                continue
+            old, self._pool = self._pool, self._new_pool()
+            try:
+                self._pool.open(wait=False)
+            finally:
+                since, self.unreachable_since = self.unreachable_since, None
+            log.info("event store %s answers again (after %.0f s)", self.location,
+                     time.monotonic() - (since or time.monotonic()))
+            with contextlib.suppress(Exception):
+                old.close(timeout=self.timeout)  # (its connections are broken)
+            return
 
     def _check(self, conn) -> None:
         """The pool's check of a connection it is about to hand out. A broken one means
@@ -227,19 +297,23 @@ class PostgresStore(SQLEventStore):
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator:
-        with self._pool.connection() as conn:
-            yield conn
+        try:
+            with self._guarded().connection() as conn:
+                yield conn
+        except Exception as exc:
+            self._unreachable(exc)
+            raise
 
     @contextlib.contextmanager
     def _write(self, durable: bool = True) -> Iterator:
-        with self._errors(), self._pool.connection() as conn, conn.transaction():
+        with self._errors(), self._connection() as conn, conn.transaction():
             if not durable:
                 conn.execute("SET LOCAL synchronous_commit = off")
             yield conn
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator:
-        with self._errors(), self._pool.connection() as conn, conn.transaction():
+        with self._errors(), self._connection() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield conn
 
@@ -303,6 +377,8 @@ class PostgresStore(SQLEventStore):
                 "current_schema() AND c.relname = ANY(%s)", (list(TABLES),)).fetchone()[0])
 
     def close(self) -> None:
+        if hasattr(self, "_closed"):
+            self._closed.set()
         self._stop_writers()
         if self._pool is not None:
             self._pool.close()

@@ -21,6 +21,8 @@ import abc
 import contextlib
 import functools
 import json
+import logging
+import math
 import secrets
 import threading
 import time
@@ -38,6 +40,8 @@ from .count_cache import ALL_DOCS, ALL_QUERIES, CLICKS, EXPOSURE, CountCache
 from .encoding import pack_candidates, pack_features, unpack_candidates, unpack_features
 from .group_commit import GroupCommit
 from .write_behind import WriteBehind
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 4
 
@@ -555,9 +559,22 @@ class SQLEventStore(EventStore):
         """The lifts of the counts of the clicks and impressions logged before (this
         object's own at once, even while queued; other processes' as
         ``features.click_refresh`` says: :mod:`.count_cache`)."""
-        counts, total = self._counts.counts(query_key(query), doc_ids, self._read_cells,
-                                            self._read_total, self._read_query_cells)
+        key = query_key(query)
+        try:
+            counts, total = self._counts.counts(key, doc_ids, self._read_cells,
+                                                self._read_total, self._read_query_cells)
+        except StoreError as exc:  # the search goes on with the counts this process keeps
+            self._degraded("click counts", exc)
+            counts, total = self._counts.known(key, doc_ids)
         return lifts_from_counts(counts, total[0], total[1], smoothing)
+
+    def _degraded(self, what: str, exc: StoreError) -> None:
+        """Log (once a minute at most) that a search went on without reading ``what``."""
+        now, said = time.monotonic(), self.__dict__.setdefault("_degraded_at", {})
+        if now - said.get(what, -math.inf) >= 60.0:
+            said[what] = now
+            log.warning("searches go on with the %s this process keeps: %s", what,
+                        exc.message)
 
     def _read_cells(self, key: str, doc_ids: list[str], keep) -> None:
         """``keep(cells)`` with the ``click_stats`` cells of ``doc_ids`` under query ``key``
@@ -614,9 +631,13 @@ class SQLEventStore(EventStore):
         cached = self._bias
         if cached is not None and now - cached[0] <= max_age:
             return cached[1]
-        with self._reading(flush=False) as conn:
-            rows = self._run(conn, "SELECT position, upper, lower FROM position_bias "
-                             "ORDER BY position").fetchall()
+        try:
+            with self._reading(flush=False) as conn:
+                rows = self._run(conn, "SELECT position, upper, lower FROM position_bias "
+                                 "ORDER BY position").fetchall()
+        except StoreError as exc:  # a search's exposures take the last estimate read
+            self._degraded("position-bias estimate", exc)
+            return cached[1] if cached is not None else PositionBias(np.zeros(0), np.zeros(0))
         size = rows[-1][0] + 1 if rows else 0
         upper, lower = np.zeros(size), np.zeros(size)
         for position, top, bottom in rows:
@@ -627,14 +648,18 @@ class SQLEventStore(EventStore):
 
     def first_page(self, page_key: str, since: float) -> Impression | None:
         """A search reads it without waiting for the queue: the newer of the latest written
-        and the latest still in this object's queue."""
-        with self._reading(flush=False) as conn:
-            row = self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE page_key = ? AND "
-                            f"page_offset = 0 AND created >= ? ORDER BY created DESC LIMIT 1",
-                            (page_key, since)).fetchone()
+        and the latest still in this object's queue (alone while the store cannot be read)."""
+        try:
+            with self._reading(flush=False) as conn:
+                row = self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE page_key = ? "
+                                f"AND page_offset = 0 AND created >= ? ORDER BY created DESC "
+                                f"LIMIT 1", (page_key, since)).fetchone()
+        except StoreError as exc:
+            self._degraded("first pages", exc)
+            row = None
         pages = [] if row is None else [impression_from_row(row)]
-        log = self.__dict__.get("_impression_log")
-        queued = None if log is None else log.last(
+        queue = self.__dict__.get("_impression_log")
+        queued = None if queue is None else queue.last(
             lambda item: item.impression.page_key == page_key
             and item.impression.offset == 0 and item.impression.created >= since)
         if queued is not None:
