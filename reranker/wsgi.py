@@ -37,6 +37,9 @@ from waitress.server import BaseWSGIServer
 
 log = logging.getLogger(__name__)
 
+#: Seconds a worker that cannot start waits before it exits to be started again.
+WORKER_RETRY = 5.0
+
 
 def app(config_path: str | None = None, overrides: Mapping[str, Any] | None = None, *,
         trainer: bool = True) -> Flask:
@@ -66,6 +69,10 @@ def serve_workers(config_path: str | None, overrides: Mapping[str, Any], *,
 
     config = load_config(config_path, dict(overrides))  # a bad config fails before any fork
     server = config.server
+    # So does anything else a worker checks when it starts (the keys in the environment,
+    # the event store, the models, the backend): once the workers run, one that cannot
+    # start is started again (see load) instead of stopping them all.
+    _check_start(config)
 
     def when_ready(arbiter) -> None:
         host, port = arbiter.LISTENERS[0].sock.getsockname()[:2]
@@ -92,9 +99,47 @@ def serve_workers(config_path: str | None, overrides: Mapping[str, Any], *,
                 self.cfg.set(key, value)
 
         def load(self) -> Flask:  # in each worker, after the fork
-            return app(config_path, overrides, trainer=trainer)
+            try:
+                return app(config_path, overrides, trainer=trainer)
+            except Exception as exc:  # noqa: BLE001 -- any failure to start, said whole
+                # gunicorn stops every worker when one fails to boot (exit code 3): a worker
+                # started again while the event store is down, or after a pinned version's
+                # file was deleted, would take the healthy ones with it. This one waits and
+                # exits, and gunicorn starts another.
+                log.error("worker %d cannot start (it is started again in %g s): %s",
+                          os.getpid(), WORKER_RETRY, getattr(exc, "message", None) or
+                          f"{type(exc).__name__}: {exc}")
+                time.sleep(WORKER_RETRY)
+                raise SystemExit(1) from None
 
     Gunicorn().run()
+
+
+def _check_start(config) -> None:
+    """Open and close the service as a worker would, in a child process (the search
+    engine's threads and the store's connections must not be in the process gunicorn forks
+    its workers from); raise a :class:`RerankerError` with what failed."""
+    from .errors import RerankerError
+    from .service import RerankerService
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover -- (the child: its coverage is not collected)
+        os.close(read)
+        code, text = 0, ""
+        try:
+            RerankerService(config).open().close()
+        except BaseException as exc:  # noqa: BLE001 -- said to the parent, whatever it is
+            code = 1
+            text = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        os.write(write, text.encode("utf-8")[:60000])
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        text = pipe.read().decode("utf-8", "replace")
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RerankerError(text or "the service could not start")
 
 
 def json_logging_config() -> dict[str, Any]:

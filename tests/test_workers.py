@@ -257,3 +257,55 @@ def test_a_workers_app_leaves_its_start_up_objects_out_of_the_cycle_collector(wo
     finally:
         gc.unfreeze()
         served.extensions["reranker"].close()
+
+
+def test_a_worker_that_cannot_start_again_is_retried_while_the_others_serve(workdir):
+    """With workers running, one that dies and cannot start again (its pinned version's file
+    was deleted) waits and exits to be started again: the others go on serving (gunicorn
+    stops every worker when one fails to boot), and once the pin is lifted a new worker
+    starts."""
+    from reranker.service import RerankerService
+
+    path = write_config(workdir, trainer={"enabled": False, "feedback_window": 0.0})
+    service = RerankerService(load_config(path)).open()
+    try:
+        learn(lambda q: service.search(q, 10), service.click, pages=3)
+        version = service.trainer.run_once(close_all=True).version
+    finally:
+        service.close()
+    run_cli("models", "pin", str(version), "-c", str(path))
+    server = ServeProcess(path, "--workers", "2", "--no-trainer")
+    try:
+        server.wait_ready()
+        first = set(_children(server.proc.pid))
+        assert len(first) == 2
+        (model_file,) = (workdir / "models").glob(f"*/model-{version:06d}.json")
+        model_file.unlink()
+        os.kill(sorted(first)[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while "cannot start (it is started again in 5 s)" not in server.log_path.read_text():
+            assert time.monotonic() < deadline, server.log_path.read_text()
+            time.sleep(0.2)
+        for _ in range(5):  # the healthy worker serves; the master is still there
+            assert server.post("/search", {"query": "tea"}).status_code == 200
+        assert server.proc.poll() is None
+        run_cli("models", "unpin", "-c", str(path))
+        deadline = time.monotonic() + 30
+        while len(set(_children(server.proc.pid)) - first) < 1 or \
+                "Booting worker" not in server.log_path.read_text().split("cannot start")[-1]:
+            assert time.monotonic() < deadline, server.log_path.read_text()
+            time.sleep(0.2)
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
+
+
+def test_a_problem_every_worker_would_have_is_one_error_before_any_starts(workdir):
+    import subprocess
+
+    path = write_config(workdir)
+    result = subprocess.run([*reranker_command(), "serve", "-c", str(path), "--workers", "2",
+                             "--port", "0"], capture_output=True, text=True, timeout=120,
+                            env={**cli_env(), "RERANKER_SIGNING_KEYS": "k4:short"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "RERANKER_SIGNING_KEYS" in result.stderr and "serving" not in result.stdout
