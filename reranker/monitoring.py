@@ -13,8 +13,10 @@ Metrics (prometheus_client, one registry per service):
 - ``reranker_learner_fallbacks_total{arm, reason}``: searches served in the backend's order
   because a learner raised (``error``) or its breaker was open (``slow``);
 - read when scraped: ``reranker_model_version{arm, learner}``,
-  ``reranker_trainer_lag_impressions{arm}`` (closed impressions not yet applied),
-  ``reranker_trainer_lag_seconds{arm}`` (age of the oldest of them),
+  ``reranker_trainer_lag_impressions{arm}`` (closed impressions the trainer has not yet
+  applied), ``reranker_trainer_lag_seconds{arm}`` (age of the oldest of them),
+  ``reranker_trainer_overdue_seconds`` (how long the oldest open impression has waited past
+  its feedback window: no trainer closes impressions while it grows),
   ``reranker_open_impressions`` and ``reranker_store_writable``, and
   ``reranker_refused_total{endpoint, reason}`` (what the trust checks refused, summed over
   worker processes).
@@ -127,25 +129,32 @@ class _ServiceState:
                                      "write at the last check, else 0.")
         queued = GaugeMetricFamily("reranker_impressions_queued", "Impressions this process "
                                    "has logged and not yet written to the event store.")
+        overdue = GaugeMetricFamily("reranker_trainer_overdue_seconds", "How long the oldest "
+                                    "open impression has waited past its feedback window (no "
+                                    "trainer closes impressions while this grows).")
         queued.add_metric([], service.events.queued_impressions)  # before the reads flush
         now = time.time()
-        open_count = None
+        oldest_open = open_count = None
+        shared = service.shared_trainer()
         for arm in service.arms:
             model = arm.model
             label = arm.labels[0]
             version.add_metric([label, model.learner_name], model.version)
-            try:
-                pending = service.events.pending(model.progress.cursor)
+            try:  # (from where the trainer has applied, not the served, maybe pinned, model)
+                pending = service.events.pending(service.applied_cursor(arm, shared))
             except RerankerError:
                 continue
             lag.add_metric([label], pending["closed_unapplied"])
             oldest = pending.get("oldest_unapplied")
             age.add_metric([label], max(0.0, now - oldest) if oldest is not None else 0.0)
-            open_count = pending["open_impressions"]
+            open_count, oldest_open = pending["open_impressions"], pending.get("oldest_open")
         if open_count is not None:
             open_.add_metric([], open_count)
+            window = service.config.trainer.feedback_window
+            overdue.add_metric([], 0.0 if oldest_open is None
+                               else max(0.0, now - oldest_open - window))
         writable.add_metric([], 1.0 if service.store_writable() else 0.0)
-        yield from (version, lag, age, open_, writable, queued)
+        yield from (version, lag, age, open_, overdue, writable, queued)
 
 
 # -- public answers -----------------------------------------------------------------------------

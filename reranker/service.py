@@ -10,6 +10,7 @@ load (:class:`reranker.arms.Arm`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -71,6 +72,10 @@ MIXED_SWAP_PROBABILITY = 0.5
 #: digits, as the engines' default tokenizers split text.
 QUERY_TERM = re.compile(r"\w+")
 
+
+#: Seconds (at least) after which a trainer that has not run while impressions wait, or an
+#: impression still open after its feedback window, is a problem in ``/healthz``.
+TRAINER_GRACE = 60.0
 
 class RerankerService:
     """Search, rank, log and learn for one configuration: one arm (the ``learner:``
@@ -601,6 +606,55 @@ class RerankerService:
             problems.append("backend")
         return {"status": "unavailable" if problems else "ok", "problems": problems}
 
+    def shared_trainer(self) -> dict[str, Any] | None:
+        """The status the store's trainer keeps in the event store (whichever process or
+        machine runs it: :meth:`reranker.stores.EventStore.record_trainer`), or None."""
+        try:
+            return self.events.trainer_status()
+        except RerankerError:
+            return None
+
+    @staticmethod
+    def applied_cursor(arm: Arm, shared: dict[str, Any] | None) -> int:
+        """How far the trainer has applied ``arm``'s impressions: the newer of the served
+        model's cursor and the trainer's own (which a pinned version, or impressions that
+        taught nothing and are not saved yet, leave ahead)."""
+        cursor = arm.model.progress.cursor
+        if shared:
+            with contextlib.suppress(TypeError, ValueError, AttributeError):
+                cursor = max(cursor, int((shared.get("cursors") or {}).get(arm.id) or 0))
+        return cursor
+
+    def _trainer_troubles(self, trainer: dict[str, Any], shared: dict[str, Any] | None,
+                          events: dict[str, Any]) -> bool:
+        """Whether the store's trainer, wherever it runs, is in trouble, noted in
+        ``trainer``: its last pass failed (``shared``), it has not run for a while although
+        impressions wait (``stalled_seconds``), or impressions are still open long after
+        their feedback window (``overdue_seconds``: no trainer closes them). A while is
+        :data:`TRAINER_GRACE` seconds, or ten of its passes' intervals when longer."""
+        now = time.time()
+        interval = self.config.trainer.interval
+        troubled = False
+        if shared is not None:
+            trainer["shared"] = {"last_run": shared.get("last_run"),
+                                 "last_error": shared.get("last_error")}
+            with contextlib.suppress(TypeError, ValueError):
+                interval = float(shared.get("interval") or interval)
+            troubled = bool(shared.get("last_error"))
+        grace = max(TRAINER_GRACE, 10 * interval)
+        oldest_open = events.get("oldest_open")
+        overdue = 0.0 if oldest_open is None else \
+            now - oldest_open - self.config.trainer.feedback_window
+        if overdue > grace:
+            trainer["overdue_seconds"] = round(overdue)
+            troubled = True
+        last_run = (shared or {}).get("last_run")
+        if isinstance(last_run, int | float) and now - last_run > grace and (
+                events.get("closed_unapplied") or overdue > 0):
+            trainer["stalled_seconds"] = round(now - last_run)
+            troubled = True
+        return troubled
+
     def health(self) -> dict[str, Any]:
         """State of the backend, the models, the trainer and the event store; ``status`` is
         ``degraded`` when any of them has a problem."""
@@ -622,17 +676,18 @@ class RerankerService:
                 ranking[arm.labels[0]] = {"status": "too slow"}
         if ranking:
             problems.append("learner")
-        if trainer["last_error"]:
-            problems.append("trainer")
+        shared = self.shared_trainer()
         try:
             events = {"status": "ok", **self.events.pending(
-                min(arm.model.progress.cursor for arm in self.arms))}
+                min(self.applied_cursor(arm, shared) for arm in self.arms))}
             if not self.store_writable():  # reads work, writes (clicks) would answer 503
                 events["status"] = "unwritable"
                 problems.append("events")
         except RerankerError as exc:
             events = {"status": "unavailable", "error": exc.message}
             problems.append("events")
+        if self._trainer_troubles(trainer, shared, events) or trainer["last_error"]:
+            problems.append("trainer")
         answer = {"status": "degraded" if problems else "ok", "problems": problems,
                   "learner": model.learner_name, "model_version": model.version,
                   "model": {"version": model.version, **model.progress.to_dict()},

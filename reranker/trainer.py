@@ -63,6 +63,8 @@ class TrainReport:
     errors: dict[str, str] = field(default_factory=dict)
     #: Clicks that taught nothing, by reason (see :func:`uninformative_reason`).
     uninformative: dict[str, int] = field(default_factory=dict)
+    #: An arm's report: the last impression the pass applied (saved or not).
+    cursor: int = 0
 
     @property
     def version(self) -> int | None:
@@ -110,6 +112,7 @@ class Trainer:
         self.last_saved_version: int | None = None
         self.last_error: str | None = None
         self._arm_errors: dict[str, str] = {}  # by arm label: the last failure logged
+        self.interval: float | None = None  # of the background loop, when one runs
         self.last_run: float | None = None
         #: With a leader-mode background loop: whether this process is the store's trainer
         #: (None: no such loop).
@@ -240,6 +243,7 @@ class Trainer:
                 applied_at_save = report.applied
             if report.versions:  # (later pages and others' mixed lists are not applied)
                 report.unsaved = report.applied - applied_at_save
+            report.cursor = model.progress.cursor
         return report
 
     def _apply(self, arm: Arm, model: RankingModel, imp: Impression,
@@ -342,12 +346,18 @@ class Trainer:
                     or self.clock() - self.last_retained >= self.retention_interval):
                 self.retain()
         except Exception as exc:  # noqa: BLE001 -- the background loop must survive
-            self.last_error = str(getattr(exc, "message", exc))
+            message = str(getattr(exc, "message", exc))
+            if message != self.last_error:  # (a failure of every pass: logged once)
+                log.exception("training pass failed")
+            self.last_error = message
             self.last_run = self.clock()
-            log.exception("training pass failed")
+            self._record(None)
             return None
         if not report.errors:
+            if self.last_error is not None:
+                log.info("training passes succeed again")
             self.last_error = None
+        self._record(report)
         for label, arm_report in report.arms.items():
             if arm_report.versions:
                 idle = "; ".join(f"{n} {why}" for why, n in arm_report.uninformative.items())
@@ -359,6 +369,19 @@ class Trainer:
                          f"; clicks that taught nothing: {idle}" if idle else "")
         return report
 
+    def _record(self, report: TrainReport | None) -> None:
+        """Keep this pass's status in the event store, for the services that do not train
+        themselves (:meth:`reranker.stores.EventStore.record_trainer`); the cursors of the arms
+        the pass trained (the impressions applied, saved or not)."""
+        cursors = {} if report is None else {
+            arm.id: report.arms[arm.label].cursor for arm in self.arms
+            if arm.label in report.arms}
+        try:
+            self.events.record_trainer({"last_run": time.time(), "last_error": self.last_error,
+                                        "cursors": cursors, "interval": self.interval})
+        except RerankerError as exc:
+            log.debug("the trainer's status was not kept: %s", exc.message)
+
     def run_forever(self, stop: threading.Event, interval: float, *,
                     lead: bool = False) -> None:
         """A pass every ``interval`` seconds until ``stop`` is set; a failed pass is retried
@@ -368,6 +391,7 @@ class Trainer:
         every ``interval`` seconds: of many processes serving one store, one trains."""
         leadership = None
         waiting = False  # (said once per wait)
+        self.interval = interval
         try:
             while not stop.is_set():
                 if lead and (leadership is None or not leadership.held()):

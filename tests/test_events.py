@@ -79,9 +79,11 @@ def test_closing_with_a_limit_and_reading_by_arm(store):
         store.log_impression(impression(f"i{k}", float(k), arm=arm))
     assert store.close_impressions(before=float("inf"), limit=3) == 3
     assert store.pending(cursor=1) == {"open_impressions": 1, "closed_unapplied": 2,
-                                       "oldest_unapplied": 1.0}  # i1's creation
+                                       "oldest_unapplied": 1.0,  # i1's creation
+                                       "oldest_open": 3.0}  # i3's
     assert store.pending(cursor=3)["oldest_unapplied"] is None
     store.close_impressions(before=float("inf"))
+    assert store.pending(cursor=3)["oldest_open"] is None
     # an arm reads its own impressions and the mixed lists (arm None)
     assert [i.id for i in store.closed_since(0, 10, arms=("a",))] == ["i0", "i2", "i3"]
     assert [i.id for i in store.closed_since(1, 2)] == ["i1", "i2"]
@@ -282,3 +284,15 @@ def test_a_forked_sqlite_store_checkpoints_from_a_thread_of_its_own(tmp_path):
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         store.close()
+
+
+def test_the_trainers_status_is_kept_for_every_process(store):
+    """What a trainer records, any process sharing the store reads; recorded again, it is
+    replaced."""
+    assert store.trainer_status() is None
+    store.record_trainer({"last_run": 5.0, "last_error": None, "cursors": {"a": 3},
+                          "interval": 1.0})
+    store.record_trainer({"last_run": 6.0, "last_error": "disk full", "cursors": {},
+                          "interval": 1.0})
+    assert store.trainer_status() == {"last_run": 6.0, "last_error": "disk full",
+                                      "cursors": {}, "interval": 1.0}

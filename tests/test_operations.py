@@ -496,3 +496,57 @@ def test_json_log_lines_carry_each_requests_fields(workdir):
         ("POST", "/search", 200), ("POST", "/click", 403)]
     assert all(e["ms"] >= 0 and e["level"] == "info" and e["time"].endswith("Z")
                and e["pid"] == os.getpid() for e in entries)
+
+
+def test_a_trainer_in_another_process_that_stops_or_fails_is_seen_by_healthz_and_metrics(
+        workdir, monkeypatch):
+    """With training apart from serving (trainer.enabled false, `train --follow`), the
+    service sees the trainer through what it keeps in the event store: impressions left open
+    past their window (no trainer runs), a trainer whose last pass failed, or one that has
+    stopped while impressions wait; and the lag counts from where the trainer applied, not
+    from the served model."""
+    import reranker.service
+
+    monkeypatch.setattr(reranker.service, "TRAINER_GRACE", 0.3)
+    server = LiveServer(write_config(workdir, trainer={"enabled": False, "interval": 0.01,
+                                                       "feedback_window": 0.0}))
+    try:
+        events, arm = server.service.events, server.service.arms[0]
+        page = server.post("/search", {"query": "tea kettle"}).json()
+        assert server.get("/healthz").json()["status"] == "ok"
+        time.sleep(0.5)  # nobody closes it
+        health = server.get("/healthz").json()
+        assert "trainer" in health["problems"] and health["trainer"]["overdue_seconds"] >= 0
+        assert samples(server)[("reranker_trainer_overdue_seconds", ())] > 0.3
+        # a trainer runs (as `train --follow` would): closed, applied, recorded
+        trainer = reranker.service.Trainer.from_config(server.service.config, events)
+        trainer.interval = 0.01
+        server.post("/click", {"impression_id": page["impression_id"],
+                               "doc_id": page["hits"][3]["id"]})
+        assert trainer.run_pass() is not None
+        health = server.get("/healthz").json()
+        assert health["status"] == "ok", health
+        assert health["trainer"]["shared"]["last_error"] is None
+        assert samples(server)[("reranker_trainer_lag_impressions",
+                                (("arm", arm.labels[0]),))] == 0
+        # a served model behind the trainer (pinned, or not reloaded yet): the trainer's
+        # cursor counts
+        served = arm.model.progress.cursor
+        assert server.service.applied_cursor(arm, {"cursors": {arm.id: served + 7}}) == \
+            served + 7
+        assert server.service.applied_cursor(arm, {"cursors": {"other": 99}}) == served
+        # its last pass failed
+        events.record_trainer({"last_run": time.time(), "last_error": "No space left on device",
+                               "cursors": {arm.id: 1}, "interval": 0.01})
+        health = server.get("/healthz").json()
+        assert "trainer" in health["problems"]
+        assert health["trainer"]["shared"]["last_error"] == "No space left on device"
+        # it stopped while impressions wait
+        server.post("/search", {"query": "tea"})
+        events.close_impressions(float("inf"))
+        events.record_trainer({"last_run": time.time() - 5, "last_error": None,
+                               "cursors": {arm.id: 1}, "interval": 0.01})
+        health = server.get("/healthz").json()
+        assert "trainer" in health["problems"] and health["trainer"]["stalled_seconds"] >= 5
+    finally:
+        server.stop()

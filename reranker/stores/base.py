@@ -209,9 +209,22 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def pending(self, cursor: int) -> dict[str, Any]:
-        """``{"open_impressions", "closed_unapplied", "oldest_unapplied"}``: impressions still
-        open, closed ones after ``cursor``, and when the first of those was created (None if
-        there is none); cheap enough for a health check."""
+        """``{"open_impressions", "closed_unapplied", "oldest_unapplied", "oldest_open"}``:
+        impressions still open, closed ones after ``cursor``, when the first of those was
+        created and when the oldest open one was (None if there is none); cheap enough for a
+        health check."""
+
+    def record_trainer(self, status: Mapping[str, Any]) -> None:
+        """Keep the status of the trainer that runs for this store (``last_run``,
+        ``last_error``, ``cursors``: each arm's applied cursor by arm id, ``interval``), which
+        every process serving the store reads (:meth:`trainer_status`): a trainer in another
+        process (``reranker train --follow``) is seen by the services' ``/healthz`` and
+        ``/metrics``. A store that keeps none does nothing."""
+        return None
+
+    def trainer_status(self) -> dict[str, Any] | None:
+        """What :meth:`record_trainer` kept last, or None."""
+        return None
 
     @abc.abstractmethod
     def check_writable(self) -> None:

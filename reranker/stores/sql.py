@@ -699,16 +699,33 @@ class SQLEventStore(EventStore):
             return self._run(conn, "SELECT value FROM meta WHERE key = 'signing_secret'"
                              ).fetchone()[0]
 
+    def record_trainer(self, status: Mapping[str, Any]) -> None:
+        with self._write(durable=False) as conn:
+            self._run(conn, "INSERT INTO meta (key, value) VALUES ('trainer_status', ?) ON "
+                      "CONFLICT (key) DO UPDATE SET value = excluded.value",
+                      (json.dumps(dict(status), allow_nan=False),))
+
+    def trainer_status(self) -> dict[str, Any] | None:
+        with self._reading(flush=False) as conn:
+            row = self._run(conn, "SELECT value FROM meta WHERE key = 'trainer_status'"
+                            ).fetchone()
+        try:
+            status = json.loads(row[0]) if row else None
+        except ValueError:
+            return None
+        return status if isinstance(status, dict) else None
+
     def pending(self, cursor: int) -> dict[str, Any]:
         with self._reading() as conn:
-            open_ = self._run(conn, "SELECT COUNT(*) FROM impressions WHERE closed_seq IS "
-                              "NULL").fetchone()[0]
+            open_, oldest_open = self._run(conn, "SELECT COUNT(*), MIN(created) FROM "
+                                           "impressions WHERE closed_seq IS NULL").fetchone()
             closed = self._run(conn, "SELECT COUNT(*) FROM impressions WHERE closed_seq > ?",
                                (cursor,)).fetchone()[0]
             oldest = self._run(conn, "SELECT created FROM impressions WHERE closed_seq > ? "
                                "ORDER BY closed_seq LIMIT 1", (cursor,)).fetchone()
         return {"open_impressions": open_, "closed_unapplied": closed,
-                "oldest_unapplied": float(oldest[0]) if oldest else None}
+                "oldest_unapplied": float(oldest[0]) if oldest else None,
+                "oldest_open": float(oldest_open) if oldest_open is not None else None}
 
     def exchange_requests(self, added: Mapping[tuple[str, str, int], int], since: int,
                           prune: Mapping[str, int]
