@@ -254,20 +254,34 @@ def prune(config_path: str | None, age: float | None, vacuum: bool) -> None:
         now = events.disk_bytes()
     finally:
         events.close()
-    done = (f"deleted {retained.deleted} impressions older than {age:g}s that every arm has "
-            f"learned from")
+    done = (f"deleted {retained.deleted} impressions older than {_duration(age)} that every "
+            f"arm has learned from")
     if config.experiment.mode:
         done += f"; compacted {retained.compacted} of experiment {config.experiment.name!r}"
     click.echo(done)
     if size is not None:
         why = ""
-        if config.store.type == "sqlite" and not vacuum and (
-                retained.deleted or retained.compacted) and round(now / 1e5) >= round(size / 1e5):
+        kept = (retained.deleted or retained.compacted) and round(now / 1e5) >= round(size / 1e5)
+        if config.store.type == "sqlite" and not vacuum and kept:
             why = ("; the space of the deleted impressions is reused by new ones (--vacuum "
                    "gives it back), and the write-ahead log holds the deletions until its "
                    "next checkpoint")
+        elif config.store.type == "postgresql" and kept:
+            why = ("; PostgreSQL keeps the space of deleted rows for new ones (its vacuum, "
+                   "automatic or --vacuum, marks it free; only VACUUM FULL, which locks the "
+                   "tables while it rewrites them, gives it back to the file system)")
         click.echo(f"the event store takes {now / 1e6:.1f} MB on disk (before: "
                    f"{size / 1e6:.1f} MB){why}")
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` in the largest unit that keeps it a round number or above 1: ``30 days``,
+    ``36 hours``, ``90 s``."""
+    for unit, length in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= length and (seconds % length == 0 or seconds >= 2 * length):
+            return f"{seconds / length:g} {unit}" if seconds % length == 0 else \
+                f"{seconds / length:.1f} {unit}"
+    return f"{seconds:g} s"
 
 
 def _follow(config: Config) -> None:

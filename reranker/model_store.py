@@ -122,8 +122,14 @@ class ModelStore:
         self._write_file(PIN_FILE, f"{version}\n")
 
     def unpin(self) -> int | None:
-        """Remove the pin; return the version that was pinned (None when none was)."""
-        pinned = self.pinned()
+        """Remove the pin; return the version that was pinned (None when none was, or when
+        the pin file held no version number: it is removed all the same)."""
+        if not self.pin_path.exists():  # (a read-only folder refuses even that unlink)
+            return None
+        try:
+            pinned = self.pinned()
+        except StoreError:  # a pin file that does not hold a version: removed
+            pinned = None
         try:
             self.pin_path.unlink()
         except FileNotFoundError:

@@ -193,6 +193,10 @@ def test_a_pinned_version_is_served_while_training_goes_on(workdir):
         assert "unpinned version 1" in out
         assert served_version(live, 4) == 4 and arm.pinned is None
         assert "was not pinned" in models("unpin", "-c", str(path)).stdout
+        # a pin file that holds no version number (edited by hand) is removed by unpin too
+        (arm.models.dir / "pinned-version").write_text("abc\n")
+        assert models("unpin", "-c", str(path)).returncode == 0
+        assert not (arm.models.dir / "pinned-version").exists()
     finally:
         live.stop()
 

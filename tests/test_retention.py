@@ -128,7 +128,7 @@ def test_reranker_prune(workdir):
         service.close()
     time.sleep(1.1)
     result = run_cli("prune", "-c", str(config), "--older-than", "1")
-    assert "deleted 20 impressions older than 1s that every arm has learned from" in \
+    assert "deleted 20 impressions older than 1 s that every arm has learned from" in \
         result.stdout
     # a file that did not shrink is explained (the space is reused; --vacuum gives it back)
     now, before = map(float, re.search(r"takes ([\d.]+) MB on disk \(before: ([\d.]+) MB",
@@ -166,3 +166,20 @@ def test_a_store_under_steady_traffic_stays_the_same_size(store):
     # over the last 15 rounds, less than what 2 rounds added while nothing was removed
     per_round = (sizes[4] - sizes[0]) / 4
     assert per_round > 0 and max(sizes[10:]) - sizes[9] < 2 * per_round, sizes
+
+
+def test_reranker_prune_on_postgresql_explains_a_size_that_did_not_change(workdir,
+                                                                            postgres_dsn):
+    config = write_config(workdir, store={"type": "postgresql", "dsn": postgres_dsn})
+    service = RerankerService(load_config(config)).open()
+    try:
+        learn(lambda query: service.search(query, 10), service.click, pages=20)
+        service.trainer.run_once(close_all=True)
+    finally:
+        service.close()
+    time.sleep(1.1)
+    result = run_cli("prune", "-c", str(config), "--older-than", "1")
+    assert "deleted 20 impressions older than 1 s" in result.stdout
+    now, before = map(float, re.search(r"takes ([\d.]+) MB on disk \(before: ([\d.]+) MB",
+                                       result.stdout).groups())
+    assert ("only VACUUM FULL" in result.stdout) == (now >= before), result.stdout
