@@ -210,18 +210,6 @@ def perturbed_pairs(scores, n_shown, p, coins):
     return ranking, offset, swapped[:n_swapped], propensities, at
 
 
-def warm_up() -> None:
-    """Compile (or load from the cache) every kernel for the arrays a search passes, so that
-    a service is ready to answer before its first search rather than during it."""
-    n = 3
-    scores = np.array([3.0, 2.0, 1.0])
-    columns = np.zeros((n, 1))
-    out = np.empty((n, 4), order="F")
-    raw_features(scores, columns, columns, np.empty((0, 0)), 0.0, 1e12, out)
-    per_query_minmax(out, np.zeros(4, dtype=np.bool_), np.empty((n, 4), order="F"))
-    perturbed_pairs(scores, 2, 0.5, np.array([0.7, 0.2, 0.9]))
-
-
 @_compiled
 def first_misplaced(ranking, n):
     """The first position of ``ranking`` that breaks it as a permutation of ``0 .. n-1``
@@ -234,3 +222,16 @@ def first_misplaced(ranking, n):
             return position
         seen[index] = True
     return -1
+
+
+def warm_up() -> None:
+    """Compile (or load from the cache) every kernel for the arrays a search passes, so that
+    a service is ready to answer before its first search rather than during it."""
+    n = 3
+    scores = np.array([3.0, 2.0, 1.0])
+    columns = np.zeros((n, 1))
+    out = np.empty((n, 4), order="F")
+    raw_features(scores, columns, columns, np.empty((0, 0)), 0.0, 1e12, out)
+    per_query_minmax(out, np.zeros(4, dtype=np.bool_), np.empty((n, 4), order="F"))
+    perturbed_pairs(scores, 2, 0.5, np.array([0.7, 0.2, 0.9]))
+    first_misplaced(np.arange(n), n)

@@ -85,6 +85,11 @@ class Param:
         return f"{self.name}: {self.type.__name__} = {self.default!r}{extra}. {self.doc}"
 
 
+#: The compiled permutation check (:func:`reranker.kernels.first_misplaced`), imported by the
+#: first ranking: commands that never rank do not import numba.
+_first_misplaced = None
+
+
 @dataclass(eq=False, slots=True)
 class RankResult:
     """A ranking of all candidates and what produced it.
@@ -119,6 +124,14 @@ class Learner(ABC):
 
     #: Name used in YAML (``learner.name``) and on the command line.
     name: ClassVar[str] = ""
+    #: Whether the class ships with reranker (set for each subclass): the conformance suite
+    #: checks its results in the project's own tests, so :meth:`rank` does not check them
+    #: on every search as it does a plugin's (:meth:`_checked`).
+    _built_in: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._built_in = cls.__module__.split(".")[0] in ("reranker", "reranker_plugins")
     #: One line shown by ``reranker learners``.
     description: ClassVar[str] = ""
     #: The parameters the learner accepts, with defaults.
@@ -304,7 +317,9 @@ class Learner(ABC):
         n_shown = X.shape[0] if n_shown is None else max(0, min(int(n_shown), X.shape[0]))
         if rng is None and self.stochastic:
             rng = _fallback_rng()
-        result = self._checked(self._rank(X, n_shown, rng), X.shape[0], n_shown)
+        result = self._rank(X, n_shown, rng)
+        if not self._built_in:  # (the built-in learners' results are checked by their tests)
+            result = self._checked(result, X.shape[0], n_shown)
         if self.stochastic and self.exact_probabilities:
             self._log_chances(X, n_shown, result)
             result.propensities = self._checked_array(result.propensities, "propensities",
@@ -317,19 +332,23 @@ class Learner(ABC):
         (array-likes become arrays); else a ``ValueError`` naming the learner, which the
         service answers with the backend's order (a page that listed a result twice, or one
         that does not exist, would be served and its clicks trained on)."""
-        from .kernels import first_misplaced
-
-        if not isinstance(result, RankResult):
+        global _first_misplaced
+        if _first_misplaced is None:  # (numba's import waits for the first ranking)
+            from .kernels import first_misplaced as _first_misplaced
+        if type(result) is not RankResult and not isinstance(result, RankResult):
             raise ValueError(f"learner {self.name!r}: _rank returned {type(result).__name__}, "
                              f"not a RankResult")
-        ranking = np.asarray(result.ranking)
-        if ranking.shape != (n,) or ranking.dtype.kind not in "iu":
-            raise ValueError(f"learner {self.name!r}: the ranking must hold the {n} "
-                             f"candidates' indices as integers, got shape {ranking.shape} of "
-                             f"{ranking.dtype}")
-        if ranking.dtype != np.intp:
+        ranking = result.ranking
+        if type(ranking) is not np.ndarray or ranking.dtype != np.intp:
+            ranking = np.asarray(ranking)
+            if ranking.dtype.kind not in "iu":
+                raise ValueError(f"learner {self.name!r}: the ranking must hold the {n} "
+                                 f"candidates' indices as integers, got {ranking.dtype}")
             ranking = ranking.astype(np.intp)
-        position = first_misplaced(ranking, n)
+        if ranking.shape != (n,):
+            raise ValueError(f"learner {self.name!r}: the ranking must hold the {n} "
+                             f"candidates' indices, got shape {ranking.shape}")
+        position = _first_misplaced(ranking, n)
         if position >= 0:
             raise ValueError(f"learner {self.name!r}: the ranking is not a permutation of the "
                              f"{n} candidates: position {position} holds "
@@ -337,8 +356,10 @@ class Learner(ABC):
         result.ranking = ranking
         result.scores = self._checked_array(result.scores, "scores", n)
         result.propensities = self._checked_array(result.propensities, "propensities", n)
-        if result.shown_propensities is not None:
-            shown = np.asarray(result.shown_propensities, dtype=np.float64)
+        shown = result.shown_propensities
+        if shown is not None:
+            if type(shown) is not np.ndarray or shown.dtype != np.float64:
+                shown = np.asarray(shown, dtype=np.float64)
             if shown.ndim != 1 or shown.shape[0] > n_shown:
                 raise ValueError(f"learner {self.name!r}: shown_propensities must hold at "
                                  f"most one chance per shown position ({n_shown}), got shape "
@@ -349,7 +370,7 @@ class Learner(ABC):
     def _checked_array(self, values: Any, what: str, n: int) -> np.ndarray | None:
         if values is None:
             return None
-        if not isinstance(values, np.ndarray) or values.dtype != np.float64:
+        if type(values) is not np.ndarray or values.dtype != np.float64:
             values = np.asarray(values, dtype=np.float64)
         if values.shape != (n,):
             raise ValueError(f"learner {self.name!r}: {what} must hold one number per "

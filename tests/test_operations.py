@@ -550,3 +550,18 @@ def test_a_trainer_in_another_process_that_stops_or_fails_is_seen_by_healthz_and
         assert "trainer" in health["problems"] and health["trainer"]["stalled_seconds"] >= 5
     finally:
         server.stop()
+
+
+def test_the_results_of_plugins_are_checked_and_those_of_built_in_learners_by_their_tests():
+    """A plugin's results are checked on every search; the built-in learners' are checked
+    by the conformance suite in the project's own tests instead (the check costs a tenth of
+    the in-process ranking), and so are those of a plugin that subclasses one."""
+    pm = get_plugin_manager(load_entrypoints=False)
+    from reranker.plugins import learner_classes
+
+    assert all(cls._built_in for cls in learner_classes(pm).values())
+
+    class Subclass(learner_classes(pm)["preference_perceptron"]):
+        name = "subclass_test"
+
+    assert not Broken._built_in and not Subclass._built_in
