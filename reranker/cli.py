@@ -187,6 +187,8 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
     try:
         trainer = Trainer.from_config(config, events)
         report = trainer.run_once(close_all=close_all)
+        trainer.last_error = "; ".join(report.errors.values()) or None
+        trainer.record(report)  # (what the services' /healthz read of the store's trainer)
         stats = events.stats()
     finally:
         events.close()

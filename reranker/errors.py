@@ -163,3 +163,8 @@ class StoreError(RerankerError):
 
     status = 503
     permanent = False
+
+
+class ModelStoreError(StoreError):
+    """An arm's model folder (``store.models``) cannot be read or written, or holds models
+    of another event store: the trouble of that arm alone."""

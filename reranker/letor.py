@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +113,9 @@ def load_letor(path: str | os.PathLike) -> RankingData:
     docs: list[str | None] = []
     number = 0
     try:
-        with _open_text(path) as handle:
+        with _open_text(path) as handle, warnings.catch_warnings():
+            # (older numpy warns, instead of raising, when a line does not parse)
+            warnings.simplefilter("error", DeprecationWarning)
             for number, line in enumerate(handle, start=1):
                 body, _, comment = line.partition("#")
                 parts = body.split(None, 2)
@@ -151,7 +154,7 @@ def _features(text: str, path: Path, number: int) -> tuple[np.ndarray, np.ndarra
     tokens = text.count(":")
     try:
         pairs = np.fromstring(text.replace(":", " "), sep=" ") if tokens else np.empty(0)
-    except ValueError:
+    except (ValueError, DeprecationWarning):
         pairs = None
     if pairs is None or pairs.shape[0] != 2 * tokens or len(text.split()) != tokens:
         _name_the_bad_token(text, path, number)

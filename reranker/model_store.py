@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import ModelLoadError, RerankerError, StoreError
+from .errors import ModelLoadError, ModelStoreError, RerankerError, StoreError
 from .model import ModelFactory, RankingModel
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class ModelStore:
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise StoreError(f"store.models: cannot read the model folder {self.dir}: "
+            raise ModelStoreError(f"store.models: cannot read the model folder {self.dir}: "
                              f"{exc}") from exc
         return sorted(int(m.group(1)) for m in map(_NAME.match, names) if m)
 
@@ -135,7 +135,7 @@ class ModelStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise StoreError(f"store.models: cannot remove the pin file {self.pin_path}: "
+            raise ModelStoreError(f"store.models: cannot remove the pin file {self.pin_path}: "
                              f"{exc}") from exc
         _fsync_dir(self.dir)
         return pinned
@@ -149,10 +149,10 @@ class ModelStore:
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
-            raise StoreError(f"store.models: cannot read {name} in the model folder "
+            raise ModelStoreError(f"store.models: cannot read {name} in the model folder "
                              f"{self.dir}: {exc}") from exc
         if not text.isdigit():
-            raise StoreError(f"store.models: {path} must hold a version number, not {text!r}; "
+            raise ModelStoreError(f"store.models: {path} must hold a version number, not {text!r}; "
                              f"write the right number into it or delete it")
         return int(text)
 
@@ -163,7 +163,7 @@ class ModelStore:
             self.dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".tmp", dir=self.dir)
         except OSError as exc:
-            raise StoreError(f"store.models: cannot write {path}: {exc}") from exc
+            raise ModelStoreError(f"store.models: cannot write {path}: {exc}") from exc
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
@@ -173,7 +173,7 @@ class ModelStore:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise StoreError(f"store.models: cannot write {path}: {exc}") from exc
+            raise ModelStoreError(f"store.models: cannot write {path}: {exc}") from exc
         _fsync_dir(self.dir)
 
     @contextlib.contextmanager
@@ -184,7 +184,7 @@ class ModelStore:
             self.dir.mkdir(parents=True, exist_ok=True)
             handle = open(lock_path, "a+b")
         except OSError as exc:
-            raise StoreError(f"store.models: cannot use {lock_path}: {exc}") from exc
+            raise ModelStoreError(f"store.models: cannot use {lock_path}: {exc}") from exc
         with handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
@@ -204,7 +204,7 @@ class ModelStore:
         try:
             fd, tmp = tempfile.mkstemp(prefix=".model-", suffix=".tmp", dir=self.dir)
         except OSError as exc:
-            raise StoreError(f"store.models: cannot write to the model folder {self.dir}: "
+            raise ModelStoreError(f"store.models: cannot write to the model folder {self.dir}: "
                              f"{exc}") from exc
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:

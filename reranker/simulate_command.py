@@ -45,7 +45,8 @@ def merge_options(options: dict[str, Any],
     path = options.get("config_path")
     plan = load_plan(path) if path else {}
     for key, value in plan.items():
-        if convert is not None and key in DEFAULTS and value is not None:
+        if convert is not None and key in DEFAULTS and value is not None \
+                and not isinstance(value, dict):  # (evaluate may be {name, params})
             try:
                 plan[key] = convert(key, value)
             except ValueError as exc:
@@ -78,7 +79,7 @@ def run_simulate(options: dict[str, Any], console: Console | None = None,
                  convert: Callable[[str, Any], Any] | None = None) -> dict:
     console = console or Console(width=None if Console().is_terminal else 120)
     plan = merge_options(options, convert)
-    check_learners(plan["learners"], plan["params"])  # (before the data takes its time)
+    check_learners(plan["learners"], plan["params"], plan["evaluate"])  # (before the data)
     try:
         make_user(str(plan["click_model"]), 5)
     except ValueError as exc:
@@ -149,12 +150,15 @@ def run_simulate(options: dict[str, Any], console: Console | None = None,
     return document
 
 
-def check_learners(entries: list[Any], params: dict[str, dict]) -> None:
-    """Every learner named exists and takes its parameters, and every learner given
-    parameters by name is simulated: said before the data are read."""
+def check_learners(entries: list[Any], params: dict[str, dict], target: Any = None) -> None:
+    """Every learner named (and the ``evaluate`` target) exists and takes its parameters,
+    and every learner given parameters by name is simulated or the target: said before the
+    data are read."""
     from .plugins import get_plugin_manager, learner_class
 
     specs = learner_specs(entries, params, None)
+    if target is not None:
+        specs.append(_target(target, params))
     pm = get_plugin_manager()
     for spec in specs:
         cls = learner_class(pm, spec.name, "--learner")
@@ -163,6 +167,8 @@ def check_learners(entries: list[Any], params: dict[str, dict]) -> None:
         except ValueError as exc:
             raise ConfigError(f"--param: {exc}") from None
     named = {entry for entry in entries if isinstance(entry, str)}
+    if isinstance(target, str):
+        named.add(target)
     unused = sorted(set(params) - named)
     if unused:
         raise ConfigError(f"--param: parameters for learner {unused[0]!r}, which is not "

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import RerankerError, StoreError
+from .errors import ModelStoreError, RerankerError, StoreError
 from .events import Impression
 from .model import RankingModel
 from .model_store import ModelStore
@@ -148,13 +148,13 @@ class Trainer:
         folder = (models or self.models).dir
         progress = model.progress
         if progress.store_id is not None and progress.store_id != self.events.store_id:
-            raise StoreError(
+            raise ModelStoreError(
                 f"model version {model.version} in {folder} was trained from another "
                 f"event store than {self.events.location}; point store.models at a new folder "
                 f"(to start afresh) or the store section at the event store it was trained "
                 f"from")
         if progress.cursor > self.events.last_closed_seq():
-            raise StoreError(
+            raise ModelStoreError(
                 f"model version {model.version} in {folder} has applied impressions "
                 f"up to number {progress.cursor}, but {self.events.location} has only "
                 f"{self.events.last_closed_seq()}; the event store was reset or replaced")
@@ -168,8 +168,10 @@ class Trainer:
         for arm in self.arms:
             try:
                 report.add(arm.label, self._train_arm(arm))
-            except StoreError:
-                raise  # the event store's trouble is every arm's: the pass fails
+            except StoreError as exc:
+                if not isinstance(exc, ModelStoreError):
+                    raise  # the event store's trouble is every arm's: the pass fails
+                report.errors[arm.label] = self._arm_failed(arm, exc)
             except Exception as exc:  # noqa: BLE001 -- one arm's learner or model must not
                 # stop the others from learning
                 report.errors[arm.label] = self._arm_failed(arm, exc)
@@ -351,13 +353,13 @@ class Trainer:
                 log.exception("training pass failed")
             self.last_error = message
             self.last_run = self.clock()
-            self._record(None)
+            self.record(None)
             return None
         if not report.errors:
             if self.last_error is not None:
                 log.info("training passes succeed again")
             self.last_error = None
-        self._record(report)
+        self.record(report)
         for label, arm_report in report.arms.items():
             if arm_report.versions:
                 idle = "; ".join(f"{n} {why}" for why, n in arm_report.uninformative.items())
@@ -369,16 +371,23 @@ class Trainer:
                          f"; clicks that taught nothing: {idle}" if idle else "")
         return report
 
-    def _record(self, report: TrainReport | None) -> None:
+    def record(self, report: TrainReport | None) -> None:
         """Keep this pass's status in the event store, for the services that do not train
-        themselves (:meth:`reranker.stores.EventStore.record_trainer`); the cursors of the arms
-        the pass trained (the impressions applied, saved or not)."""
+        themselves (:meth:`reranker.stores.EventStore.record_trainer`): its error, the cursors
+        of the arms it trained (the impressions applied, saved or not) and how often passes
+        run (the loop's interval; for a single pass, as ``reranker train`` runs from a
+        scheduler, the time since the last pass recorded)."""
+        now = time.time()
         cursors = {} if report is None else {
             arm.id: report.arms[arm.label].cursor for arm in self.arms
             if arm.label in report.arms}
         try:
-            self.events.record_trainer({"last_run": time.time(), "last_error": self.last_error,
-                                        "cursors": cursors, "interval": self.interval})
+            interval = self.interval
+            if interval is None:
+                last = (self.events.trainer_status() or {}).get("last_run")
+                interval = now - last if isinstance(last, int | float) and last < now else None
+            self.events.record_trainer({"last_run": now, "last_error": self.last_error,
+                                        "cursors": cursors, "interval": interval})
         except RerankerError as exc:
             log.debug("the trainer's status was not kept: %s", exc.message)
 

@@ -349,6 +349,16 @@ def test_reranker_train_names_the_failing_arm_and_exits_1(workdir, monkeypatch):
     assert result.exit_code == 1, result.output
     assert "good: applied" in result.output and "saved model version 1" in result.output
     assert "Error: training arm bad (learner update_fails_test): " in result.output
+    # and the services sharing the store see it (a single pass, as from a scheduler)
+    from reranker.stores import open_event_store
+
+    events = open_event_store(load_config(config))
+    try:
+        status = events.trainer_status()
+    finally:
+        events.close()
+    assert "arm bad (learner update_fails_test)" in status["last_error"]
+    assert status["interval"] is None  # (the first pass recorded: no cadence yet)
 
 
 def test_a_slow_learner_trips_its_breaker_and_the_engines_order_serves(workdir):
@@ -565,3 +575,27 @@ def test_the_results_of_plugins_are_checked_and_those_of_built_in_learners_by_th
         name = "subclass_test"
 
     assert not Broken._built_in and not Subclass._built_in
+
+
+def test_one_arms_model_folder_in_trouble_leaves_the_other_arms_training(workdir):
+    server = serve_with(write_config(
+        workdir, trainer={"enabled": False, "feedback_window": 0.0},
+        experiment={"mode": "interleave", "name": "trial", "window": 50,
+                    "arms": {"bad": {"name": "lists_test"},
+                             "good": {"name": "preference_perceptron"}}}))
+    try:
+        for _ in range(4):
+            page = server.post("/search", {"query": "tea kettle"}).json()
+            for position in (5, 2):
+                server.post("/click", {"impression_id": page["impression_id"],
+                                       "doc_id": page["hits"][position]["id"]})
+        bad = server.service.by_label["bad"]
+        folder = bad.models.dir
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.write_text("not a folder")  # its models cannot be read
+        report = server.service.trainer.run_once(close_all=True)
+        assert report.arms["good"].versions
+        assert report.errors["bad"].startswith("arm bad (learner lists_test): store.models: ")
+    finally:
+        server.stop()

@@ -396,3 +396,31 @@ def test_while_the_server_is_unreachable_searches_answer_and_the_rest_fails_at_o
     finally:
         live.stop()
         cable.unplug()
+
+
+def test_a_pool_whose_connections_are_all_in_use_is_busy_not_unreachable(postgres_dsn):
+    """Every connection held (under load, each for up to store.timeout): an operation that
+    waits in vain fails alone, and the store is not taken for unreachable."""
+    store = PostgresStore(postgres_dsn, pool_size=1, timeout=0.5)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold():
+        with store._connection():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(StoreError):
+            store.pending(0)
+        assert store.unreachable_since is None
+    finally:
+        release.set()
+        holder.join()
+    try:
+        assert store.pending(0)["open_impressions"] == 0
+    finally:
+        store.close()

@@ -513,3 +513,19 @@ def test_kl_cost_of_a_perturbed_presentation():
             assert cost(item) == pytest.approx(-np.log(chance) if chance > 0 else np.inf)
     assert cost(0) == pytest.approx(-np.log(1 - p / 2))
     assert cost(1) == pytest.approx(-np.log(p / 2)) and cost(2) == np.inf
+
+
+def test_the_evaluate_target_may_be_a_mapping_or_take_params_by_name(tiny, tmp_path):
+    train, test = tiny
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"train: {train[0]}\ntest: {test}\nlearners: [random]\nimpressions: 60\n"
+                    f"runs: 1\nout: o\nevaluate: {{name: noregret_klrank, params: "
+                    f"{{prior_steps: 0}}}}\n")
+    run_cli("simulate", "--config", str(plan), "--workers", "1")
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert "off_policy" in summary["learners"]["random"]
+    result = run_cli("simulate", "--train", str(train[0]), "--test", str(test), "--learner",
+                     "random", "--evaluate", "noregret_klrank", "--param",
+                     "noregret_klrank.prior_steps=0", "--impressions", "60", "--runs", "1",
+                     "--workers", "1", "--out", str(tmp_path / "o2"), check=False)
+    assert result.returncode == 0, result.stderr

@@ -210,6 +210,7 @@ class PostgresStore(SQLEventStore):
         self.unreachable_since: float | None = None
         self._outage_lock = threading.Lock()
         self._closed = threading.Event()
+        self._reconnecting: threading.Thread | None = None
 
     def _new_pool(self):
         _, psycopg_pool = _driver()
@@ -238,19 +239,27 @@ class PostgresStore(SQLEventStore):
 
     def _unreachable(self, exc: BaseException) -> None:
         """Called with an error of an operation: a connection the pool could not give
-        within the timeout starts an outage (and its thread of reconnection attempts)."""
-        _, psycopg_pool = _driver()
-        if not isinstance(exc, psycopg_pool.PoolTimeout):
+        within the timeout, when a new one cannot be made either, starts an outage (and its
+        thread of reconnection attempts). When a new connection can be made, the pool was
+        only busy (every connection in use, under load): that operation fails alone."""
+        psycopg, psycopg_pool = _driver()
+        if not isinstance(exc, psycopg_pool.PoolTimeout) or self.unreachable_since is not None:
             return
+        try:
+            psycopg.connect(self.dsn, **self._connect_args).close()
+            return
+        except psycopg.Error:
+            pass
         with self._outage_lock:
             if self.unreachable_since is not None or self._closed.is_set():
                 return
             self.unreachable_since = time.monotonic()
+            self._reconnecting = threading.Thread(
+                target=self._reconnect, name="reranker-store-reconnect", daemon=True)
+            self._reconnecting.start()
         log.warning("event store %s is unreachable (%s); operations fail at once until a "
                     "new connection succeeds, tried every %g s", self.location,
                     self._error_text(exc), RECONNECT_EVERY)
-        threading.Thread(target=self._reconnect, name="reranker-store-reconnect",
-                         daemon=True).start()
 
     def _reconnect(self) -> None:
         psycopg, _ = _driver()
@@ -259,11 +268,14 @@ class PostgresStore(SQLEventStore):
                 psycopg.connect(self.dsn, **self._connect_args).close()
             except psycopg.Error:
                 continue
-            old, self._pool = self._pool, self._new_pool()
-            try:
-                self._pool.open(wait=False)
-            finally:
-                since, self.unreachable_since = self.unreachable_since, None
+            with self._outage_lock:  # (close() takes it too: no pool opens after it)
+                if self._closed.is_set():
+                    return
+                old, self._pool = self._pool, self._new_pool()
+                try:
+                    self._pool.open(wait=False)
+                finally:
+                    since, self.unreachable_since = self.unreachable_since, None
             log.info("event store %s answers again (after %.0f s)", self.location,
                      time.monotonic() - (since or time.monotonic()))
             with contextlib.suppress(Exception):
@@ -377,8 +389,13 @@ class PostgresStore(SQLEventStore):
                 "current_schema() AND c.relname = ANY(%s)", (list(TABLES),)).fetchone()[0])
 
     def close(self) -> None:
+        thread = None
         if hasattr(self, "_closed"):
-            self._closed.set()
+            with self._outage_lock:
+                self._closed.set()
+                thread = self._reconnecting
+        if thread is not None:
+            thread.join(timeout=self.timeout + 5)  # (at most one connection attempt)
         self._stop_writers()
         if self._pool is not None:
             self._pool.close()
