@@ -4,6 +4,7 @@ stand-in (8.x and 9.x answers, errors, timeouts, dropped connections)."""
 import time
 
 import es_scenarios as scenarios
+import numpy as np
 import pytest
 import requests
 from conftest import LiveServer, run_cli, write_config, write_docs
@@ -362,10 +363,11 @@ def test_an_index_of_a_remote_cluster_can_be_wrapped(es8, tmp_path, corpus):
         scenarios.backend_for(missing).open()
 
 
-def test_a_date_field_is_a_numeric_feature_in_epoch_milliseconds(es8, tmp_path):
+def test_a_date_field_is_a_numeric_feature_in_days(es8, tmp_path):
     """A date is usually text in ``_source``: it is read from the doc values as epoch
-    milliseconds instead; a number the document holds as text (which Elasticsearch indexes
-    as a number) counts as that number."""
+    milliseconds instead, and given in days since 1970 (in milliseconds every date after 2001
+    would be clipped to the features' bound, one value for all); a number the document holds
+    as text (which Elasticsearch indexes as a number) counts as that number."""
     name = scenarios.unique_index()  # the site's own index, loaded by its own pipeline
     mapping = {"properties": {"id": {"type": "keyword"}, "title": {"type": "text"},
                               "published": {"type": "date"}, "price": {"type": "double"}}}
@@ -384,9 +386,17 @@ def test_a_date_field_is_a_numeric_feature_in_epoch_milliseconds(es8, tmp_path):
         assert backend.date_fields == ("published",)
         candidates = backend.search("tea", 10)
         values = dict(zip(candidates.ids, candidates.numeric.tolist(), strict=True))
-        assert values["a"] == [1709294400000.0, 4.5]
-        assert values["b"] == [1709337600000.0, 3.0]
+        assert values["a"] == [19783.5, 4.5]  # 2024-03-01 at noon
+        assert values["b"] == [19784.0, 3.0]
         assert all(v != v for v in values["c"])  # missing: NaN, then features.missing_value
+        from reranker.config import load_config
+        from reranker.features import FeatureSpec
+
+        spec = FeatureSpec.from_config(load_config(path))
+        column = spec.names.index("field_value:published")
+        X = spec.build(candidates, np.zeros((len(candidates), 2)) if spec.click_features
+                       else None)
+        assert len(set(X[:2, column].tolist())) == 2  # newer and older, told apart
         body = backend.request_body("tea", 10)
         assert body["docvalue_fields"] == [{"field": "published", "format": "epoch_millis"}]
         assert body["_source"] == ["price"]
@@ -484,3 +494,75 @@ def test_reranker_index_maps_numbers_as_doubles(es8, tmp_path):
                                                                  "rating": 4.5}])))
     assert es8.indices[load_config(path).backend.index].properties["rating"] == {
         "type": "double"}
+
+
+def test_health_asks_the_index_so_a_missing_index_or_alias_shows(es8, tmp_path):
+    """/healthz and /readyz ask the index, not the server: an alias removed, or the index
+    deleted, while the cluster answers, makes every search fail, and health says so."""
+    name = scenarios.unique_index()
+    requests.put(f"{es8.url}/{name}", json={"mappings": {"properties": {
+        "id": {"type": "keyword"}, "title": {"type": "text"}}}}, timeout=10).raise_for_status()
+    es8.indices[name].put("a", {"id": "a", "title": "green tea"})
+    backend = scenarios.backend_for(scenarios.es_config(
+        tmp_path, es8.url, name, fields=["title"],
+        sections={"features": {"numeric_fields": []}}))
+    backend.open()
+    try:
+        assert backend.health()["status"] == "ok"
+        del es8.indices[name]
+        health = backend.health()
+        assert health["status"] == "unavailable" and "no such index" in health["error"]
+    finally:
+        backend.close()
+
+
+def test_an_unreachable_cluster_is_named_without_its_connection_details(tmp_path):
+    """The client's own text names the host and port, and a URL may hold a password: the
+    message keeps the configured hosts without credentials, and says why in a few words."""
+    import socket
+
+    from reranker.errors import BackendUnavailableError
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    backend = scenarios.backend_for(scenarios.es_config(
+        tmp_path, f"http://elastic:s3cret-pw@127.0.0.1:{port}", "products", fields=["title"]))
+    with pytest.raises(BackendUnavailableError) as info:
+        backend.open()
+    message = info.value.message
+    assert "connection refused" in message and "s3cret-pw" not in message
+    assert f"http://127.0.0.1:{port}" in message and "port=" not in message
+
+
+@pytest.mark.parametrize("backend_extra, numeric, words", [
+    ({"filter_fields": ["color_text"]}, [],
+     "backend.filter_fields: {index!r} maps 'color_text' as text; filters and facets need a "
+     "keyword, number, boolean or date field (a text field often has a keyword sub-field, "
+     "such as 'color_text.keyword')"),
+    ({"filter_fields": ["variants.color"]}, [],
+     "'variants.color' is inside a nested field of {index!r}"),
+    ({}, ["variants.stock"], "'variants.stock' is inside a nested field of {index!r}"),
+    ({"fields": ["titel"], "feature_queries": {
+        "phrase": {"match_phrase": {"title": "{{query}}"}}}}, [],
+     "backend.fields: the mapping of {index!r} has no field 'titel'; did you mean 'title'?"),
+])
+def test_fields_that_filters_features_or_the_retrieval_cannot_use_are_refused_at_start_up(
+        es8, tmp_path, backend_extra, numeric, words):
+    """A text field as a filter, a field inside a nested object (a filter or a feature), or
+    a misspelt field of the default retrieval beside feature queries: each fails at every
+    search or matches nothing, so start-up names it."""
+    name = scenarios.unique_index()
+    mapping = {"properties": {
+        "id": {"type": "keyword"}, "title": {"type": "text"},
+        "color_text": {"type": "text", "fields": {"keyword": {"type": "keyword"}}},
+        "variants": {"type": "nested", "properties": {"color": {"type": "keyword"},
+                                                      "stock": {"type": "integer"}}}}}
+    requests.put(f"{es8.url}/{name}", json={"mappings": mapping}, timeout=10).raise_for_status()
+    es8.indices[name].put("a", {"id": "a", "title": "green tea", "color_text": "green"})
+    backend = scenarios.backend_for(scenarios.es_config(
+        tmp_path, es8.url, name, **{"fields": ["title"], **backend_extra},
+        sections={"features": {"numeric_fields": numeric}}))
+    with pytest.raises(BackendError) as info:
+        backend.open()
+    assert words.format(index=name) in info.value.message, info.value.message

@@ -229,7 +229,7 @@ class ElasticsearchBackend(Backend):
         self.numeric_fields = tuple(config.features.numeric_fields)
         #: The numeric fields mapped as dates (read at start-up): their values come as epoch
         #: milliseconds from the documents' doc values, not from ``_source``, where a date
-        #: is usually text.
+        #: is usually text, and are given in days (:data:`MS_PER_DAY`).
         self.date_fields: tuple[str, ...] = ()
         self.id_field = backend.id_field
         self.timeout = backend.request_timeout
@@ -362,8 +362,13 @@ class ElasticsearchBackend(Backend):
         self.server_version = number
 
     def _where(self) -> str:
+        """The cluster, for messages: its hosts without any credentials written into them,
+        or the Elastic Cloud deployment's name (the part of the cloud id before ``:``; the
+        rest encodes its host names)."""
         backend = self.config.backend
-        return f"cloud id {backend.cloud_id}" if backend.cloud_id else ", ".join(backend.hosts)
+        if backend.cloud_id:
+            return f"Elastic Cloud deployment {backend.cloud_id.split(':', 1)[0]!r}"
+        return ", ".join(re.sub(r"//[^/@]*@", "//", host) for host in backend.hosts)
 
     def _call(self, func: Callable[[], Any], what: str) -> Any:
         """Run a client call; unreachable or slow clusters become 503s, refusals name what
@@ -375,9 +380,9 @@ class ElasticsearchBackend(Backend):
         except ConnectionTimeout as exc:
             raise BackendUnavailableError(f"Elasticsearch at {self._where()} did not answer "
                                           f"within {self.timeout:g}s while {what}") from exc
-        except ConnectionError as exc:
+        except ConnectionError as exc:  # (what failed, without the client's host and port)
             raise BackendUnavailableError(f"Elasticsearch at {self._where()} is unreachable "
-                                          f"while {what}: {_short(exc)}") from exc
+                                          f"while {what}: {_connection_failure(exc)}") from exc
         except ApiError as exc:
             reason = _error_reason(exc)
             if exc.status_code in (429, 502, 503, 504):
@@ -450,7 +455,9 @@ class ElasticsearchBackend(Backend):
         backend = self.config.backend
         checks = [("features.numeric_fields", self.numeric_fields),
                   ("backend.filter_fields", backend.filter_fields)]
-        if not backend.feature_queries and not backend.ltr_featureset:
+        default_retrieval = backend.query is None and backend.template is None \
+            and backend.template_id is None  # (a multi_match over backend.fields)
+        if default_retrieval or (not backend.feature_queries and not backend.ltr_featureset):
             checks.insert(0, ("backend.fields", self.fields))
         for key, fields in checks:
             for field in fields:
@@ -469,6 +476,24 @@ class ElasticsearchBackend(Backend):
                                    f"{' and '.join(kinds)}, not as a number or a date; map it "
                                    f"as one (or reindex the values as JSON numbers)")
         self.date_fields = tuple(f for f in self.numeric_fields if f in dates)
+        for field in backend.filter_fields:  # terms and range clauses, terms aggregations
+            kinds = set(types[field])
+            if not kinds <= FILTER_TYPES:
+                raise BackendError(
+                    f"backend.filter_fields: {self.index!r} maps {field!r} as "
+                    f"{' and '.join(sorted(kinds))}; filters and facets need a keyword, "
+                    f"number, boolean or date field" + (
+                        " (a text field often has a keyword sub-field, such as "
+                        f"{field + '.keyword'!r})" if "text" in kinds else "") + (
+                        " (a field inside a nested object needs nested queries, which "
+                        "filters do not make)" if kinds & {"nested", "object"} else ""))
+        nested = sorted({f for f in (*self.numeric_fields, *backend.filter_fields)
+                         for prefix in _prefixes(f) if "nested" in types.get(prefix, ())})
+        if nested:
+            raise BackendError(f"{nested[0]!r} is inside a nested field of {self.index!r}: "
+                               f"its values are separate documents to Elasticsearch, which "
+                               f"neither _source features nor filters read; copy it to the "
+                               f"document itself (or use feature_queries with a nested query)")
 
     def _validate(self, query: dict[str, Any], what: str) -> None:
         result = self._call(lambda: self.es.indices.validate_query(
@@ -586,11 +611,11 @@ class ElasticsearchBackend(Backend):
         for i, hit in enumerate(hits):
             source = hit.get("_source") or {}
             for j, field in enumerate(self.numeric_fields):
-                if field in dates:  # epoch milliseconds, as text
+                if field in dates:  # epoch milliseconds, as text: in days
                     value = ((hit.get("fields") or {}).get(field) or [None])[0]
+                    numeric[i, j] = numeric_value(value) / MS_PER_DAY
                 else:
-                    value = field_value(source, field)
-                numeric[i, j] = numeric_value(value)
+                    numeric[i, j] = numeric_value(field_value(source, field))
         total = response.get("hits", {}).get("total")
         total = total.get("value") if isinstance(total, dict) else total
         facets, aggregations = {}, {}
@@ -770,13 +795,10 @@ class ElasticsearchBackend(Backend):
     def health(self) -> dict[str, Any]:
         state: dict[str, Any] = {"type": self.name, "index": self.index,
                                  "version": self.server_version}
-        try:
+        try:  # (the index itself answers: a missing alias, or a cluster too slow, shows)
             client = self.es.options(request_timeout=min(self.timeout, 1.0))
-            if self._info_forbidden:  # the index answers a search, then
-                self._call(lambda: client.search(index=self.index, size=0,
-                                                 track_total_hits=False), "checking health")
-            else:
-                self._call(lambda: client.info(), "checking health")
+            self._call(lambda: client.search(index=self.index, size=0, track_total_hits=False),
+                       "checking health")
             state["status"] = "ok"
         except Exception as exc:  # noqa: BLE001 -- health reports, never raises
             state["status"] = "unavailable"
@@ -790,8 +812,23 @@ class ElasticsearchBackend(Backend):
 
 NUMERIC_TYPES = {"long", "integer", "short", "byte", "double", "float", "half_float",
                  "scaled_float", "unsigned_long"}
-#: Read as epoch milliseconds from doc values (:attr:`ElasticsearchBackend.date_fields`).
+#: What a filter or facet works on (terms and range clauses, terms aggregations).
+FILTER_TYPES = {"keyword", "constant_keyword", "boolean", "ip", *NUMERIC_TYPES, "date",
+                "date_nanos"}
+
+
+def _prefixes(field: str) -> list[str]:
+    """The object paths above a dotted field: ``a.b.c`` -> ``a``, ``a.b``."""
+    parts = field.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+#: Read as epoch milliseconds from doc values (:attr:`ElasticsearchBackend.date_fields`),
+#: and given as days since 1970-01-01 (a fraction for the time of day): in milliseconds, a
+#: date after 2001 would be beyond the features' bound of 1e12
+#: (:attr:`reranker.features.FeatureSpec.LIMIT`).
 DATE_TYPES = {"date", "date_nanos"}
+MS_PER_DAY = 86_400_000.0
 
 
 class _NothingIndexed(Exception):
@@ -860,6 +897,24 @@ def _ltr_values(hit: dict[str, Any]) -> dict[str, float]:
     logs = (hit.get("fields") or {}).get("_ltrlog") or []
     entries = logs[0].get("reranker", []) if logs else []
     return {entry["name"]: entry.get("value", 0.0) for entry in entries}
+
+
+def _connection_failure(exc: Exception) -> str:
+    """Why a connection failed, in a few words (the client's text names the host and port,
+    which a public answer must not)."""
+    text = str(exc).lower()
+    for words, reason in (("refused", "connection refused"),
+                          ("name or service not known", "the host name does not resolve"),
+                          ("nodename nor servname", "the host name does not resolve"),
+                          ("temporary failure in name resolution",
+                           "the host name does not resolve"),
+                          ("certificate", "its TLS certificate was not accepted"),
+                          ("ssl", "the TLS handshake failed"),
+                          ("reset", "the connection was reset"),
+                          ("timed out", "the connection timed out")):
+        if words in text:
+            return reason
+    return "the connection failed"
 
 
 def _short(exc: Exception) -> str:
