@@ -72,7 +72,8 @@ def index(config_path: str | None, documents: str, recreate: bool) -> None:
     # (checked before the backend writes or deletes anything)
     checked = checked_documents(read_jsonl(documents, unreadable), config, unreadable,
                                 source=documents,
-                                adding=not recreate and backend.index_exists() is True)
+                                adding=not recreate and backend.index_exists() is True,
+                                takes_as_number=backend.takes_as_number)
     with progress_bar("indexing documents") as advance:
         report = backend.index_documents(checked, recreate=recreate, progress=advance)
     report.failed[:0] = unreadable

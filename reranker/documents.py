@@ -7,7 +7,7 @@ import itertools
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,9 @@ def field_value(doc: dict[str, Any], field: str) -> Any:
 
 def checked_documents(documents: Iterable[tuple[str, dict[str, Any]]], config,
                       failures: list[tuple[str, str]], source: str = "the input",
-                      adding: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+                      adding: bool = False,
+                      takes_as_number: Callable[[str, Any], bool] | None = None
+                      ) -> Iterator[tuple[str, dict[str, Any]]]:
     """The documents, checked against the configured fields.
 
     Checked at once, before the backend writes (or, with ``--recreate``, deletes) anything:
@@ -94,15 +96,19 @@ def checked_documents(documents: Iterable[tuple[str, dict[str, Any]]], config,
                 raise DataError(f"{key}: none of the first {len(head)} documents holds a "
                                 f"field {field!r}{did_you_mean(field, keys)} (they hold: "
                                 f"{shown}); fix the config or the documents")
-    return _numbers_checked(itertools.chain(head, iterator), config, failures)
+    return _numbers_checked(itertools.chain(head, iterator), config, failures,
+                            takes_as_number)
 
 
 def _numbers_checked(documents: Iterator[tuple[str, dict[str, Any]]], config,
-                     failures: list[tuple[str, str]]) -> Iterator[tuple[str, dict[str, Any]]]:
+                     failures: list[tuple[str, str]],
+                     takes: Callable[[str, Any], bool] | None = None
+                     ) -> Iterator[tuple[str, dict[str, Any]]]:
     numeric = config.features.numeric_fields
+    takes = takes or (lambda field, value: _finite_number(value))
     for where, doc in documents:
         bad = next(((f, v) for f in numeric if (v := field_value(doc, f)) is not None
-                    and not _finite_number(v)), None)
+                    and not takes(f, v)), None)
         if bad is not None:
             doc_id = doc.get(config.backend.id_field)
             held = repr(bad[1])

@@ -566,3 +566,33 @@ def test_fields_that_filters_features_or_the_retrieval_cannot_use_are_refused_at
     with pytest.raises(BackendError) as info:
         backend.open()
     assert words.format(index=name) in info.value.message, info.value.message
+
+
+def test_reranker_index_takes_dates_and_numbers_as_text_as_elasticsearch_does(es8, tmp_path):
+    """Into Elasticsearch, a numeric feature may be a number held as text, or a date where
+    the given mapping maps it as one; other text is still refused by name."""
+    import json as json_module
+
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text(json_module.dumps({"properties": {
+        "id": {"type": "keyword"}, "title": {"type": "text"}, "price": {"type": "double"},
+        "released": {"type": "date"}}}))
+    docs = [{"id": "a", "title": "green tea", "price": "4.50", "released": "2023-09-16"},
+            {"id": "b", "title": "black tea", "price": 3, "released": "2024-01-02T10:00:00Z"},
+            {"id": "c", "title": "tea pot", "price": "cheap", "released": "2024-02-01"}]
+    name = scenarios.unique_index()
+    path = scenarios.es_config(tmp_path, es8.url, name, fields=["title"],
+                               mapping=str(mapping),
+                               sections={"features": {"numeric_fields": ["price",
+                                                                         "released"]}})
+    result = run_cli("index", "-c", str(path), str(write_docs(tmp_path, docs)), check=False)
+    assert "indexed 2 documents" in result.stdout, result.stdout + result.stderr
+    assert "numeric field 'price' holds 'cheap'" in result.stderr
+    backend = scenarios.backend_for(path)
+    backend.open()
+    try:
+        values = dict(zip(backend.search("tea", 10).ids,
+                          backend.search("tea", 10).numeric.tolist(), strict=True))
+        assert values["a"] == [4.5, 19616.0]  # 2023-09-16, in days
+    finally:
+        backend.close()

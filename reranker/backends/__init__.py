@@ -82,6 +82,14 @@ class Backend(ABC):
         """Add or replace documents given as ``(where, document)`` pairs, ``where`` naming the
         source line for error reports; call ``progress(k)`` after each ``k`` documents."""
 
+    def takes_as_number(self, field: str, value: Any) -> bool:
+        """Whether ``reranker index`` may load ``value`` into the numeric field ``field``
+        (``features.numeric_fields``): a JSON number within a float's range, unless the
+        engine reads more (Elasticsearch: numbers as text, and dates into a field its
+        mapping maps as a date)."""
+        return not isinstance(value, bool) and isinstance(value, int | float) \
+            and math.isfinite(numeric_value(value))
+
     def index_exists(self) -> bool | None:
         """Whether the configured index exists already (``reranker index`` then adds to an
         index whose fields earlier runs checked); None when the backend cannot tell."""

@@ -712,6 +712,30 @@ class ElasticsearchBackend(Backend):
             raise BackendError(f"backend.mapping: {path} must hold a JSON object")
         return mapping.get("mappings", mapping)
 
+    def takes_as_number(self, field: str, value: Any) -> bool:
+        """A number, a number as text (which Elasticsearch indexes as a number), or any
+        text in a field ``backend.mapping`` maps as a date (Elasticsearch parses it, and
+        refuses a bad one for that document alone)."""
+        if isinstance(value, str):
+            if field in self._mapped_dates():
+                return True
+            return math.isfinite(numeric_value(value))
+        return super().takes_as_number(field, value)
+
+    def _mapped_dates(self) -> set[str]:
+        """The fields the mapping ``reranker index`` creates maps as dates."""
+        if self.__dict__.get("_dates_mapped") is None:
+            dates, todo = set(), [("", self._mapping().get("properties") or {})]
+            while todo:
+                prefix, properties = todo.pop()
+                for name, spec in properties.items():
+                    if isinstance(spec, dict):
+                        if spec.get("type") in DATE_TYPES:
+                            dates.add(prefix + name)
+                        todo.append((f"{prefix}{name}.", spec.get("properties") or {}))
+            self._dates_mapped = dates
+        return self._dates_mapped
+
     def index_documents(self, documents: Iterable[tuple[str, dict[str, Any]]], *,
                         recreate: bool = False,
                         progress: Callable[[int], None] | None = None) -> IndexReport:
