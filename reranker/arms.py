@@ -146,6 +146,10 @@ def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str, *,
         raise ConfigError(f"{params_key or where + '.params'}: {exc}") from exc
     learner = factory.new_learner()
     learner.validate_params()
+    try:  # (a parameter checked against the features, such as backend_order's feature)
+        factory.new()
+    except ValueError as exc:
+        raise ConfigError(f"{params_key or where + '.params'}: {exc}") from None
     spec = ArmSpec(label=label, learner=learner_cls.name, params=learner.get_params(),
                    depth=section["depth"], discount=section["discount"],
                    normalization=config.features.normalization,

@@ -620,6 +620,12 @@ def _check_experiment(experiment: Section, label: str) -> None:
     """The experiment section's keys that depend on each other; the arms' learner sections
     are checked when the arms are built (:func:`reranker.arms.arms_from_config`)."""
     if experiment.mode is None:
+        given = [key for key in ("arms", "shares", "control", "promote")
+                 if experiment[key] not in (None, {}, [], SCHEMA["experiment"][key].default)]
+        if given:  # (it would serve the learner section alone, without a word)
+            raise ConfigError(f"{label}: experiment.{given[0]} is given but experiment.mode "
+                              f"is not: set experiment.mode (interleave, multileave or split) "
+                              f"to run the experiment, or remove the section")
         return
     labels = list(experiment.arms)
     if len(labels) < 2:
@@ -643,6 +649,11 @@ def _check_experiment(experiment: Section, label: str) -> None:
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not share > 0:
             raise ConfigError(f"{label}: experiment.shares.{name} must be a positive number, "
                               f"got {share!r}")
+    missing = [name for name in labels if name not in experiment.shares]
+    if experiment.shares and missing:  # (0.9 for one of two arms would be 47% of the traffic)
+        raise ConfigError(f"{label}: experiment.shares gives no share to {', '.join(missing)}: "
+                          f"give every arm its share (they are relative: {{a: 9, b: 1}} is "
+                          f"90% and 10%), or none for equal shares")
     if experiment.control is not None and experiment.control not in labels:
         raise ConfigError(f"{label}: experiment.control {experiment.control!r} is not one of "
                           f"the arms ({', '.join(labels)})")

@@ -216,6 +216,13 @@ def test_an_event_store_of_schema_2_is_migrated(tmp_path):
     ({"mode": "split", "arms": {"a": PERCEPTRON,
                                 "b": {"name": "random", "params": {"x": 1}}}},
      "experiment.arms.b.params: learner 'random' has no parameter 'x'"),
+    ({"mode": "split", "arms": {"a": PERCEPTRON, "b": RANDOM}, "shares": {"a": 0.9}},
+     "experiment.shares gives no share to b: give every arm its share"),
+    ({"name": "forgot-mode", "arms": {"a": PERCEPTRON, "b": RANDOM}},
+     "experiment.arms is given but experiment.mode is not"),
+    ({"mode": "interleave", "arms": {"a": RANDOM, "b": {
+        "name": "backend_order", "params": {"feature": "field_score:titel"}}}},
+     "experiment.arms.b.params: .*no feature named 'field_score:titel'"),
 ])
 def test_bad_experiment_configs_name_the_key(workdir, experiment, message):
     path = write_config(workdir, experiment=experiment)
@@ -404,6 +411,7 @@ def test_the_guard_holds_a_losing_arm_and_promotes_a_winning_one(workdir, corpus
         status = server.get("/experiments").json()
         assert status["held"] == ["random"] and status["arms"]["random"]["status"] == "held"
         assert status["promoted"] is None
+        assert status["why"]["random"].startswith("lost to engine (win rate ")
         for _ in range(10):  # the losing arm is no longer served
             page = server.post("/search", {"query": "tea"}).json()
             assert page["arm"] == "engine" and page["experiment"] is None
@@ -600,3 +608,45 @@ def test_report_and_promote_name_a_store_that_is_not_there(workdir):
         result = run_cli(*command, "-c", str(missing), check=False)
         assert result.returncode == 1 and "nowhere.sqlite does not exist" in result.stderr
     assert not (workdir / "nowhere.sqlite").exists()
+
+
+def test_an_arm_removed_from_the_config_leaves_the_others_clicks_on_their_pages_as_they_were():
+    """Multileaved pages of three arms, read again by the two that stay: each keeps the
+    clicks of the pages it took part in, the removed arm's included."""
+    from reranker.experiments.experiment import ExperimentSpec
+    from reranker.experiments.outcomes import Tally
+
+    def tally(labels):
+        counted = Tally(ExperimentSpec(name="m", mode="multileave", labels=labels,
+                                       shares={label: 1.0 for label in labels}))
+        counted.add(None, ["a", "b", "c", "a", "b", "c"], 6, [2, 3, 6])
+        return counted.page_clicks
+
+    assert tally(("a", "b", "c")) == {"a": 3, "b": 3, "c": 3}
+    assert tally(("a", "b")) == {"a": 3, "b": 3}
+
+
+def test_a_promotion_of_an_arm_removed_from_the_config_is_void(workdir, corpus):
+    """The promoted arm taken out of the configuration: the experiment runs again among the
+    arms that stay (as the searches already did), /experiments says so, and the guard acts
+    again."""
+    arms = {"engine": ENGINE, "random": RANDOM, "perceptron": PERCEPTRON}
+    path = experiment_config(workdir, mode="multileave", arms=arms, control="engine")
+    server = LiveServer(path)
+    try:
+        users_search(server, corpus, 30)
+    finally:
+        server.stop()
+    run_cli("promote", "-c", str(path), "random")
+    path = experiment_config(workdir, mode="multileave",
+                             arms={"engine": ENGINE, "perceptron": PERCEPTRON},
+                             control="engine")
+    server = LiveServer(path)
+    try:
+        status = server.get("/experiments").json()
+        assert status["status"] == "running" and status["promoted"] is None
+        assert "'random' was promoted but is no longer one of the arms" in status["note"]
+        assert {arm["status"] for arm in status["arms"].values()} == {"serving"}
+        assert server.service.experiment.promoted() is None
+    finally:
+        server.stop()

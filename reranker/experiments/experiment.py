@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..config import parse_time
-from ..errors import ConfigError, NotFoundError
+from ..errors import ConfigError, NotFoundError, StoreError
 from ..stores import EventStore, open_event_store
 from .outcomes import Tally
 
@@ -206,7 +206,8 @@ class Experiment:
         state = self.state()
         impressions, pairs, summaries = self.results()
         now = self.clock()
-        if state.get("promoted"):
+        promoted = self.promoted(state)
+        if promoted:
             status = "promoted"
         elif spec.start is not None and now < spec.start:
             status = "not started"
@@ -217,20 +218,34 @@ class Experiment:
         held = state.get("held", {})
         document_arms = {}
         for label in spec.labels:
-            role = "promoted" if state.get("promoted") == label else \
-                "held" if label in held else "serving"
-            if state.get("promoted") and role == "serving":
+            role = "promoted" if promoted == label else "held" if label in held else "serving"
+            if promoted and role == "serving":
                 role = "stopped"
+            elif status in ("not started", "stopped") and label != spec.control:
+                role = "waiting" if status == "not started" else "stopped"
             document_arms[label] = {**arms.get(label, {}), **summaries[label],
                                     "status": role,
                                     "control": label == spec.control}
-        return {"experiment": spec.name, "mode": spec.mode, "status": status,
-                "alpha": spec.alpha,
-                "test": "mixture sequential probability ratio test (always valid), "
-                        f"Beta({spec.mixture:g}, {spec.mixture:g}) mixture",
-                "impressions": impressions, "updated": now,
-                "promoted": state.get("promoted"), "held": sorted(held),
-                "arms": document_arms, "pairs": pairs}
+        document = {"experiment": spec.name, "mode": spec.mode, "status": status,
+                    "alpha": spec.alpha,
+                    "test": "mixture sequential probability ratio test (always valid), "
+                            f"Beta({spec.mixture:g}, {spec.mixture:g}) mixture",
+                    "impressions": impressions, "updated": now,
+                    "promoted": promoted, "held": sorted(held),
+                    "why": {**({promoted: state.get("promoted_because")} if promoted else {}),
+                            **{label: (why.get("because") if isinstance(why, dict) else why)
+                               for label, why in held.items()}},
+                    "arms": document_arms, "pairs": pairs}
+        if state.get("promoted") and not promoted:
+            document["note"] = (f"arm {state['promoted']!r} was promoted but is no longer one "
+                                f"of the arms: the experiment runs again")
+        return document
+
+    def promoted(self, state: dict[str, Any] | None = None) -> str | None:
+        """The promoted arm, if it is still one of the configured arms (a promotion of an arm
+        removed from the configuration since is void: the experiment runs again)."""
+        label = (self.state() if state is None else state).get("promoted")
+        return label if label in self.spec.labels else None
 
     def guard(self) -> str | None:
         """Guarded rollout (``promote: auto``): promote an arm that beats the control
@@ -239,7 +254,7 @@ class Experiment:
         if spec.promote != "auto":
             return None
         state = self.state(fresh=True)
-        if state.get("promoted"):
+        if self.promoted(state):
             return None
         winners = []
         for pair in self.results(arms=False)[1]:
@@ -285,10 +300,17 @@ def offline_status(config, pm) -> dict[str, Any]:
         experiment = require_experiment(config, events)
         arms = {}
         for arm in arms_from_config(config, pm):
-            version = max(arm.models.versions(), default=0)
+            # (what a service serves: the pinned version, else the newest good one)
+            try:
+                pinned = arm.models.pinned()
+            except StoreError:
+                pinned = None
+            version = arm.serving_version()
             for label in arm.labels:
                 arms[label] = {"id": arm.id, "learner": arm.spec.learner,
-                               "params": dict(arm.spec.params), "model_version": version}
+                               "params": dict(arm.spec.params),
+                               "model_version": version if version is not None else pinned,
+                               "pinned": pinned}
         return experiment.status(arms)
     finally:
         events.close()

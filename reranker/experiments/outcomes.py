@@ -105,7 +105,9 @@ class Tally:
             if not first[label]:
                 first[label] = 1.0 / position
             top[label] += position <= k
-        on_page = sum(credit.values())
+        # every click on the page, also those of an arm no longer configured (so that
+        # removing an arm does not rewrite the others' history)
+        on_page = sum(1 for position in positions if 1 <= position <= len(teams))
         for label in labels:
             self.metrics[label].append((credit[label], first[label], top[label]))
             self.clicks[label] += credit[label]
