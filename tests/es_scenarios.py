@@ -182,7 +182,7 @@ def scenario_start_up_checks_name_the_problem(tmp_path, url, corpus):
         ({"query": {"no_such_query": {"title": "{{query}}"}}}, "retrieval query"),
         ({"query": {"match": {"title": "fixed text"}}}, "no {{query}} placeholder"),
         ({"template": '{"query": {"match": {"title": "{{query}}", "x": "{{missing}}"}}}'},
-         "retrieval query"),
+         "the template uses {{missing}}, which backend.template_params does not give"),
         ({"template": '{"query": {"match": {"title": "{{query}}"}}, "sort": ["_doc"]}'},
          "render the query, and aggregations if any, alone"),
         ({"template": '{"query": {"match": {"title": "{{query}"}}}'}, "does not render"),
@@ -194,6 +194,12 @@ def scenario_start_up_checks_name_the_problem(tmp_path, url, corpus):
             backend = backend_for(es_config(tmp_path, url, **settings))
             backend.open()
         assert message in info.value.message, info.value.message
+    # a parameter with a default (an inverted section) may be left out
+    backend = backend_for(es_config(tmp_path, url, index=index, template=(
+        '{"query": {"match": {"title": {"query": "{{query}}", "boost": '
+        '{{boost}}{{^boost}}1{{/boost}}}}}}')))
+    backend.open()
+    backend.close()
 
 
 def scenario_bulk_failures_name_the_documents(tmp_path, url):

@@ -167,6 +167,20 @@ class TemplateQuery:
         self.source = self._TO_JSON.sub(to_raw_variable, source)
         self._renderer = pystache.Renderer(escape=lambda s: json.dumps(s)[1:-1],
                                            missing_tags="ignore")
+        # A variable no parameter gives renders empty, which breaks the JSON or matches
+        # nothing; one inside a section of its own name, or with an inverted section (a
+        # default: {{x}}{{^x}}1{{/x}}), is meant to be optional.
+        variables = {m.group(1).split(".")[0]
+                     for m in re.finditer(r"\{\{\{?\s*([A-Za-z_][\w.]*)\s*\}?\}\}", source)}
+        guarded = {m.group(1).split(".")[0]
+                   for m in re.finditer(r"\{\{\s*[#^]\s*([A-Za-z_][\w.]*)\s*\}\}", source)}
+        missing = sorted(variables - guarded - set(self.params) - {"query"}
+                         - {name for _, name in self._json_params} - {"toJson"})
+        if missing:
+            raise BackendError(f"{where}: the template uses {{{{{missing[0]}}}}}, which "
+                               f"backend.template_params does not give (a missing parameter "
+                               f"renders empty); add it there, or give a default with "
+                               f"{{{{^{missing[0]}}}}}...{{{{/{missing[0]}}}}}")
 
     def render(self, text: str) -> dict[str, Any]:
         """The retrieval query for the user's ``text``."""
@@ -388,7 +402,11 @@ class ElasticsearchBackend(Backend):
             if exc.status_code in (429, 502, 503, 504):
                 raise BackendUnavailableError(f"Elasticsearch is unavailable while {what}: "
                                               f"{reason}") from exc
-            raise BackendError(f"Elasticsearch refused {what}: {reason}",
+            hint = ""
+            if exc.status_code == 401:  # (which keys give the credentials)
+                hint = ("; check the credentials that backend.api_key_env, or backend.username "
+                        "and backend.password_env, name")
+            raise BackendError(f"Elasticsearch refused {what}: {reason}{hint}",
                                status=502) from exc
         except TransportError as exc:
             raise BackendUnavailableError(f"Elasticsearch failed while {what}: "
@@ -448,8 +466,8 @@ class ElasticsearchBackend(Backend):
         answer = self._call(field_caps, f"reading the fields of {self.index!r}")
         if not answer or not answer.get("indices"):
             raise BackendError(f"backend.index: no index or alias {self.index!r} in "
-                               f"Elasticsearch at {self._where()}; run `reranker index` to "
-                               f"create it")
+                               f"Elasticsearch at {self._where()}; check the name (an existing "
+                               f"index, alias or pattern), or run `reranker index` to create it")
         types = {field: sorted(kinds) for field, kinds in (answer.get("fields") or {}).items()
                  if not any(caps.get("metadata_field") for caps in kinds.values())}
         backend = self.config.backend
