@@ -367,15 +367,29 @@ def promote(config_path: str | None, arm: str, force: bool) -> None:
     events = open_event_store(config, existing=True)
     try:
         experiment = require_experiment(config, events)
-        held = experiment.state(fresh=True).get("held", {})
+        state = experiment.state(fresh=True)
+        held = state.get("held", {})
         if arm in held and not force:
             why = held[arm].get("because", "it lost to the control")
             raise click.ClickException(f"arm {arm!r} is held ({why}): it is not served any "
                                        f"more; promote it anyway with --force")
+        losses = [pair for pair in experiment.results(arms=False)[1]
+                  if arm in pair["arms"] and pair["significant"] and pair["winner"] != arm]
+        if losses and not force:
+            pair = losses[0]
+            raise click.ClickException(
+                f"arm {arm!r} loses to {pair['winner']!r} significantly (wins "
+                f"{pair['wins']}, losses {pair['losses']}, always-valid p "
+                f"{pair['always_valid_p']:.2g}, first arm {pair['arms'][0]!r}); promote it "
+                f"anyway with --force")
+        before = experiment.promoted(state)
         state = experiment.promote(arm, "promoted with `reranker promote`"
-                                   + (" --force, held before" if arm in held else ""))
+                                   + (" --force, held before" if arm in held else "")
+                                   + (" --force, losing" if losses else ""))
     finally:
         events.close()
+    if before is not None and before != arm:
+        click.echo(f"(this replaces the promotion of {before!r})")
     chosen = next(a for a in arms_from_config(config, get_plugin_manager()) if arm in a.labels)
     section = {"name": chosen.spec.learner,
                "params": dict(config.experiment.arms[arm].get("params", {})),

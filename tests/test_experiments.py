@@ -650,3 +650,22 @@ def test_a_promotion_of_an_arm_removed_from_the_config_is_void(workdir, corpus):
         assert server.service.experiment.promoted() is None
     finally:
         server.stop()
+
+
+def test_promoting_a_significant_loser_by_hand_takes_force_and_a_replaced_promotion_is_said(
+        workdir, corpus):
+    path = experiment_config(workdir, arms={"engine": ENGINE, "random": RANDOM})
+    server = LiveServer(path)
+    try:
+        users_search(server, corpus, 300)
+        server.service.trainer.run_once(close_all=True)
+        (pair,) = server.get("/experiments").json()["pairs"]
+        assert pair["significant"] and pair["winner"] == "engine"
+        refused = run_cli("promote", "-c", str(path), "random", check=False)
+        assert refused.returncode == 1 and "arm 'random' loses to 'engine' significantly" \
+            in refused.stderr and "--force" in refused.stderr
+        run_cli("promote", "-c", str(path), "engine")
+        replaced = run_cli("promote", "-c", str(path), "random", "--force")
+        assert "(this replaces the promotion of 'engine')" in replaced.stdout
+    finally:
+        server.stop()
