@@ -337,6 +337,8 @@ def report(config_path: str | None, html_path: str | None, as_json: bool) -> Non
         click.echo(json.dumps(status, indent=1))
     else:
         render_table(status, _wide_console())
+        if status.get("note"):
+            click.echo(f"note: {status['note']}")
     if html_path:
         try:
             written = write_html(status, html_path)

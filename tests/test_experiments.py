@@ -669,3 +669,17 @@ def test_promoting_a_significant_loser_by_hand_takes_force_and_a_replaced_promot
         assert "(this replaces the promotion of 'engine')" in replaced.stdout
     finally:
         server.stop()
+
+
+def test_report_on_a_renamed_experiment_says_which_the_store_holds(workdir, corpus):
+    path = experiment_config(workdir)
+    server = LiveServer(path)
+    try:
+        users_search(server, corpus, 20)
+        server.service.trainer.run_once(close_all=True)
+    finally:
+        server.stop()
+    renamed = experiment_config(workdir, name="trial-2")
+    out = run_cli("report", "-c", str(renamed)).stdout
+    assert "note: no page of experiment 'trial-2' is in the event store, which holds pages " \
+           "of trial" in out

@@ -311,6 +311,13 @@ def offline_status(config, pm) -> dict[str, Any]:
                                "params": dict(arm.spec.params),
                                "model_version": version if version is not None else pinned,
                                "pinned": pinned}
-        return experiment.status(arms)
+        status = experiment.status(arms)
+        if not status["impressions"]:  # (a renamed experiment starts with none)
+            others = [name for name in events.experiment_names() if name != experiment.spec.name]
+            if others:
+                status["note"] = (f"no page of experiment {experiment.spec.name!r} is in the "
+                                  f"event store, which holds pages of {', '.join(others)}: is "
+                                  f"experiment.name the one the service ran?")
+        return status
     finally:
         events.close()

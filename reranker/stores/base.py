@@ -222,6 +222,11 @@ class EventStore(abc.ABC):
         ``/metrics``. A store that keeps none does nothing."""
         return None
 
+    def experiment_names(self) -> list[str]:
+        """The names of the experiments whose pages the store holds (a store that cannot
+        say: none)."""
+        return []
+
     def trainer_status(self) -> dict[str, Any] | None:
         """What :meth:`record_trainer` kept last, or None."""
         return None

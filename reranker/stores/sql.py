@@ -705,6 +705,12 @@ class SQLEventStore(EventStore):
                       "CONFLICT (key) DO UPDATE SET value = excluded.value",
                       (json.dumps(dict(status), allow_nan=False),))
 
+    def experiment_names(self) -> list[str]:
+        with self._reading() as conn:
+            rows = self._run(conn, "SELECT DISTINCT experiment FROM impressions WHERE "
+                             "experiment IS NOT NULL ORDER BY experiment").fetchall()
+        return [row[0] for row in rows]
+
     def trainer_status(self) -> dict[str, Any] | None:
         with self._reading(flush=False) as conn:
             row = self._run(conn, "SELECT value FROM meta WHERE key = 'trainer_status'"
