@@ -19,6 +19,7 @@ version has applied (:meth:`Trainer.retain`); ``reranker prune`` does the same o
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
     from .arms import Arm
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two records of a training loop's status in the event store (one that
+#: fails, or succeeds again, is recorded at once): ``/healthz`` allows a minute at least.
+RECORD_EVERY = 5.0
 
 
 @dataclass
@@ -113,6 +118,7 @@ class Trainer:
         self.last_error: str | None = None
         self._arm_errors: dict[str, str] = {}  # by arm label: the last failure logged
         self.interval: float | None = None  # of the background loop, when one runs
+        self._recorded: tuple[float, str | None] = (-math.inf, None)  # when, and the error
         self.last_run: float | None = None
         #: With a leader-mode background loop: whether this process is the store's trainer
         #: (None: no such loop).
@@ -378,6 +384,10 @@ class Trainer:
         run (the loop's interval; for a single pass, as ``reranker train`` runs from a
         scheduler, the time since the last pass recorded)."""
         now = time.time()
+        if self.interval is not None and self.last_error == self._recorded[1] \
+                and now - self._recorded[0] < RECORD_EVERY:
+            return  # (a loop records at most every few seconds, and at once when it fails)
+        self._recorded = (now, self.last_error)
         cursors = {} if report is None else {
             arm.id: report.arms[arm.label].cursor for arm in self.arms
             if arm.label in report.arms}
