@@ -77,6 +77,7 @@ QUERY_TERM = re.compile(r"\w+")
 #: impression still open after its feedback window, is a problem in ``/healthz``.
 TRAINER_GRACE = 60.0
 
+
 class RerankerService:
     """Search, rank, log and learn for one configuration: one arm (the ``learner:``
     section), or the arms of an experiment."""

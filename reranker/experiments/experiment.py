@@ -303,9 +303,9 @@ def offline_status(config, pm) -> dict[str, Any]:
             # (what a service serves: the pinned version, else the newest good one)
             try:
                 pinned = arm.models.pinned()
-            except StoreError:
-                pinned = None
-            version = arm.serving_version()
+                version = arm.serving_version()
+            except StoreError:  # (a pin file that holds no version number)
+                pinned, version = None, max(arm.models.versions(), default=0)
             for label in arm.labels:
                 arms[label] = {"id": arm.id, "learner": arm.spec.learner,
                                "params": dict(arm.spec.params),
