@@ -105,7 +105,7 @@ def _numbers_checked(documents: Iterator[tuple[str, dict[str, Any]]], config,
                      takes: Callable[[str, Any], bool] | None = None
                      ) -> Iterator[tuple[str, dict[str, Any]]]:
     numeric = config.features.numeric_fields
-    takes = takes or (lambda field, value: _finite_number(value))
+    takes = takes or (lambda field, value: finite_number(value))
     for where, doc in documents:
         bad = next(((f, v) for f in numeric if (v := field_value(doc, f)) is not None
                     and not takes(f, v)), None)
@@ -123,7 +123,7 @@ def _numbers_checked(documents: Iterator[tuple[str, dict[str, Any]]], config,
         yield where, doc
 
 
-def _finite_number(value: Any) -> bool:
+def finite_number(value: Any) -> bool:
     """A JSON number a float holds (an integer beyond a float's range is not)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import LiveServer, write_config
+from conftest import LiveServer, learn, write_config
 from prometheus_client.parser import text_string_to_metric_families
 
 from reranker import hookimpl
@@ -255,22 +255,35 @@ def test_a_ranking_given_as_lists_is_served(workdir):
         server.stop()
 
 
+def learn_through(server, pages: int) -> list[dict]:
+    """Pages the perceptron learns from (:func:`conftest.learn`), through HTTP; returns them."""
+    shown = []
+
+    def search(query):
+        shown.append(server.post("/search", {"query": query}).json())
+        return shown[-1]
+
+    learn(search, lambda impression_id, doc_id: server.post(
+        "/click", {"impression_id": impression_id, "doc_id": doc_id}), pages=pages)
+    return shown
+
+
+def good_and_bad(workdir, bad: str):
+    """An interleaved experiment of an arm of learner ``bad`` and the perceptron."""
+    return write_config(workdir, trainer={"enabled": False, "feedback_window": 0.0},
+                        experiment={"mode": "interleave", "name": "trial", "window": 50,
+                                    "arms": {"bad": {"name": bad},
+                                             "good": {"name": "preference_perceptron"}}})
+
+
 def test_one_arms_failing_learner_leaves_the_other_arms_training(workdir, caplog):
     """An interleaved experiment whose one arm's learner raises on every update: the other
     arm learns and saves versions, the failure names the arm and its learner in the log
     (with its traceback, once), the report and /healthz, and the failing arm's impressions
     wait for it (its cursor does not move)."""
-    server = serve_with(write_config(
-        workdir, trainer={"enabled": False, "feedback_window": 0.0},
-        experiment={"mode": "interleave", "name": "trial", "window": 50,
-                    "arms": {"bad": {"name": "update_fails_test"},
-                             "good": {"name": "preference_perceptron"}}}))
+    server = serve_with(good_and_bad(workdir, "update_fails_test"))
     try:
-        for _ in range(6):
-            page = server.post("/search", {"query": "tea kettle"}).json()
-            for position in (5, 2):
-                server.post("/click", {"impression_id": page["impression_id"],
-                                       "doc_id": page["hits"][position]["id"]})
+        learn_through(server, 6)
         trainer = server.service.trainer
         with caplog.at_level(logging.ERROR):
             report = trainer.run_pass()
@@ -296,11 +309,7 @@ def test_a_page_whose_logged_ranking_cannot_be_read_is_skipped(workdir, monkeypa
     server = serve_with(write_config(workdir, trainer={"enabled": False,
                                                        "feedback_window": 0.0}))
     try:
-        pages = [server.post("/search", {"query": "tea kettle"}).json() for _ in range(3)]
-        for page in pages:
-            for position in (5, 2):
-                server.post("/click", {"impression_id": page["impression_id"],
-                                       "doc_id": page["hits"][position]["id"]})
+        pages = learn_through(server, 3)
         arm = server.service.arms[0]
         read = type(arm).feedback
 
@@ -323,18 +332,10 @@ def test_reranker_train_names_the_failing_arm_and_exits_1(workdir, monkeypatch):
 
     from reranker import cli as cli_module
 
-    config = write_config(
-        workdir, trainer={"enabled": False, "feedback_window": 0.0},
-        experiment={"mode": "interleave", "name": "trial", "window": 50,
-                    "arms": {"bad": {"name": "update_fails_test"},
-                             "good": {"name": "preference_perceptron"}}})
+    config = good_and_bad(workdir, "update_fails_test")
     server = serve_with(config)
     try:
-        for _ in range(4):
-            page = server.post("/search", {"query": "tea kettle"}).json()
-            for position in (5, 2):
-                server.post("/click", {"impression_id": page["impression_id"],
-                                       "doc_id": page["hits"][position]["id"]})
+        learn_through(server, 4)
     finally:
         server.stop()
     import reranker.plugins
@@ -578,17 +579,9 @@ def test_the_results_of_plugins_are_checked_and_those_of_built_in_learners_by_th
 
 
 def test_one_arms_model_folder_in_trouble_leaves_the_other_arms_training(workdir):
-    server = serve_with(write_config(
-        workdir, trainer={"enabled": False, "feedback_window": 0.0},
-        experiment={"mode": "interleave", "name": "trial", "window": 50,
-                    "arms": {"bad": {"name": "lists_test"},
-                             "good": {"name": "preference_perceptron"}}}))
+    server = serve_with(good_and_bad(workdir, "lists_test"))
     try:
-        for _ in range(4):
-            page = server.post("/search", {"query": "tea kettle"}).json()
-            for position in (5, 2):
-                server.post("/click", {"impression_id": page["impression_id"],
-                                       "doc_id": page["hits"][position]["id"]})
+        learn_through(server, 4)
         bad = server.service.by_label["bad"]
         folder = bad.models.dir
         if folder.exists():

@@ -116,10 +116,8 @@ def test_the_trainer_never_removes_a_page_it_has_not_applied(workdir):
         service.close()
 
 
-def test_reranker_prune(workdir):
-    config = workdir / "config.yaml"
-    result = run_cli("prune", "-c", str(config), check=False)
-    assert result.returncode == 2 and "set store.retention" in result.stderr
+def learned_and_aged(config) -> None:
+    """20 pages learned from and trained on, then more than a second old."""
     service = RerankerService(load_config(config)).open()
     try:
         learn(lambda query: service.search(query, 10), service.click, pages=20)
@@ -127,6 +125,13 @@ def test_reranker_prune(workdir):
     finally:
         service.close()
     time.sleep(1.1)
+
+
+def test_reranker_prune(workdir):
+    config = workdir / "config.yaml"
+    result = run_cli("prune", "-c", str(config), check=False)
+    assert result.returncode == 2 and "set store.retention" in result.stderr
+    learned_and_aged(config)
     result = run_cli("prune", "-c", str(config), "--older-than", "1")
     assert "deleted 20 impressions older than 1 s that every arm has learned from" in \
         result.stdout
@@ -171,13 +176,7 @@ def test_a_store_under_steady_traffic_stays_the_same_size(store):
 def test_reranker_prune_on_postgresql_explains_a_size_that_did_not_change(workdir,
                                                                             postgres_dsn):
     config = write_config(workdir, store={"type": "postgresql", "dsn": postgres_dsn})
-    service = RerankerService(load_config(config)).open()
-    try:
-        learn(lambda query: service.search(query, 10), service.click, pages=20)
-        service.trainer.run_once(close_all=True)
-    finally:
-        service.close()
-    time.sleep(1.1)
+    learned_and_aged(config)
     result = run_cli("prune", "-c", str(config), "--older-than", "1")
     assert "deleted 20 impressions older than 1 s" in result.stdout
     now, before = map(float, re.search(r"takes ([\d.]+) MB on disk \(before: ([\d.]+) MB",

@@ -87,8 +87,9 @@ class Backend(ABC):
         (``features.numeric_fields``): a JSON number within a float's range, unless the
         engine reads more (Elasticsearch: numbers as text, and dates into a field its
         mapping maps as a date)."""
-        return not isinstance(value, bool) and isinstance(value, int | float) \
-            and math.isfinite(numeric_value(value))
+        from ..documents import finite_number
+
+        return finite_number(value)
 
     def index_exists(self) -> bool | None:
         """Whether the configured index exists already (``reranker index`` then adds to an
