@@ -15,6 +15,7 @@ class BackendOrder(Learner):
     backend); learns nothing."""
 
     name = "backend_order"
+    floor = True
     description = ("Backend order (a floor): the backend's own ranking, or the order of one "
                    "named feature; never learns.")
     params = (Param("feature", str, "", "Feature to sort by, descending; empty keeps the "

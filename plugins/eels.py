@@ -31,6 +31,9 @@ class EELS(Learner):
                    "from the pages' rewards (POST /reward), then the oracle's list for good.")
     per_item_feedback = True
     policy = "explore_then_exploit"
+    # It learns from the rewards of its own uniformly random pages only (importance weights
+    # of its own exploration): not from a list another policy drew, nor from judgments.
+    learns_from_mixed_lists = False
     params = (
         Param("positions", int, 10, "length of the per-position feedback vector (the page)",
               minimum=1),

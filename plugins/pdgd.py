@@ -8,7 +8,8 @@ from typing import NamedTuple
 import numpy as np
 
 from reranker import hookimpl
-from reranker.feedback import Feedback
+from reranker.clicks.position_bias import PAIR_OFFSET, randomized_pairs
+from reranker.feedback import Feedback, click_positions
 from reranker.learner import (
     GradientStepLearner,
     RankResult,
@@ -139,8 +140,9 @@ class PDGD(PlackettLucePolicy, GradientStepLearner):
         *learning_rate_params(0.1, 0.9999977),  # the paper's eta for linear models
         prior_steps_param(0.0),  # the paper starts from w = 0, a uniformly random ranking
     )
-    # Its pair weights are unbiased only for lists drawn from its own Plackett-Luce policy.
-    learns_from_mixed_lists = False
+    # On a list not drawn from its own policy it learns from the randomised pairs, whose
+    # probabilities the list logs (_pair_update).
+    learns_from_mixed_lists = True
 
     def policy_scores(self, X: np.ndarray) -> np.ndarray:
         return X @ self.weights()
@@ -182,6 +184,8 @@ class PDGD(PlackettLucePolicy, GradientStepLearner):
         return super()._first_log_probabilities(X)
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
+        if PAIR_OFFSET in (feedback.context or {}):
+            return self._pair_update(X, feedback)
         clicked, skipped = clicked_and_skipped(feedback)
         if not clicked or not skipped:
             return False
@@ -191,6 +195,40 @@ class PDGD(PlackettLucePolicy, GradientStepLearner):
         # their per-call costs)
         self._step(np.array(weights).dot(X.take(ranking.take(clicked + skipped), axis=0)))
         return True
+
+
+    def _pair_update(self, X: np.ndarray, feedback: Feedback) -> bool:
+        """PDGD's gradient on a list another policy drew with randomised adjacent pairs (a
+        specialised page's judgments, an experiment's mixed list; docs/algorithms.md,
+        "PDGD"): within each randomised pair with exactly one click, the clicked result is
+        preferred to the other, weighted by the probability of the list with the pair the
+        other way round, ``rho = P(R*) / (P(R) + P(R*))`` (eq. 9): ``p`` for a pair shown
+        kept and ``1 - p`` for one shown swapped, ``p`` the logged swap probability. No other
+        pair has a reversed list the policy could have shown, so no other pair counts."""
+        pairs, p = randomized_pairs(feedback.context, feedback.n_shown)
+        if not pairs:
+            return False
+        clicked = set(click_positions(feedback).tolist())
+        ranking = feedback.ranking
+        scores = X @ self.weights()
+        direction = np.zeros(X.shape[1])
+        exp = math.exp
+        learned = False
+        for upper, swapped in pairs:
+            top, bottom = upper in clicked, upper + 1 in clicked
+            if top == bottom or upper + 1 >= len(ranking):
+                continue
+            k, m = (ranking[upper], ranking[upper + 1]) if top else \
+                (ranking[upper + 1], ranking[upper])
+            rho = (1.0 - p) if swapped else p
+            d = abs(float(scores[k] - scores[m]))
+            z = exp(-d) if d <= 700.0 else _EXP_MINUS_700
+            # PDGD, eqs. 7 and 9: rho * e^{s_k} e^{s_m} / (e^{s_k} + e^{s_m})^2 (x_k - x_m)
+            direction += rho * z / ((1.0 + z) * (1.0 + z)) * (X[k] - X[m])
+            learned = True
+        if learned:
+            self._step(direction)
+        return learned
 
 
 @hookimpl

@@ -17,6 +17,7 @@ class RandomRanking(Learner):
     description = "Random ranking (a floor): a uniformly random permutation, never learns."
     stochastic = True
     policy = "uniform"
+    floor = True
 
     def _initialize(self, n_features: int) -> None:
         pass

@@ -61,16 +61,19 @@ from .errors import (
 )
 from .events import Impression
 from .featuremap import FeatureMap
-from .features import FeatureSpec
+from .features import FeatureSpec, feature_columns
 from .feedback import Feedback, feedback_from_clicks
 from .model import ModelFactory, RankingModel, feature_change
 from .model_store import ModelStore
+from .specialization import CONFIDENCE, SPECIALISED, general_features, taught_by
 
 log = logging.getLogger(__name__)
 
 ARM_FILE = "arm.json"
 #: Keys an arm's section takes, as the ``learner:`` section does.
-ARM_KEYS = ("name", "params", "depth", "discount", "seed")
+ARM_KEYS = ("name", "params", "depth", "discount", "seed", "specialize", "confidence")
+#: The keys an arm's section takes from the ``learner:`` section when it leaves them out.
+ARM_DEFAULTS = ("depth", "discount", "seed", "specialize", "confidence")
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,13 @@ class ArmSpec:
     depth: int
     discount: str
     normalization: str
-    features: tuple[str, ...] = ()  # the feature set's names, in order
+    features: tuple[str, ...] = ()  # the model's feature names, in order
     seed: int | None = None  # not part of the identity: it changes no model
+    #: whether a query's own clicks refine its pages (:mod:`reranker.specialization`); with
+    #: the click features on, the model's features then leave click_lift:query_doc out, and
+    #: that is what makes it part of the identity
+    specialize: bool = True
+    confidence: float = CONFIDENCE  # of a judgment: what the model learns from, not what it is
 
     def settings(self) -> dict[str, Any]:
         """Everything that makes a model of this arm mean what it means."""
@@ -101,7 +109,7 @@ class ArmSpec:
 
 def arm_section(label: str, section: Any, defaults: Mapping[str, Any], where: str
                 ) -> dict[str, Any]:
-    """An arm's learner section with the ``learner:`` section's depth, discount and seed as
+    """An arm's learner section with the ``learner:`` section's :data:`ARM_DEFAULTS` as
     defaults; a typo or a wrong type is a :class:`ConfigError` naming ``where``."""
     if not isinstance(section, Mapping):
         raise ConfigError(f"{where}: must be a mapping like the learner section "
@@ -110,8 +118,8 @@ def arm_section(label: str, section: Any, defaults: Mapping[str, Any], where: st
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}"
                           f"{did_you_mean(unknown[0], ARM_KEYS)} (known: {', '.join(ARM_KEYS)})")
-    merged = {"name": None, "params": {}, "depth": defaults["depth"],
-              "discount": defaults["discount"], "seed": defaults["seed"], **section}
+    merged = {"name": None, "params": {}, "specialize": True, "confidence": CONFIDENCE,
+              **{key: defaults[key] for key in ARM_DEFAULTS if key in defaults}, **section}
     if not isinstance(merged["name"], str) or not merged["name"]:
         raise ConfigError(f"{where}.name must name a learner (`reranker learners` lists them)")
     if not isinstance(merged["params"], Mapping):
@@ -125,7 +133,15 @@ def arm_section(label: str, section: Any, defaults: Mapping[str, Any], where: st
     seed = merged["seed"]
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ConfigError(f"{where}.seed must be an integer or null, got {seed!r}")
-    return {**merged, "params": dict(merged["params"])}
+    if not isinstance(merged["specialize"], bool):
+        raise ConfigError(f"{where}.specialize must be true or false, got "
+                          f"{merged['specialize']!r}")
+    confidence = merged["confidence"]
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) \
+            or not 0.5 <= confidence <= 0.999:
+        raise ConfigError(f"{where}.confidence must be a number from 0.5 to 0.999, got "
+                          f"{confidence!r}")
+    return {**merged, "params": dict(merged["params"]), "confidence": float(confidence)}
 
 
 def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str, *,
@@ -137,11 +153,13 @@ def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str, *,
     from .plugins import learner_class
 
     learner_cls = learner_class(pm, section["name"], name_key or where + ".name")
+    names = FeatureSpec.from_config(config).names
+    if section.get("specialize", True) and not learner_cls.floor:
+        names = general_features(names)  # the query's own clicks are not the model's
     try:
         factory = ModelFactory(learner_cls, dict(section["params"]),
                                FeatureMap(section["depth"], section["discount"]),
-                               FeatureSpec.from_config(config).names,
-                               config.features.normalization)
+                               names, config.features.normalization)
     except ValueError as exc:
         raise ConfigError(f"{params_key or where + '.params'}: {exc}") from exc
     learner = factory.new_learner()
@@ -153,7 +171,9 @@ def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str, *,
     spec = ArmSpec(label=label, learner=learner_cls.name, params=learner.get_params(),
                    depth=section["depth"], discount=section["discount"],
                    normalization=config.features.normalization,
-                   features=factory.feature_names, seed=section["seed"])
+                   features=factory.feature_names, seed=section["seed"],
+                   specialize=bool(section.get("specialize", True)) and not learner_cls.floor,
+                   confidence=float(section.get("confidence", CONFIDENCE)))
     factory.arm_settings = spec.settings()
     return spec, factory
 
@@ -184,6 +204,7 @@ class Arm:
         self._tried = -1  # newest version number a reload has looked at
         self.model_errors: list[str] = []
         self._lock = threading.Lock()
+        self._columns: dict[tuple[str, ...], np.ndarray | None] = {}
 
     @classmethod
     def from_factory(cls, factory: ModelFactory, models_root: str | os.PathLike,
@@ -522,15 +543,39 @@ class Arm:
         """The values of ``Impression.arm`` that are this arm's own impressions."""
         return (self.id, *self.aliases)
 
+    def columns(self, names: tuple[str, ...] | list[str]) -> np.ndarray | None:
+        """Where the model's features are among ``names`` (the features a search builds and
+        an impression logs, of which the model may leave some out: the query's own click
+        lift), or None when one of them is missing."""
+        names = tuple(names)
+        if names not in self._columns:
+            self._columns[names] = feature_columns(names, self.factory.feature_names)
+        return self._columns[names]
+
     def feedback(self, imp: Impression) -> tuple[np.ndarray, Feedback] | None:
         """The features and feedback this arm learns from in ``imp``, or None when the
-        impression is not one it may learn from (module docstring)."""
+        impression is not one it may learn from (module docstring). The features are the
+        model's columns of the logged ones (all of them when the model lacks one: the
+        trainer then names the difference)."""
         if imp.offset:  # a later page: not randomised, its clicks would teach position bias
             return None
         index = {doc_id: i for i, doc_id in enumerate(imp.doc_ids)}
         clicked = np.array([index[d] for d in imp.clicked or [] if d in index], dtype=np.intp)
+        X = imp.features
+        if X is not None:
+            columns = self.columns(imp.feature_names)
+            if columns is not None and len(columns) != X.shape[1]:
+                X = X[:, columns]
         if imp.arm in self.names():
-            return imp.features, feedback_from_clicks(
+            if SPECIALISED in (imp.context or {}):
+                # a specialised page teaches the query's judgments at the model's own
+                # ranking, once it has a click (docs/algorithms.md, "General model and
+                # query specialisation"); otherwise nothing (an empty feedback)
+                taught = None
+                if len(clicked) and self.factory.learner_cls.learns_from_mixed_lists:
+                    taught = taught_by(imp.context, len(imp.doc_ids), imp.n_shown)
+                return X, taught or Feedback(ranking=imp.ranking, n_shown=imp.n_shown)
+            return X, feedback_from_clicks(
                 imp.ranking, imp.n_shown, clicked, log_prob=imp.log_prob,
                 propensities=imp.propensities, context=imp.context, reward=imp.reward)
         logged = (imp.context or {}).get("arms", {})
@@ -543,8 +588,7 @@ class Arm:
         # shown), as if the arm had shown it.
         context = {key: imp.context[key] for key in (PAIR_OFFSET, SWAPPED, SWAP_PROBABILITY_KEY)
                    if key in imp.context}
-        return imp.features, feedback_from_clicks(imp.ranking, imp.n_shown, clicked,
-                                                  context=context)
+        return X, feedback_from_clicks(imp.ranking, imp.n_shown, clicked, context=context)
 
 
 def _ranges(versions: list[int]) -> str:
@@ -614,7 +658,7 @@ def _saved_settings(store: ModelStore) -> dict[str, Any] | None:
 def arms_from_config(config, pm) -> list[Arm]:
     """The configured arms: the experiment's, or the one ``learner:`` section."""
     experiment = getattr(config, "experiment", None)
-    defaults = {k: config.learner[k] for k in ("depth", "discount", "seed")}
+    defaults = {k: config.learner[k] for k in ARM_DEFAULTS}
     if experiment is None or experiment.mode is None:
         sections = {config.learner.name: ("learner", dict(config.learner))}
     else:

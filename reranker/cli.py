@@ -434,7 +434,7 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     """
     import json
 
-    from .arms import Arm, arm_section, build_arm
+    from .arms import ARM_DEFAULTS, Arm, arm_section, build_arm
     from .config import parse_time
     from .errors import ConfigError, UnprocessableError
     from .evaluation.estimators import SupportError
@@ -455,7 +455,7 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
             raise ConfigError(f"--param {text!r} is for learner {owner!r}, the target is "
                               f"{name!r}")
         section["params"][key] = value
-    defaults = {k: config.learner[k] for k in ("depth", "discount", "seed")}
+    defaults = {k: config.learner[k] for k in ARM_DEFAULTS}
     where = "--learner" if learner_name else "learner"  # (the config's section otherwise)
     section = arm_section("target", section, defaults, where)
     spec, factory = build_arm("target", section, config, get_plugin_manager(), where,
@@ -617,6 +617,14 @@ class _GreedyCommand(click.Command):
 @click.option("--click-features/--no-click-features", default=None, help="Give the learners "
               "the click features, counted from the simulated users' clicks on the training "
               "queries (which repeat) [default: on, as in the service].")
+@click.option("--specialize/--no-specialize", default=None, help="Keep the general model "
+              "and each query's own clicks apart, as the service does (learner.specialize): "
+              "the learners never see click_lift:query_doc, a query whose clicks judge a "
+              "result gets its page refined by its click lift, and its clicks teach the "
+              "learner the judged pairs at the learner's own ranking; --no-specialize: the "
+              "learners see both click features (earlier versions) [default: on].")
+@click.option("--confidence", type=click.FloatRange(min=0.5, max=0.999), help="Confidence at "
+              "which a query's clicks judge a result (learner.confidence) [default: 0.95].")
 @click.option("--window", type=click.IntRange(min=1), help="Impressions per window of online "
               "NDCG@10 for the worst-window report [default: 200].")
 @click.option("--reward", type=click.Choice(["none", "dcg"]), help="The reward the "

@@ -56,6 +56,59 @@ def _pair_uppers(n_shown: int, n: int) -> tuple[range, range]:
     return range(0, min(n_shown, n - 1), 2), range(1, min(n_shown, n - 1), 2)
 
 
+def perturbed_page(scores: np.ndarray, n_shown: int, p: float,
+                   rng: np.random.Generator) -> RankResult:
+    """The argmax of ``scores`` (stable: ties keep the candidates' order) shown with
+    randomised adjacent pairs: FairPairs / BubbleRank pairing, (1, 2), (3, 4), ... or
+    (2, 3), (4, 5), ... at random; Raman et al. 2013: each pair swapped with probability
+    ``p``, independently. A pair whose upper position is the page's last one reaches one
+    below it, so the first result the page leaves out is shown now and then and can earn
+    clicks. The page and its chances come from one compiled pass
+    (:func:`reranker.kernels.perturbed_pairs`); the pairing and the swapped pairs are the
+    impression's context, which the position-bias estimate and the learners' pair feedback
+    read back."""
+    uppers = _pair_uppers(n_shown, len(scores))
+    coins = np.asarray(rng.random(len(uppers[0]) + 1), dtype=np.float64)
+    if coins.shape != (len(uppers[0]) + 1,):  # pairing 0 never has fewer pairs
+        raise ValueError(f"the generator drew {coins.shape} coins for "
+                         f"{len(uppers[0]) + 1}")
+    ranking, offset, swapped, shown, at = kernels().perturbed_pairs(scores, n_shown, p, coins)
+    swapped = swapped.tolist()
+    return RankResult(ranking=ranking, scores=scores,
+                      log_prob=list_log_prob(p, offset, len(swapped), uppers),
+                      propensities=shown, shown_propensities=at,
+                      context={PAIR_OFFSET: offset, SWAPPED: swapped, SWAP_PROBABILITY_KEY: p})
+
+
+def list_log_prob(p: float, offset: int, n_swapped: int, uppers: tuple[range, range]) -> float:
+    """Log-probability of a shown top made with pairing ``offset`` (whose pairs start at
+    ``uppers[offset]``) and swap probability ``p``: the pairing's coin, the pairs' coins,
+    and, for the argmax itself (nothing swapped), the other pairing that also leaves it
+    unchanged."""
+    n_pairs = len(uppers[offset])
+    log_p = _LOG_HALF + n_swapped * math.log(p) + (n_pairs - n_swapped) * math.log1p(-p)
+    if n_swapped == 0:  # log(exp(log_p) + exp(other)), without overflow
+        other = _LOG_HALF + len(uppers[1 - offset]) * math.log1p(-p)
+        high, low = max(log_p, other), min(log_p, other)
+        log_p = high + math.log1p(math.exp(low - high))
+    return log_p
+
+
+def pair_first_log_probabilities(scores: np.ndarray, p: float) -> np.ndarray:
+    """``log P(candidate i is shown first)`` on a :func:`perturbed_page` of ``scores``: the
+    argmax's first is shown first unless the pairing (1, 2), (3, 4), ... (chance 1/2) swaps
+    its first pair (chance p), even when only one result is shown; the pairing (2, 3), ...
+    never moves it. A single candidate is never swapped."""
+    best = argmax_ranking(scores)
+    out = np.full(len(best), -math.inf)
+    p = p / 2 if len(best) >= 2 else 0.0
+    if len(best):
+        out[best[0]] = math.log1p(-p)
+    if p > 0:
+        out[best[1]] = math.log(p)
+    return out
+
+
 class CoactiveLearner(LinearLearner):
     """A linear learner of the Preference Perceptron family. Subclasses implement
     ``_update`` with :meth:`direction` as their ``D_t = phi(ybar) - phi(y)`` (``ybar`` is
@@ -74,41 +127,13 @@ class CoactiveLearner(LinearLearner):
     def _rank(self, X: np.ndarray, n_shown: int,
               rng: np.random.Generator | None) -> RankResult:
         scores = X @ self.weights()
-        p = self.swap_probability
-        if p == 0:
+        if self.swap_probability == 0:
             return RankResult(ranking=argmax_ranking(scores), scores=scores)
-        # FairPairs / BubbleRank pairing: (1, 2), (3, 4), ... or (2, 3), (4, 5), ... at random;
-        # Raman et al. 2013: each pair swapped with probability p, independently. A pair whose
-        # upper position is the page's last one reaches one below it, so the first result
-        # the page leaves out is shown now and then and can earn clicks. The page and its
-        # chances come from one compiled pass (reranker.kernels.perturbed_pairs).
-        uppers = _pair_uppers(n_shown, len(scores))
-        coins = np.asarray(rng.random(len(uppers[0]) + 1), dtype=np.float64)
-        if coins.shape != (len(uppers[0]) + 1,):  # pairing 0 never has fewer pairs
-            raise ValueError(f"the generator drew {coins.shape} coins for "
-                             f"{len(uppers[0]) + 1}")
-        ranking, offset, swapped, shown, at = kernels().perturbed_pairs(
-            scores, n_shown, p, coins)
-        swapped = swapped.tolist()
-        return RankResult(ranking=ranking, scores=scores,
-                          log_prob=self._list_log_prob(offset, len(swapped), uppers),
-                          propensities=shown, shown_propensities=at,
-                          context={PAIR_OFFSET: offset, SWAPPED: swapped,
-                                   SWAP_PROBABILITY_KEY: p})
+        return perturbed_page(scores, n_shown, self.swap_probability, rng)
 
     def _list_log_prob(self, offset: int, n_swapped: int,
                        uppers: tuple[range, range]) -> float:
-        """Log-probability of a shown top made with pairing ``offset`` (whose pairs start at
-        ``uppers[offset]``): the pairing's coin, the pairs' coins, and, for the argmax
-        itself (nothing swapped), the other pairing that also leaves it unchanged."""
-        p = self.swap_probability
-        n_pairs = len(uppers[offset])
-        log_p = _LOG_HALF + n_swapped * math.log(p) + (n_pairs - n_swapped) * math.log1p(-p)
-        if n_swapped == 0:  # log(exp(log_p) + exp(other)), without overflow
-            other = _LOG_HALF + len(uppers[1 - offset]) * math.log1p(-p)
-            high, low = max(log_p, other), min(log_p, other)
-            log_p = high + math.log1p(math.exp(low - high))
-        return log_p
+        return list_log_prob(self.swap_probability, offset, n_swapped, uppers)
 
     def log_probability(self, X: np.ndarray, top: np.ndarray) -> float:
         """Log-probability of showing ``top`` as the whole shown list (``n_shown`` =
@@ -135,17 +160,7 @@ class CoactiveLearner(LinearLearner):
         return -math.inf
 
     def _first_log_probabilities(self, X: np.ndarray) -> np.ndarray:
-        """The argmax's first is shown first unless the pairing (1, 2), (3, 4), ... (chance
-        1/2) swaps its first pair (chance p), even when only one result is shown; the
-        pairing (2, 3), ... never moves it. A single candidate is never swapped."""
-        best = argmax_ranking(X @ self.weights())
-        out = np.full(len(best), -math.inf)
-        p = self.swap_probability / 2 if len(best) >= 2 else 0.0
-        if len(best):
-            out[best[0]] = math.log1p(-p)
-        if p > 0:
-            out[best[1]] = math.log(p)
-        return out
+        return pair_first_log_probabilities(X @ self.weights(), self.swap_probability)
 
     def marginals(self, X: np.ndarray, n_shown: int) -> np.ndarray | None:
         """Every result of the argmax's top is shown but the last, which the pair reaching

@@ -147,6 +147,17 @@ SCHEMA: dict[str, dict[str, Key]] = {
                         "1/log2(i+1), 1/i, or none.", choices=("log2", "reciprocal", "none")),
         "seed": Key("int", None, "Seed of the learner's random generator (null: fresh "
                     "entropy).", nullable=True),
+        "specialize": Key("bool", True, "Keep the general model and each query's own clicks "
+                          "apart: the learner ranks every query over the features that hold "
+                          "for any query (all but click_lift:query_doc), and a query whose "
+                          "clicks judge a result better or worse than its others (at "
+                          "learner.confidence) gets that ranking refined by its click lift; "
+                          "its clicks teach the learner the judged pairs at the learner's own "
+                          "ranking. false: the learner sees both click features and ranks "
+                          "alone (earlier versions)."),
+        "confidence": Key("float", 0.95, "Confidence at which a query's clicks judge one of "
+                          "its results against another (a one-sided test of their click "
+                          "rates per position-weighted exposure).", minimum=0.5, maximum=0.999),
     },
     "experiment": {
         "mode": Key("str", None, "Compare learners on live traffic: interleave (team-draft "

@@ -1,6 +1,10 @@
-"""Why a page looks the way it does: each hit's features, raw and normalised, the engine's
-score and rank, the learner's score and, for a linear learner, its parts (weight times
-feature); for a logged impression also what its clicks did in training (``POST /explain``).
+"""Why a page looks the way it does (``POST /explain``): each hit's features, raw and
+normalised, the engine's score and rank, and its score in parts -- the general model's
+(for a linear learner, what its learned weights give and what its starting ranking on the
+engine's score gives), and the query's own clicks (the click lift a specialised page adds:
+docs/algorithms.md, "General model and query specialisation") -- which of them decided the
+page, and the numbers behind that decision; for a logged impression also what its clicks
+did in training.
 """
 
 from __future__ import annotations
@@ -9,12 +13,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .clicks import lifts_from_counts
 from .coactive import CoactiveLearner
 from .errors import GoneError
 from .events import Impression
 from .feedback import skip_above_pairs
 from .learner import LinearLearner
 from .service import check_impression_id
+from .specialization import (
+    GENERAL,
+    JUDGED,
+    QUERY_FEATURE,
+    SPECIALISED,
+    QueryEvidence,
+    general_ranking,
+    minmax,
+    specialised_scores,
+)
 
 if TYPE_CHECKING:
     from .arms import Arm
@@ -24,23 +39,29 @@ if TYPE_CHECKING:
 def explain_search(service: RerankerService, query: Any, size: Any = None,
                    filters: Any = None) -> dict[str, Any]:
     """What the serving model makes of a search, without logging it: the candidates in the
-    model's order (its argmax, before any randomised pairs)."""
+    page's order (before any randomised pairs)."""
     from .backends.filters import parse_filters
 
     query, size, _, _ = service._check_search(query, size, None, None)
     clauses = parse_filters(filters, service.config.backend.filter_fields)
     candidates = service.backend.search(query, service.config.backend.candidates, clauses)
-    clicks = None
+    clicks, evidence = None, None
     if service.spec.click_features:
-        clicks = service.events.click_features(query, candidates.ids,
-                                               service.config.features.click_smoothing)
+        counts, total = service.events.click_counts(query, candidates.ids)
+        clicks = lifts_from_counts(counts, total[0], total[1],
+                                   service.config.features.click_smoothing)
+        evidence = QueryEvidence.from_counts(counts)
     X = service.spec.build(candidates, clicks)
     arm = service.arms[0]
     if service.experiment is not None:
         arm = service.by_label[service.experiment.spec.control]
-    hits = _hits(arm, X, candidates.ids, None)
+    judgment = None
+    if evidence is not None and arm.spec.specialize:
+        judgment = evidence.strongest(arm.spec.confidence)
+    hits, decision = _hits(arm, X, candidates.ids, list(service.spec.names),
+                           None if judgment is None else judgment.to_dict(), evidence)
     hits.sort(key=lambda hit: -hit["score"] if hit["score"] is not None else 0.0)
-    return {"query": query, **_model(arm), "hits": hits[:size]}
+    return {"query": query, **_model(arm), "decided_by": decision, "hits": hits[:size]}
 
 
 def explain_impression(service: RerankerService, impression_id: Any) -> dict[str, Any]:
@@ -58,7 +79,8 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
                         field="impression_id")
     arm = next((a for a in service.arms if imp.arm in a.names()), service.arms[0])
     shown = imp.shown().tolist()
-    hits = _hits(arm, imp.features, imp.doc_ids, imp.feature_names)
+    judged = (imp.context or {}).get(SPECIALISED)
+    hits, decision = _hits(arm, imp.features, imp.doc_ids, imp.feature_names, judged, None)
     page = [{**hits[i], "rank": imp.offset + r} for r, i in enumerate(shown, start=1)]
     clicked = set(imp.clicked or [])
     for hit in page:
@@ -66,7 +88,7 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
     return {"impression_id": imp.id, "query": imp.query, "learner": imp.learner,
             "model_version": imp.model_version, "arm": imp.arm, "closed": imp.closed_seq
             is not None, **{k: v for k, v in _model(arm).items() if k == "weights"},
-            "hits": page, "training": training(service, arm, imp)}
+            "decided_by": decision, "hits": page, "training": training(service, arm, imp)}
 
 
 def _model(arm: Arm) -> dict[str, Any]:
@@ -83,29 +105,82 @@ def _model(arm: Arm) -> dict[str, Any]:
     return out
 
 
-def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str],
-          names: list[str] | None) -> list[dict[str, Any]]:
+def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str], names: list[str],
+          judged: dict | None, evidence: QueryEvidence | None
+          ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Each candidate's features and score in parts, and what decided the page: the query's
+    own clicks when ``judged`` (the judgment that specialised it) is given, else the general
+    model."""
     model = arm.model
-    names = list(names or model.feature_names)
-    if tuple(names) != model.feature_names or not len(ids):
+    names = list(names)
+    columns = arm.columns(names)
+    if columns is None or not len(ids):
         return [{"id": d, "engine_rank": i + 1, "features": dict(zip(names, row.tolist(),
                                                                        strict=True)),
-                 "score": None} for i, (d, row) in enumerate(zip(ids, X_raw, strict=True))]
-    X = model.normalize(X_raw)
+                 "score": None} for i, (d, row) in enumerate(zip(ids, X_raw, strict=True))], None
+    model_names = list(model.feature_names)
+    X = model.normalize(X_raw[:, columns])
     learner = model.learner
-    weights = learner.weights() if isinstance(learner, LinearLearner) else None
-    scores = X @ weights if weights is not None else \
-        model.rank(X_raw, len(ids), np.random.default_rng(0)).scores
+    linear = isinstance(learner, LinearLearner)
+    weights = learner.weights() if linear else None
+    general = X @ weights if linear else \
+        model.rank(X_raw[:, columns], len(ids), np.random.default_rng(0)).scores
+    lift = X_raw[:, names.index(QUERY_FEATURE)] if QUERY_FEATURE in names else None
+    specialised = judged is not None and lift is not None
+    scores = specialised_scores(general, lift) if specialised else general
+    scaled = minmax(general)
     hits = []
     for i, doc_id in enumerate(ids):
         hit = {"id": doc_id, "engine_rank": i + 1, "engine_score": float(X_raw[i, 0]),
                "features": dict(zip(names, X_raw[i].tolist(), strict=True)),
-               "normalized": dict(zip(names, X[i].tolist(), strict=True)),
-               "score": float(scores[i])}
-        if weights is not None:
-            hit["parts"] = dict(zip(names, (X[i] * weights).tolist(), strict=True))
+               "normalized": dict(zip(model_names, X[i].tolist(), strict=True)),
+               "score": float(scores[i]), "general_score": float(general[i])}
+        if linear:
+            hit["parts"] = dict(zip(model_names, (X[i] * weights).tolist(), strict=True))
+            start = float(X[i] @ (weights - learner.learned_weights()))
+            hit["general_parts"] = {"engine": start, "learned": float(general[i]) - start}
+        if specialised:
+            hit["page_parts"] = {"general_model": float(scaled[i]),
+                                 "query_clicks": float(lift[i]) - 1.0}
         hits.append(hit)
-    return hits
+    return hits, _decision(arm, ids, general, scores, specialised, judged, evidence, X,
+                           weights, learner)
+
+
+def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
+              specialised: bool, judged: dict | None, evidence: QueryEvidence | None,
+              X: np.ndarray, weights: np.ndarray | None, learner) -> dict[str, Any]:
+    """Which of the engine, the general model and the query's own clicks decided the top of
+    the page, with the numbers behind it."""
+    top = min(10, len(ids))
+    engine = list(range(top))
+    order = general_ranking(general)[:top].tolist()
+    out: dict[str, Any] = {"confidence": arm.spec.confidence}
+    if specialised:
+        page = general_ranking(scores)[:top].tolist()
+        out.update(by="query_clicks", judgment={**judged, "doc": ids[int(judged["doc"])]},
+                   moved=sum(a != b for a, b in zip(page, order, strict=True)),
+                   why=f"this query's users click a result {judged['clicked']} than its other "
+                       f"results (at {arm.spec.confidence:.0%} confidence): its click lift "
+                       f"refines the general model's order")
+        return out
+    moved = sum(a != b for a, b in zip(order, engine, strict=True))
+    out.update(by="general_model" if moved else "engine", moved_from_engine=moved)
+    if weights is not None:
+        start = X @ (weights - learner.learned_weights())
+        learned = X @ learner.learned_weights()
+        out["engine_share"] = float(np.abs(start).sum() / max(np.abs(start).sum()
+                                                              + np.abs(learned).sum(), 1e-300))
+    if not arm.spec.specialize:
+        out["why"] = "specialisation is off for this learner (learner.specialize)"
+    elif evidence is None or not evidence.any_clicks:
+        out["why"] = "no click for this query yet: only the general model ranks it"
+    else:
+        out["why"] = (f"this query's clicks judge no result better or worse than the others "
+                      f"at {arm.spec.confidence:.0%} confidence yet")
+    if not moved:
+        out["why"] += "; the general model keeps the engine's order at the top"
+    return out
 
 
 def training(service: RerankerService, arm: Arm, imp: Impression) -> dict[str, Any]:
@@ -120,6 +195,26 @@ def training(service: RerankerService, arm: Arm, imp: Impression) -> dict[str, A
     if learned is None:
         return {"learns": False, "why": "no arm of this configuration learns from this page "
                                         "(another learner, or other settings, showed it)"}
+    context = imp.context or {}
+    if SPECIALISED in context and imp.arm in arm.names():
+        judged = context.get(JUDGED) or []
+        general = context.get(GENERAL) or []
+        pairs = [{"preferred": imp.doc_ids[general[u + 1] if lower else general[u]],
+                  "over": imp.doc_ids[general[u] if lower else general[u + 1]],
+                  "general_rank": u + 1}
+                 for u, lower in judged if u + 1 < len(general)]
+        if not arm.factory.learner_cls.learns_from_mixed_lists:
+            return {"learns": False, "why": f"a page this query's clicks specialised: "
+                                            f"{arm.model.learner_name} learns only from its own "
+                                            f"pages"}
+        if not pairs:
+            return {"learns": False, "why": "a page this query's clicks specialised, whose "
+                                            "judgments cover none of the general model's "
+                                            "adjacent pairs (in this impression's pairing)"}
+        return {"learns": True, "why": "a page this query's clicks specialised teaches the "
+                                       "general model the query's judgments at its own "
+                                       "ranking, not the order the page showed",
+                "judgments": pairs}
     X, feedback = learned
     learner = arm.model.learner
     if not isinstance(learner, CoactiveLearner):

@@ -148,6 +148,17 @@ def engine_scores(scores: np.ndarray) -> np.ndarray:
     return out
 
 
+def feature_columns(names: tuple[str, ...] | list[str],
+                    wanted: tuple[str, ...] | list[str]) -> np.ndarray | None:
+    """Where the features ``wanted`` (a model's) are among ``names`` (what a search builds
+    or an impression logs, of which a model may leave some out: the query's own click lift),
+    or None when one of them is missing."""
+    where = {name: i for i, name in enumerate(names)}
+    if any(name not in where for name in wanted):
+        return None
+    return np.array([where[name] for name in wanted], dtype=np.intp)
+
+
 def raw_columns(names: tuple[str, ...] | list[str]) -> np.ndarray:
     """Columns that normalisation leaves as they are: the click features, which are lifts
     on a common scale already, and whose differences between documents are the evidence

@@ -164,6 +164,10 @@ class Learner(ABC):
     #: update needs the probability of the whole shown list under its own policy (an
     #: off-policy estimator) sets it False and learns only from the lists it showed alone.
     learns_from_mixed_lists: ClassVar[bool] = True
+    #: True for a reference ranking that never learns (the engine's order, a random one): its
+    #: pages are shown as it ranks them, never refined by a query's own clicks
+    #: (:mod:`reranker.specialization`), so that it stays the floor it stands for.
+    floor: ClassVar[bool] = False
     #: Learned state arrays whose first dimension grows with what the learner has seen (a
     #: history of pages, a list of policies): a saved model's may differ from a new one's,
     #: and only their other dimensions are checked on load.

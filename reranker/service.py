@@ -27,7 +27,7 @@ from .arms import Arm, arms_from_config
 from .backends import Candidates
 from .backends.application import candidates_from
 from .backends.filters import filters_key, parse_facets, parse_filters
-from .clicks import query_key
+from .clicks import lifts_from_counts, query_key
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import Config
 from .errors import BadRequestError, ConflictError, NotFoundError, RerankerError, shorten
@@ -40,6 +40,7 @@ from .model import ModelFactory, RankingModel
 from .model_store import ModelStore
 from .monitoring import LearnerBreaker, Metrics
 from .plugins import backend_class, get_plugin_manager
+from .specialization import QUERY_FEATURE, QueryEvidence, specialise, specialised_ranking
 from .stores import EventStore, open_event_store
 from .trainer import Trainer
 from .trust import Binding, TrustGuard, rejection
@@ -86,6 +87,9 @@ class RerankerService:
         self.config = config
         self.pm = pm or get_plugin_manager()
         self.spec = FeatureSpec.from_config(config)
+        #: The column of the query's own click lift, which specialised pages add.
+        self._query_lift = self.spec.names.index(QUERY_FEATURE) \
+            if QUERY_FEATURE in self.spec.names else -1
         self.arms: list[Arm] = arms_from_config(config, self.pm)
         self.by_label: dict[str, Arm] = {label: arm for arm in self.arms
                                          for label in arm.labels}
@@ -207,10 +211,12 @@ class RerankerService:
             raise BadRequestError("'filter' and 'facets' need the search backend; the "
                                   "application filters the candidates it passes itself",
                                   field="filter" if clauses else "facets")
-        clicks = None
+        clicks, evidence = None, None
         if self.spec.click_features:  # from clicks logged before this search only
-            clicks = self.events.click_features(query, candidates.ids,
-                                                self.config.features.click_smoothing)
+            counts, total = self.events.click_counts(query, candidates.ids)
+            clicks = lifts_from_counts(counts, total[0], total[1],
+                                       self.config.features.click_smoothing)
+            evidence = QueryEvidence.from_counts(counts)
         X = self.spec.build(candidates, clicks)
         self._watch_features(X)
         n = len(candidates)
@@ -227,9 +233,9 @@ class RerankerService:
             else:
                 decision = self.experiment.decide(user_id, session_id, self._rng)
             if decision.mixed and n and not offset:
-                page = self._mixed(X, n_shown, decision.labels)
+                page = self._mixed(X, n_shown, decision.labels, evidence)
             else:
-                page = self._single(X, offset + n_shown, decision.labels[0])
+                page = self._single(X, offset + n_shown, decision.labels[0], evidence)
         shown = page["ranking"][offset: offset + n_shown]
         sources = self._from_backend(candidates.load_sources, shown.tolist())
         in_experiment = decision.counted and self.experiment is not None and not offset \
@@ -330,6 +336,9 @@ class RerankerService:
             self.metrics.fallbacks.labels(arm.labels[0], "slow").inc()
             return None
         started = time.perf_counter()
+        columns = arm.columns(self.spec.names)
+        if columns is not None and len(columns) != X.shape[1]:
+            X = X[:, columns]  # (the model leaves the query's own click lift out)
         try:
             result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None,
                                 check=False)  # X is built finite
@@ -353,7 +362,19 @@ class RerankerService:
                 "scores": -ranking.astype(np.float64), "log_prob": 0.0, "propensities": None,
                 "context": {"fallback": reason}}
 
-    def _single(self, X: np.ndarray, n_shown: int, label: str) -> dict[str, Any]:
+    def _specialise(self, arm: Arm, result: RankResult, X: np.ndarray,
+                    evidence: QueryEvidence | None, n_shown: int) -> RankResult:
+        """The page of ``arm`` for a search: its model's own (``result``), or the page this
+        query's own clicks specialise when they judge a pair of its candidates
+        (:func:`reranker.specialization.specialise`)."""
+        if evidence is None or not arm.spec.specialize or not evidence.any_clicks:
+            return result
+        lift = X[:, self._query_lift]
+        page, _ = specialise(result, lift, evidence, n_shown, self._rng, arm.spec.confidence)
+        return page
+
+    def _single(self, X: np.ndarray, n_shown: int, label: str,
+                evidence: QueryEvidence | None = None) -> dict[str, Any]:
         """One arm ranks and is shown alone."""
         arm = self.by_label[label]
         model = arm.model
@@ -364,6 +385,7 @@ class RerankerService:
             result = self._guarded_rank(arm, model, X, n_shown)
             if result is None:
                 return self._backend_order(X.shape[0], label, "learner")
+            result = self._specialise(arm, result, X, evidence, n_shown)
             log_prob = result.log_prob
             if log_prob is None and not model.learner.stochastic:
                 log_prob = 0.0  # a deterministic policy shows its ranking with certainty
@@ -377,7 +399,8 @@ class RerankerService:
             page.update(ranking=np.empty(0, np.intp), scores=np.empty(0))
         return page
 
-    def _mixed(self, X: np.ndarray, n_shown: int, labels: tuple[str, ...]) -> dict[str, Any]:
+    def _mixed(self, X: np.ndarray, n_shown: int, labels: tuple[str, ...],
+               evidence: QueryEvidence | None = None) -> dict[str, Any]:
         """Every arm ranks with its own policy; team-draft interleaving (two arms) or
         multileaving (more) mixes their rankings, and randomised pairs on the mixed page let
         every arm learn from it (:func:`reranker.experiments.interleaving.perturb_pairs`).
@@ -393,6 +416,10 @@ class RerankerService:
                                  "ranking": rankings[-1][: max(n_shown, arm.spec.depth)]
                                  .tolist(), "log_prob": 0.0, "fallback": "learner"}
                 continue
+            if evidence is not None and arm.spec.specialize and evidence.any_clicks \
+                    and evidence.strongest(arm.spec.confidence) is not None:
+                # the arm's ranking as its own specialised page would order it
+                result.ranking = specialised_ranking(result.scores, X[:, self._query_lift])
             rankings.append(result.ranking)
             logged[label] = {"id": arm.id, "model_version": model.version,
                              "ranking": result.ranking[: max(n_shown, arm.spec.depth)].tolist(),

@@ -32,7 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "out": "simulation", "depth": None, "discount": "log2", "gain": "linear",
     "backend_feature": "best", "checkpoints": 40, "workers": None, "library": "fixed",
     "reveal": 0.5, "start": "engine", "click_features": True, "window": 200, "evaluate": None,
-    "reward": "none",
+    "reward": "none", "specialize": True, "confidence": 0.95,
 }
 SHOWN = ("offline_ndcg@10", "online_ndcg@10", "utility_regret")
 
@@ -109,6 +109,8 @@ def run_simulate(options: dict[str, Any], console: Console | None = None,
                             checkpoints=plan["checkpoints"], library=plan["library"],
                             reveal=plan["reveal"], start=plan["start"],
                             click_features=bool(plan["click_features"]),
+                            specialize=bool(plan["specialize"]),
+                            confidence=float(plan["confidence"]),
                             window=plan["window"], backend_feature=feature,
                             evaluate=_target(plan["evaluate"], plan["params"]),
                             reward=plan["reward"])
@@ -124,12 +126,15 @@ def run_simulate(options: dict[str, Any], console: Console | None = None,
         raise ConfigError(f"start must be 'engine' or 'zero', got {settings.start!r}")
     if not isinstance(settings.window, int) or settings.window < 1:
         raise ConfigError(f"window must be a positive integer, got {settings.window!r}")
+    specialised = ", queries specialised by their own clicks" \
+        if settings.click_features and settings.specialize else ""
     console.print(f"{len(data.train)} training queries, {len(data.test)} test queries, "
                   f"{len(data.feature_names)} features (constant ones dropped), "
                   f"{data.grades}-grade labels; backend order = {feature}; {settings.library} "
                   f"library; learners start from "
                   f"{'the backend order' if settings.start == 'engine' else 'w = 0'}, click "
-                  f"features {'on' if settings.click_features else 'off'}. Users: "
+                  f"features {'on' if settings.click_features else 'off'}"
+                  f"{specialised}. Users: "
                   f"{settings.click_model} (simulated).")
     total = settings.impressions * settings.runs * len(specs)
     try:

@@ -33,6 +33,7 @@ import numpy as np
 
 from .clicks import CLICK_FEATURES, PositionBias, lifts_from_counts
 from .clicks.position_bias import randomized_pairs
+from .coactive import pair_first_log_probabilities
 from .errors import DataError
 from .featuremap import FeatureMap
 from .features import PerQueryMinMax, engine_prior
@@ -41,6 +42,16 @@ from .letor import RankingData, load_letor, load_many
 from .metrics import dcg
 from .model import ModelFactory
 from .plugins import get_plugin_manager, learner_class
+from .specialization import (
+    CONFIDENCE,
+    GENERAL,
+    JUDGED,
+    JUDGED_OFFSET,
+    QUERY_FEATURE,
+    QueryEvidence,
+    judgment_feedback,
+    specialise,
+)
 from .users import USER_DEPTH, make_user, user_utility
 
 PAGE = 10  # ranking length shown and scored (all documents when a query has fewer)
@@ -128,6 +139,12 @@ class Settings:
     reveal: float = 0.5  # growing library: share of the impressions until all are available
     start: str = "engine"  # or "zero": the learners' first model (the papers' w = 0)
     click_features: bool = True  # add the click features, counted from the users' clicks
+    #: keep the general model and each query's own clicks apart (docs/algorithms.md,
+    #: "General model and query specialisation"): the learners never see
+    #: click_lift:query_doc, a query's judged pairs refine its page and teach the learner at
+    #: its own ranking; False: the learners see both click features (earlier versions)
+    specialize: bool = True
+    confidence: float = CONFIDENCE  # of a judgment
     click_smoothing: float = 5.0
     window: int = 200  # impressions per window of online NDCG@10
     backend_feature: str | None = None  # the engine's order; None: the best single feature
@@ -408,8 +425,18 @@ def with_backend_feature(data: SimulationData, settings: Settings) -> Settings:
 
 
 def simulation_features(data: SimulationData, settings: Settings) -> list[str]:
-    """The learners' feature names: the data's, then the click features when they are on."""
-    return list(data.feature_names) + (list(CLICK_FEATURES) if settings.click_features else [])
+    """The learners' feature names: the data's, then the click features when they are on
+    (without the query's own, ``click_lift:query_doc``, when the pages are specialised)."""
+    return list(data.feature_names) + list(_click_columns(settings))
+
+
+def _click_columns(settings: Settings) -> tuple[str, ...]:
+    """The click features among the learners' features."""
+    if not settings.click_features:
+        return ()
+    if settings.specialize:
+        return tuple(name for name in CLICK_FEATURES if name != QUERY_FEATURE)
+    return CLICK_FEATURES
 
 
 def simulation_factory(data: SimulationData, spec: LearnerSpec,
@@ -447,10 +474,15 @@ class _ClickLog:
         self.since = 0
         self.theta = self.bias.weights(PAGE)
 
-    def features(self, rows: np.ndarray, out: np.ndarray) -> None:
-        """Write the click features of the training ``rows`` into ``out`` (``(n, 2)``)."""
+    def features(self, rows: np.ndarray) -> np.ndarray:
+        """The click features of the training ``rows``, ``(n, 2)``."""
         counts = np.hstack([self.query_doc[rows], self.doc[self.train_docs[rows]]])
-        out[:] = lifts_from_counts(counts, self.total[0], self.total[1], self.smoothing)
+        return lifts_from_counts(counts, self.total[0], self.total[1], self.smoothing)
+
+    def evidence(self, rows: np.ndarray) -> QueryEvidence:
+        """The query's own clicks and exposures of the training ``rows``."""
+        counts = self.query_doc[rows]
+        return QueryEvidence(clicks=counts[:, 0], exposure=counts[:, 1])
 
     def test_features(self, docs: np.ndarray) -> np.ndarray:
         """Held-out queries were never asked: only their documents' counts are known."""
@@ -510,8 +542,11 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                                np.random.default_rng(streams[4]), PAGE)
     train = data.train
     # the candidates' features, with room for the click features after the data's own
-    X_rows = train.X if clicks is None else np.hstack(
-        [train.X, np.zeros((len(train.X), len(CLICK_FEATURES)))])
+    columns = [CLICK_FEATURES.index(name) for name in _click_columns(settings)]
+    X_rows = train.X if not columns else np.hstack(
+        [train.X, np.zeros((len(train.X), len(columns)))])
+    specialize = clicks is not None and settings.specialize and not learner.floor
+    judged_teach = learner.learns_from_mixed_lists
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
     n_train = len(train)
@@ -545,12 +580,18 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             X = X_rows.take(candidates, axis=0)
             labels, utility = labels_chunk[lo:hi], utility_chunk[lo:hi]
             if clicks is not None:  # counted from earlier impressions only
-                clicks.features(candidates, X[:, -len(CLICK_FEATURES):])
+                lifts = clicks.features(candidates)
+                if columns:
+                    X[:, -len(columns):] = lifts[:, columns]
             n = hi - lo
             k = PAGE if n > PAGE else n
             t0 = clock()
             result = rank(X, k, learner_rng)
             t1 = clock()
+            judgment = None
+            if specialize:  # the query's own clicks refine its page where they judge a pair
+                result, judgment = specialise(result, lifts[:, 0], clicks.evidence(candidates),
+                                              k, learner_rng, settings.confidence)
             y = result.ranking
             feedback = respond(y, k, labels, utility, ideal_utility[qi], user_rng)
             feedback.context = result.context
@@ -560,11 +601,21 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                     feedback.positions < k]].sum()) if feedback.positions is not None else 0.0
             positions = feedback.positions
             if positions is not None and len(positions):  # before the model changes
-                first_log_probs = first_log_probabilities(X)
+                first_log_probs = first_log_probabilities(X) if judgment is None else \
+                    pair_first_log_probabilities(result.scores, 0.5)
             if check is not None:
                 check.observe(learner, X, y, k, positions, labels, utility, ideal_utility[qi])
             t2 = clock()
-            learn(X, feedback)
+            if judgment is None:  # the learner's own page
+                learn(X, feedback)
+            elif judged_teach and positions is not None and len(positions):
+                # a specialised page with a click teaches the query's judgments at the
+                # learner's own ranking (docs/algorithms.md, "General model and query
+                # specialisation")
+                taught = judgment_feedback(result.context[GENERAL], n, k,
+                                           result.context[JUDGED_OFFSET], result.context[JUDGED])
+                if taught is not None:
+                    learn(X, taught)
             learner_seconds += (t1 - t0) + (clock() - t2)
             if clicks is not None:
                 clicks.add(candidates, y[:k], positions if positions is not None
@@ -577,7 +628,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             if t in checkpoints:
                 metrics.mark(t, {"learner": spec.key, "run": run, "t": t},
                              {"offline_ndcg@10": offline_ndcg(data, learner, test_rng, clicks,
-                                                              test_queries),
+                                                              test_queries, columns),
                               "seconds": round(clock() - started, 4)})
             if len(impressions) == block:
                 metrics.flush(train, labels_chunk, utility_chunk)
@@ -637,11 +688,12 @@ class _TestQueries:
 
 
 def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator,
-                 clicks: _ClickLog | None = None, queries: _TestQueries | None = None
-                 ) -> float:
+                 clicks: _ClickLog | None = None, queries: _TestQueries | None = None,
+                 columns: list[int] | None = None) -> float:
     """Mean NDCG@10 of the current model's argmax ranking (by its scores; ties in the
     file's order) over the test queries that have at least one relevant document. With
-    click features, the test queries' own counts are empty (they were never asked).
+    click features, the test queries' own counts are empty (they were never asked);
+    ``columns`` are the click features the learner sees (default: both).
 
     A :class:`reranker.learner.LinearLearner` scores a candidate by ``x . weights()``
     alone, so all test queries are scored at once; any other learner's scores come from
@@ -650,7 +702,8 @@ def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator,
     queries = queries if queries is not None else _TestQueries(test)
     X = test.X
     if clicks is not None:
-        X = np.hstack([X, clicks.test_features(test.docs)])
+        lifts = clicks.test_features(test.docs)
+        X = np.hstack([X, lifts if columns is None else lifts[:, columns]])
     if isinstance(learner, LinearLearner):
         return queries.ndcg(X @ learner.weights())
     scores = np.zeros(len(X))
@@ -887,6 +940,8 @@ PLAN_KEYS = {
     "workers": "parallel processes (default: one per core)",
     "start": "the learners' first model: engine (the backend feature's order) or zero (w = 0)",
     "click_features": "give the learners the click features (true or false)",
+    "specialize": "keep the general model and each query's own clicks apart (true or false)",
+    "confidence": "confidence at which a query's clicks judge a result",
     "window": "impressions per window of online NDCG@10",
     "evaluate": "a learner (name, or mapping with name and params) whose clicks@10 every "
                 "learner's logged pages estimate off-policy, checked against its true value",

@@ -408,6 +408,39 @@ def check_carries_over_to_another_feature_set(cls: type[Learner], params: dict |
     restored.set_state(copy.deepcopy(carried.get_state()))
 
 
+def check_learns_judgments(cls: type[Learner], params: dict | None = None) -> None:
+    """A learner that learns from lists it did not draw (``learns_from_mixed_lists``) learns
+    the judgments of a specialised page (:func:`reranker.specialization.judgment_feedback`:
+    its own ranking, a randomised pair whose better result was clicked): taught again and
+    again that the result it ranks just below another is the better one, it ends ranking it
+    above. Floors and learners that learn only from their own lists are not taught them."""
+    from .specialization import general_ranking, judgment_feedback
+
+    if cls.floor or not cls.learns_from_mixed_lists:
+        return
+    learner = _make(cls, params)
+    _train(learner, 5, 10)
+    rng = np.random.default_rng(6)
+    X = rng.random((6, N_FEATURES))
+    order = general_ranking(learner.rank(X, 6, rng).scores).tolist()
+    better, worse = order[2], order[1]
+    for _ in range(200):
+        order = general_ranking(learner.rank(X, 6, rng).scores).tolist()
+        if order.index(better) < order.index(worse):
+            break
+        # the two side by side in the learner's own ranking, at the upper one's place
+        upper = order.index(worse)
+        ranking = [i for i in order if i not in (better, worse)]
+        ranking[upper:upper] = [worse, better]
+        learner.update(X, judgment_feedback(ranking, 6, 6, upper % 2, [(upper, True)]))
+    order = general_ranking(learner.rank(X, 6, rng).scores).tolist()
+    assert order.index(better) < order.index(worse), (
+        f"{cls.name}: taught 200 times that candidate {better} is better than {worse} "
+        f"(a judged randomised pair), it still ranks it below ({order}); a learner whose "
+        f"rule cannot learn from a list it did not draw declares learns_from_mixed_lists = "
+        f"False")
+
+
 LEARNER_CHECKS: list[Callable[..., None]] = [
     check_declares_itself,
     check_ranks_are_permutations,
@@ -419,6 +452,7 @@ LEARNER_CHECKS: list[Callable[..., None]] = [
     check_probabilities,
     check_starts_from_the_prior,
     check_carries_over_to_another_feature_set,
+    check_learns_judgments,
 ]
 
 

@@ -32,6 +32,7 @@ from .errors import ModelStoreError, RerankerError, StoreError
 from .events import Impression
 from .model import RankingModel
 from .model_store import ModelStore
+from .specialization import SPECIALISED
 from .stores import EventStore, Reader, Retained
 from .trust import ClientBudget
 
@@ -268,8 +269,9 @@ class Trainer:
             return
         if learned is None:  # a mixed list this arm had no part in, or cannot learn from
             return
-        if tuple(imp.feature_names) != model.feature_names:
-            # Logged under another feature configuration: its weights would mean nothing here.
+        if arm.columns(imp.feature_names) is None:
+            # Logged under another feature configuration (the model's features are not all
+            # among the logged ones): its weights would mean nothing here.
             log.warning("impression %s skipped: logged with features %s, the model has %s",
                         imp.id, imp.feature_names, list(model.feature_names))
             progress.skipped += 1
@@ -282,7 +284,9 @@ class Trainer:
             progress.skipped += 1
             report.skipped += 1
             return
-        clicked = len(feedback.clicked)
+        # (a specialised page teaches judgments, not its clicks: count the clicks it had)
+        clicked = len(imp.clicked or []) if SPECIALISED in (imp.context or {}) \
+            else len(feedback.clicked)
         if not budget.allows(imp.user_id, imp.closed_seq, imp.created, clicked > 0):
             progress.impressions += 1
             report.applied += 1
@@ -314,7 +318,7 @@ class Trainer:
         report.clicks += clicked
         report.updates += int(changed)
         if clicked and not changed:
-            reason = uninformative_reason(model.learner, feedback)
+            reason = uninformative_reason(model.learner, feedback, imp.context)
             report.uninformative[reason] = report.uninformative.get(reason, 0) + clicked
 
     def retain(self, age: float | None = None) -> Retained:
@@ -468,9 +472,15 @@ def unsaved_note(report: TrainReport) -> str:
             f"next version takes them)")
 
 
-def uninformative_reason(learner, feedback) -> str:
+def uninformative_reason(learner, feedback, context: dict | None = None) -> str:
     """Why the clicks of an impression changed nothing, in a few words for the log."""
     from .coactive import CoactiveLearner
+
+    if SPECIALISED in (context or {}):
+        if not learner.learns_from_mixed_lists:
+            return "a page its query's clicks specialised, which this learner cannot learn from"
+        return "a page its query's clicks specialised, whose judgments cover none of the " \
+            "model's own adjacent pairs"
 
     if isinstance(learner, CoactiveLearner):
         if learner.swap_probability > 0:

@@ -3,6 +3,7 @@ disk, a live HTTP server around the real Flask app, and helpers to run the real 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -59,11 +60,19 @@ def write_config(folder: Path, **sections) -> Path:
     return path
 
 
-def learn(search, click, pages: int = 1, query: str = "tea kettle") -> None:
+#: The queries :func:`learn` searches in turn: each is clicked on a page or two, so that no
+#: query's own clicks judge one of its results (its pages stay the general model's, which
+#: learns from their clicks; a query clicked again and again is specialised, and teaches
+#: the general model only the pairs its clicks judge: tests/test_specialization.py).
+LEARNING_QUERIES = itertools.cycle([query for query, _ in generate_corpus(seed=7).queries])
+
+
+def learn(search, click, pages: int = 1, query: str | None = None) -> None:
     """Pages the perceptron learns from: clicks on ranks 6 and 3, one of which is the lower
-    result of its pair whichever random pairing the page used."""
+    result of its pair whichever random pairing the page used (of the next queries of
+    :data:`LEARNING_QUERIES`, or of ``query``)."""
     for _ in range(pages):
-        page = search(query)
+        page = search(query or next(LEARNING_QUERIES))
         for position in (5, 2):
             click(page["impression_id"], page["hits"][position]["id"])
 

@@ -255,9 +255,11 @@ def scenario_service_uses_elasticsearch_features(tmp_path, url, corpus):
     index, path = index_corpus(tmp_path, url, corpus)
     service = RerankerService(load_config(path)).open()
     try:
-        assert list(service.model.feature_names) == [
+        assert list(service.spec.names) == [
             "backend_score", "field_score:title", "field_score:body",
             "field_value:popularity", "click_lift:query_doc", "click_lift:doc"]
+        # (the general model's: all but the query's own click lift)
+        assert "click_lift:query_doc" not in service.model.feature_names
         page = service.search("espresso grinder", 10)
         imp = service.events.get_impression(page["impression_id"])
         assert imp.features.shape[1] == 6 and imp.features[:, 1:3].max() > 0

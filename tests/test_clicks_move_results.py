@@ -1,9 +1,12 @@
 """Every position can move (through the real HTTP API): a result the learner ranks k-th,
-clicked on its impressions with nothing else clicked, ranks higher after training, for every
-k from 2 to 10 and every coactive learner at its defaults, also when the engine scores every
-candidate the same (then only the click features tell them apart). With the starting
-ranking it already rises while the clicks arrive, through its click lift; without it (the
-default learner with prior_steps 0) it rises through what the learner learns alone."""
+clicked on its impressions with nothing else clicked, ranks higher, for every k from 2 to 10
+and every coactive learner at its defaults (and the default learner with prior_steps 0),
+also when the engine scores every candidate the same. It rises while the clicks arrive, once
+they judge it better than a result shown with it: the query's page is then specialised by its
+click lift. Training then teaches the general model those judgments at its own ranking
+(docs/algorithms.md, "General model and query specialisation"): when the engine's scores
+differ, its model changes; when they tie, no feature that holds for any query tells the
+results apart, and the general model rightly learns nothing from this one query."""
 
 import shutil
 
@@ -47,7 +50,12 @@ def index(request, tmp_path_factory, corpus):
         assert np.ptp(candidates.field_scores[:12], axis=0).max() == 0
     else:
         assert len(set(scores.tolist())) > 6
+    TIED[folder / "index"] = request.param == "engine scores tie"
     return folder / "index"
+
+
+#: Whether an index of the fixture scores every candidate the same.
+TIED: dict = {}
 
 
 def argmax_order(page):
@@ -80,13 +88,12 @@ def test_a_result_clicked_at_rank_k_rises(tmp_path, index, learner, k):
         # it was first shown at rank k (give or take the pair perturbation), and clicked on
         # nearly every impression, nothing else ever
         assert abs(shown_at[0] - k) <= 1 and len(shown_at) >= SEARCHES - 2
-        if not params:  # with the starting ranking, its click lift lifts it at once
-            assert argmax_order(page).index(target) + 1 < k
+        assert argmax_order(page).index(target) + 1 < k  # its clicks specialise the page
         report = live.service.trainer.run_once(close_all=True)  # `reranker train`
-        assert report.clicks == len(shown_at) and report.version == 1
-        assert report.updates > 0
+        assert report.clicks == len(shown_at)
+        if not TIED[index]:
+            assert report.version == 1 and report.updates > 0
         after = live.post("/search", {"query": QUERY, "size": 10}).json()
-        assert after["model_version"] == 1
         assert argmax_order(after).index(target) + 1 < k, (k, argmax_order(after))
     finally:
         live.stop()

@@ -298,8 +298,9 @@ def test_mixed_lists_give_every_arm_the_page_with_its_randomised_pairs(workdir, 
             offsets.add(imp.context["pair_offset"])
             swaps += len(imp.context["swapped"])
             for arm in server.service.arms:
-                X, feedback = arm.feedback(imp)
-                assert X is imp.features
+                X, feedback = arm.feedback(imp)  # the features the arm's model has
+                columns = [imp.feature_names.index(n) for n in arm.factory.feature_names]
+                assert np.array_equal(X, imp.features[:, columns])
                 assert feedback.ranking.tolist() == imp.ranking.tolist()  # the page shown
                 assert [imp.doc_ids[i] for i in feedback.clicked] == [ids[3]]
                 assert feedback.context == {key: imp.context[key] for key in
@@ -488,16 +489,18 @@ def test_outside_its_time_window_the_control_serves(workdir):
 
 
 def test_an_arm_learns_in_an_experiment_as_it_does_alone(workdir, corpus):
-    """The perceptron's own ranking (held-out quality over every query) improves as much
-    interleaved with the engine as when it serves alone, within noise."""
+    """The perceptron's own ranking (the general model's quality over every query, without
+    the queries' own click lifts) improves as much interleaved with the engine as when it
+    serves alone, within noise."""
 
     def quality(service, label):
-        model = service.by_label[label].model
+        arm = service.by_label[label]
+        model, columns = arm.model, arm.columns(service.spec.names)
         scores = []
         for query, topic in corpus.queries:
             candidates = service.backend.search(query, 100)
             clicks = service.events.click_features(query, candidates.ids, 5.0)
-            X = service.spec.build(candidates, clicks)
+            X = service.spec.build(candidates, clicks)[:, columns]  # the general model's
             ranking = model.rank(X, 10, np.random.default_rng(0)).ranking[:10]
             labels = np.array([corpus.label(topic, candidates.ids[i]) for i in ranking])
             scores.append(ndcg(labels, corpus.labels(topic), 10))
@@ -522,9 +525,11 @@ def test_an_arm_learns_in_an_experiment_as_it_does_alone(workdir, corpus):
             finally:
                 server.stop()
     gains = {name: float(np.mean(values)) for name, values in gains.items()}
-    assert gains["alone"] > 0.05
+    # (the general model alone, without the queries' own click lifts: at 500 searches its
+    # pages are soon specialised, and it learns from the judged pairs only, +0.03 here)
+    assert gains["alone"] > 0.015, gains
     # within noise: the mean of two runs varies by about 0.02 either way
-    assert gains["interleaved"] > 0.05 and gains["interleaved"] > gains["alone"] - 0.06, gains
+    assert gains["interleaved"] > 0.015 and gains["interleaved"] > gains["alone"] - 0.06, gains
 
 
 def split_tally(window: int = 100):

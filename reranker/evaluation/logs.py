@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..events import SHOWN_PROPENSITIES
+from ..features import feature_columns
 from ..model import RankingModel
 from ..stores import EventStore
 from .estimators import LoggedPage
@@ -24,7 +25,8 @@ class LoggedPages:
 
 def pages_from_log(events: EventStore, model: RankingModel, batch: int = 2000, *,
                    since: float | None = None, logged_by: str | None = None) -> LoggedPages:
-    """Every closed first page the target ``model`` can read (the same features), with the
+    """Every closed first page the target ``model`` can read (its features among the
+    logged ones), with the
     logging policy's position propensities: logged by a stochastic policy, or 1 for a
     deterministic one (``log_prob`` 0). Pages of mixed lists, later pages, pages logged
     with other features and pages compacted by retention are counted in ``skipped`` (those
@@ -53,7 +55,8 @@ def pages_from_log(events: EventStore, model: RankingModel, batch: int = 2000, *
             if k == 0:
                 out.skipped["pages without results"] += 1
                 continue
-            if tuple(imp.feature_names) != names:
+            columns = feature_columns(imp.feature_names, names)
+            if columns is None:
                 out.skipped["pages logged with other features"] += 1
                 continue
             if imp.features is None:
@@ -78,7 +81,8 @@ def pages_from_log(events: EventStore, model: RankingModel, batch: int = 2000, *
                 if doc in where:
                     clicks[where[doc]] = 1.0
             out.pages.append(LoggedPage(
-                X=model.normalize(imp.features), shown=shown, clicks=clicks,
+                X=model.normalize(imp.features[:, columns]),
+                shown=shown, clicks=clicks,
                 propensities=propensities,
                 shown_marginals=None if marginals is None else np.asarray(marginals),
                 id=imp.id, doc_ids=imp.doc_ids))

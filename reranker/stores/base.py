@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..clicks import PositionBias
+from ..clicks import PositionBias, lifts_from_counts
 from ..errors import RerankerError, StoreError
 from ..events import ClickResult, Impression, RewardResult
 
@@ -175,13 +175,21 @@ class EventStore(abc.ABC):
         the mixed lists (``arm`` None)."""
 
     @abc.abstractmethod
+    def click_counts(self, query: str, doc_ids: list[str]
+                     ) -> tuple[np.ndarray, tuple[float, float]]:
+        """The click counts behind the click features of candidates ``doc_ids`` for
+        ``query``: shape ``(n, 4)``, clicks and position-weighted exposure for the
+        normalised query, then for each document over all queries, and the total clicks and
+        exposure of the log: every impression and click this object has logged before counts
+        (a click never counts before it was made); another process's within
+        ``features.click_refresh`` seconds (the SQL stores keep the counts they read:
+        :mod:`.count_cache`)."""
+
     def click_features(self, query: str, doc_ids: list[str], smoothing: float) -> np.ndarray:
-        """The click features of candidates ``doc_ids`` for ``query``, shape ``(n, 2)``
-        (:func:`reranker.clicks.lifts_from_counts` of the counts for the normalised query,
-        for each document over all queries, and in total): every impression and click this
-        object has logged before counts (a click never counts before it was made); another
-        process's within ``features.click_refresh`` seconds (the SQL stores keep the counts
-        they read: :mod:`.count_cache`)."""
+        """The click features of candidates ``doc_ids`` for ``query``, shape ``(n, 2)``:
+        :func:`reranker.clicks.lifts_from_counts` of :meth:`click_counts`."""
+        counts, total = self.click_counts(query, doc_ids)
+        return lifts_from_counts(counts, total[0], total[1], smoothing)
 
     @abc.abstractmethod
     def position_bias(self, max_age: float | None = None) -> PositionBias:

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..clicks import PositionBias, lifts_from_counts, query_key
+from ..clicks import PositionBias, query_key
 from ..clicks.position_bias import randomized_pairs
 from ..errors import ConflictError, NotFoundError, RerankerError, StoreError, UnprocessableError
 from ..events import ClickResult, Impression, RewardResult
@@ -555,18 +555,18 @@ class SQLEventStore(EventStore):
                     out[imp_id].append(doc_id)
         return out
 
-    def click_features(self, query: str, doc_ids: list[str], smoothing: float) -> np.ndarray:
-        """The lifts of the counts of the clicks and impressions logged before (this
-        object's own at once, even while queued; other processes' as
-        ``features.click_refresh`` says: :mod:`.count_cache`)."""
+    def click_counts(self, query: str, doc_ids: list[str]
+                     ) -> tuple[np.ndarray, tuple[float, float]]:
+        """The counts of the clicks and impressions logged before (this object's own at once,
+        even while queued; other processes' as ``features.click_refresh`` says:
+        :mod:`.count_cache`)."""
         key = query_key(query)
         try:
-            counts, total = self._counts.counts(key, doc_ids, self._read_cells,
-                                                self._read_total, self._read_query_cells)
+            return self._counts.counts(key, doc_ids, self._read_cells, self._read_total,
+                                       self._read_query_cells)
         except StoreError as exc:  # the search goes on with the counts this process keeps
             self._degraded("click counts", exc)
-            counts, total = self._counts.known(key, doc_ids)
-        return lifts_from_counts(counts, total[0], total[1], smoothing)
+            return self._counts.known(key, doc_ids)
 
     def _degraded(self, what: str, exc: StoreError) -> None:
         """Log (once a minute at most) that a search went on without reading ``what``."""

@@ -1,0 +1,279 @@
+"""The general model and each query's own clicks, kept apart (docs/algorithms.md, "General
+model and query specialisation"): judgments, the decisions they make on constructed data,
+what a specialised page teaches the general model, and the same through the HTTP API."""
+
+import numpy as np
+import pytest
+from conftest import LiveServer, write_config
+from scipy import stats
+
+from reranker.clicks import lifts_from_counts
+from reranker.clicks.position_bias import PAIR_OFFSET, SWAPPED
+from reranker.featuremap import FeatureMap
+from reranker.feedback import pair_swapped_ranking
+from reranker.learner import RankResult
+from reranker.plugins import get_plugin_manager, learner_class
+from reranker.simulation import LearnerSpec, Settings, simulate, summarize
+from reranker.specialization import (
+    GENERAL,
+    JUDGED,
+    SPECIALISED,
+    QueryEvidence,
+    general_features,
+    judgment_feedback,
+    judgment_p_values,
+    specialise,
+    taught_by,
+)
+
+THETA = 1.0 / np.log2(np.arange(2, 12))  # examination of positions 1..10 (DCG discounts)
+
+
+def test_a_judgment_is_the_conditional_test_of_two_poisson_rates():
+    # b: 6 clicks in 4 units of exposure, a: 1 in 8; given the 7 clicks, b's share is
+    # Binomial(7, 4 / 12) when the rates are equal
+    p = judgment_p_values(1, 8.0, 6, 4.0)
+    assert p == pytest.approx(stats.binom.sf(5, 7, 4 / 12))
+    assert judgment_p_values(6, 4.0, 1, 8.0) == 1.0  # the other way round: nothing
+    assert judgment_p_values(0, 3.0, 0, 3.0) == 1.0  # no click: nothing
+    assert judgment_p_values(0, 0.0, 5, 3.0) == 1.0  # a never seen: nothing
+
+
+def evidence_of(pages, n=20):
+    """The counts of a query after ``pages`` (lists of (shown candidate indices, clicked
+    candidate indices)), exposures weighted by the examination of the positions."""
+    clicks, exposure = np.zeros(n), np.zeros(n)
+    for shown, clicked in pages:
+        exposure[np.asarray(shown)] += THETA[:len(shown)]
+        clicks[np.asarray(clicked, dtype=int)] += 1
+    return QueryEvidence(clicks, exposure)
+
+
+def test_pages_without_clicks_and_a_stray_click_judge_nothing():
+    top = list(range(10))
+    assert evidence_of([(top, [])] * 4).strongest() is None  # four pages are not evidence
+    assert evidence_of([(top, [])] * 4 + [(top, [5])]).strongest() is None  # one click
+    # three clicks on the sixth result, none on the nine others seen as often: judged
+    judged = evidence_of([(top, [])] * 2 + [(top, [5])] * 3).strongest()
+    assert judged is not None and judged.doc == 5 and judged.above and judged.p_value <= 0.05
+    assert judged.rest_clicks == 0 and judged.exposure == pytest.approx(5 * THETA[5])
+    # a stricter confidence wants more
+    assert evidence_of([(top, [])] * 2 + [(top, [5])] * 3).strongest(0.9999) is None
+
+
+def page_for(general_scores, evidence, rng_seed=0):
+    """The page of a query whose general model scores ``general_scores`` (candidate 0 is the
+    engine's first), and the judgment that specialised it (None: the model's own page)."""
+    n = len(general_scores)
+    counts = np.column_stack([evidence.clicks, evidence.exposure, evidence.clicks,
+                              evidence.exposure])
+    lift = lifts_from_counts(counts, evidence.clicks.sum() * 20, evidence.exposure.sum() * 20,
+                             5.0)[:, 0]
+    own = RankResult(ranking=np.argsort(-general_scores, kind="stable"),
+                     scores=general_scores, context={"own": True})
+    page, judgment = specialise(own, lift, evidence, 10, np.random.default_rng(rng_seed))
+    # the page's order before its randomised pairs: by the scores it was drawn from
+    return np.argsort(-page.scores, kind="stable")[:n].tolist(), page, judgment
+
+
+# The general model has learned (on other queries) to put candidate 3 first; the engine puts
+# candidate 0 first. Decisions for one query, from its own clicks alone.
+GENERAL_SCORES = np.array([0.6, 0.5, 0.4, 0.9, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01, 0.0, 0.0])
+MODEL_TOP = [3, 0, 1, 2]
+
+
+def test_a_query_without_evidence_gets_the_general_models_own_page():
+    order, page, judgment = page_for(GENERAL_SCORES, evidence_of([(MODEL_TOP, [])] * 6, 12))
+    assert judgment is None and page.context == {"own": True} and order[:4] == MODEL_TOP
+
+
+def test_a_query_whose_clicks_contradict_the_general_model_keeps_the_engines_order():
+    # its users click the engine's first result (shown second by the model), never the
+    # model's first: the query's page puts the engine's first back on top
+    pages = [(MODEL_TOP + list(range(4, 10)), [0])] * 6
+    order, page, judgment = page_for(GENERAL_SCORES, evidence_of(pages, 12))
+    assert judgment is not None and judgment.doc in (0, 3)
+    assert order[0] == 0 and SPECIALISED in page.context
+
+
+def test_a_query_whose_clicks_agree_with_the_general_model_moves_from_the_engines_order():
+    pages = [(MODEL_TOP + list(range(4, 10)), [3])] * 6
+    order, _, judgment = page_for(GENERAL_SCORES, evidence_of(pages, 12))
+    assert judgment is not None and order[0] == 3  # not the engine's 0
+
+
+def test_a_specialised_page_teaches_its_judgments_at_the_general_models_own_ranking():
+    # candidate 5, the model's sixth, is clicked on every page; the others seen never are
+    pages = [(list(range(10)), [5])] * 8
+    scores = -np.arange(12, dtype=float)  # the model's own order: 0, 1, 2, ...
+    for seed in range(6):
+        _, page, judgment = page_for(scores, evidence_of(pages, 12), seed)
+        assert judgment is not None
+        general, judged = page.context[GENERAL], page.context[JUDGED]
+        assert general == list(range(11))  # its own top, not the page's
+        # the pairing of the model's ranking holds (4, 5) or (5, 6): either way candidate 5
+        # is judged better than its neighbour there, and nothing else is
+        assert judged in ([[4, 1]], [[5, 0]])
+        taught = taught_by(page.context, 12, 10)
+        ranking = taught.ranking.tolist()
+        # a randomised pair shown with the better one below and clicked
+        (clicked,) = [ranking.index(i) for i in taught.clicked]
+        assert taught.clicked.tolist() == [5] and clicked in (5, 6)
+        improved = pair_swapped_ranking(taught, taught.context[PAIR_OFFSET])
+        assert improved is not None and improved.tolist().index(5) == clicked - 1
+        assert taught.context[SWAPPED] == ([] if judged == [[4, 1]] else [5])
+
+
+@pytest.mark.parametrize("name", ["preference_perceptron", "pdgd", "online_ranknet"])
+def test_judgments_move_the_general_model(name):
+    learner = learner_class(get_plugin_manager(), name)(feature_map=FeatureMap(10))
+    learner.initialize(3)
+    X = np.array([[1.0, 0.0, 0.2], [0.0, 1.0, 0.1], [0.5, 0.5, 0.0]])
+    for _ in range(30):  # candidate 1 judged better than candidate 0, above it
+        learner.update(X, judgment_feedback([0, 1, 2], 3, 3, 0, [(0, True)]))
+    scores = learner.rank(X, 3, np.random.default_rng(0)).scores
+    assert scores[1] > scores[0]
+
+
+def test_the_general_model_leaves_the_query_lift_out():
+    assert general_features(("backend_score", "click_lift:query_doc", "click_lift:doc")) == \
+        ("backend_score", "click_lift:doc")
+
+
+@pytest.fixture(scope="module")
+def engine_is_right(tmp_path_factory):
+    """Queries whose relevance is the engine's own score (its order is the best there is)
+    and whose other features are noise: a general model users prefer to the engine does
+    not exist."""
+    from reranker.simulation import prepare
+
+    folder = tmp_path_factory.mktemp("letor")
+    rng = np.random.default_rng(3)
+
+    def write(name, queries):
+        lines = []
+        for q in range(queries):
+            engine = rng.random(15)
+            labels = np.digitize(engine, [0.6, 0.85])
+            for d in range(15):
+                features = [engine[d], *rng.random(5)]
+                lines.append(f"{labels[d]} qid:{q} " + " ".join(
+                    f"{j + 1}:{v:.4f}" for j, v in enumerate(features)) + f" # d{name}{q}-{d}")
+        (folder / name).write_text("\n".join(lines) + "\n")
+        return str(folder / name)
+
+    return prepare([write("train.txt", 60)], write("test.txt", 30))
+
+
+def test_a_general_model_that_users_do_not_prefer_does_not_take_over(engine_is_right):
+    """The default learner on queries where the engine is right: what it has learned for
+    new queries stays at the engine's quality (the clicks give it no reason to leave it),
+    and its pages never fall far below the engine's in a window (its randomised pairs cost
+    a little where nothing can be better than the engine's order: 0.02 to 0.03)."""
+    settings = Settings(impressions=3000, runs=2, click_model="navigational", checkpoints=3,
+                        backend_feature="f1")
+    specs = [LearnerSpec("preference_perceptron"), LearnerSpec("backend_order",
+                                                               {"feature": "f1"})]
+    result = simulate(engine_is_right, specs, settings, workers=1)
+    summary = summarize(result)
+    ours, engine = summary["preference_perceptron"], summary[result.floor]
+    assert ours["worst_window_gap"]["mean"] >= -0.035, ours["worst_window_gap"]
+    assert ours["offline_ndcg@10"]["mean"] >= engine["offline_ndcg@10"]["mean"] - 0.01
+
+
+# -- through the HTTP API ------------------------------------------------------------------
+
+
+def click_until_judged(live, query, rank, searches=30):
+    """Search ``query`` and click the result at ``rank`` of the general model's order (by
+    score) every time, until the page is specialised; returns the pages and the clicked id."""
+    first = live.post("/search", {"query": query, "size": 10}).json()
+    target = sorted(first["hits"], key=lambda h: -h["score"])[rank - 1]["id"]
+    page, pages = first, []
+    for _ in range(searches):
+        pages.append(page)
+        ids = [hit["id"] for hit in page["hits"]]
+        if target in ids:
+            live.post("/click", {"impression_id": page["impression_id"], "doc_id": target})
+        imp = live.service.events.get_impression(page["impression_id"])
+        if SPECIALISED in (imp.context or {}):
+            break
+        page = live.post("/search", {"query": query, "size": 10}).json()
+    return pages, target
+
+
+def test_four_searches_without_a_click_change_nothing(workdir):
+    """Tried as a new user would: four searches without a click, then the fifth. With the
+    query's evidence apart, nothing moves; the earlier design (the query's lift in the
+    learner's starting ranking, ``learner.specialize: false``) pushed results the engine put
+    in its top 10 below its 11th and 12th."""
+    tops = {}
+    for specialize in (True, False):
+        path = write_config(workdir, learner={"specialize": specialize, "seed": 1},
+                            store={"path": f"events-{specialize}.sqlite",
+                                   "models": f"models-{specialize}"},
+                            trainer={"enabled": False})
+        live = LiveServer(path)
+        try:
+            explained = live.post("/explain", {"query": "green tea", "size": 12}).json()
+            engine = [hit["id"] for hit in sorted(explained["hits"],
+                                                  key=lambda h: h["engine_rank"])]
+            for _ in range(4):
+                live.post("/search", {"query": "green tea", "size": 10})
+            after = live.post("/explain", {"query": "green tea", "size": 10}).json()
+            tops[specialize] = ([hit["id"] for hit in after["hits"]], engine)
+            if specialize:
+                assert after["decided_by"]["by"] == "engine"
+                assert "no click" in after["decided_by"]["why"]
+        finally:
+            live.stop()
+    top, engine = tops[True]
+    assert top == engine[:10]
+    earlier, engine = tops[False]
+    assert set(earlier) - set(engine[:10])  # what the user saw with the earlier design
+
+
+def test_a_query_s_clicks_specialise_its_page_and_teach_the_general_model(workdir):
+    path = write_config(workdir, learner={"seed": 3},
+                        trainer={"enabled": False, "feedback_window": 3600.0})
+    live = LiveServer(path)
+    try:
+        pages, target = click_until_judged(live, "tea kettle", 6)
+        imp = live.service.events.get_impression(pages[-1]["impression_id"])
+        judgment = imp.context[SPECIALISED]
+        assert judgment["p_value"] <= 0.05 and judgment["others_clicks"] == 0
+        # it took more than one click: one is not evidence
+        assert sum(target in [h["id"] for h in p["hits"]] for p in pages) >= 2
+        page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+        explained = live.post("/explain", {"query": "tea kettle", "size": 10}).json()
+        decided = explained["decided_by"]
+        assert decided["by"] == "query_clicks" and decided["judgment"]["doc"] == target
+        assert explained["hits"][0]["id"] == target  # the page's order puts it first
+        top = explained["hits"][0]
+        assert top["score"] == pytest.approx(sum(top["page_parts"].values()))
+        assert top["page_parts"]["query_clicks"] > 0
+        # its general model has not moved (it was not trained): only the query's page did
+        assert explained["model_version"] == 0
+        assert top["general_parts"]["learned"] == 0.0
+        # another query with the same document is not specialised by this query's clicks
+        other = live.post("/explain", {"query": "black tea", "size": 10}).json()
+        assert other["decided_by"]["by"] != "query_clicks"
+        taught = []
+        # a pair of the general model's own ranking is judged once the target's neighbour
+        # there has been seen often enough without a click (and whether that pair is in a
+        # page's pairing is a coin)
+        for _ in range(25):
+            live.post("/click", {"impression_id": page["impression_id"], "doc_id": target})
+            why = live.post("/explain", {"impression_id": page["impression_id"]}).json()
+            assert why["decided_by"]["by"] == "query_clicks"
+            taught.append(why["training"])
+            page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+        learned = [t for t in taught if t["learns"]]
+        assert learned, taught
+        assert all(t["judgments"] and {j["preferred"] for j in t["judgments"]} == {target}
+                   for t in learned)
+        assert all("judgments cover none" in t["why"] for t in taught if not t["learns"])
+        report = live.service.trainer.run_once(close_all=True)
+        assert report.updates > 0 and report.version == 1
+    finally:
+        live.stop()
