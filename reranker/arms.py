@@ -65,7 +65,7 @@ from .features import FeatureSpec, feature_columns
 from .feedback import Feedback, feedback_from_clicks
 from .model import ModelFactory, RankingModel, feature_change
 from .model_store import ModelStore
-from .specialization import CONFIDENCE, SPECIALISED, general_features, taught_by
+from .specialization import CONFIDENCE, SPECIALISED, general_features, specializes, taught_by
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,8 @@ def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str, *,
 
     learner_cls = learner_class(pm, section["name"], name_key or where + ".name")
     names = FeatureSpec.from_config(config).names
-    if section.get("specialize", True) and not learner_cls.floor:
+    specialize = specializes(learner_cls, section.get("specialize", True))
+    if specialize:
         names = general_features(names)  # the query's own clicks are not the model's
     try:
         factory = ModelFactory(learner_cls, dict(section["params"]),
@@ -172,7 +173,7 @@ def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str, *,
                    depth=section["depth"], discount=section["discount"],
                    normalization=config.features.normalization,
                    features=factory.feature_names, seed=section["seed"],
-                   specialize=bool(section.get("specialize", True)) and not learner_cls.floor,
+                   specialize=specialize,
                    confidence=float(section.get("confidence", CONFIDENCE)))
     factory.arm_settings = spec.settings()
     return spec, factory

@@ -17,6 +17,8 @@ module on its first use, so commands that never rank do not pay for numba's impo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -224,6 +226,95 @@ def first_misplaced(ranking, n):
     return -1
 
 
+@_compiled
+def _lentz_step(aa, c, d):
+    """One term ``aa`` of a continued fraction by the modified Lentz method: the new ``c``
+    and ``d`` and the factor the fraction's value is multiplied by."""
+    tiny = 1e-300
+    d = 1.0 + aa * d
+    if abs(d) < tiny:
+        d = tiny
+    c = 1.0 + aa / c
+    if abs(c) < tiny:
+        c = tiny
+    d = 1.0 / d
+    return c, d, d * c
+
+
+@_compiled
+def _beta_fraction(a, b, x):
+    """The continued fraction of the incomplete beta function, by the modified Lentz method
+    (Press et al., *Numerical Recipes*, 3rd ed., section 6.4, ``betacf``)."""
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    if abs(d) < 1e-300:
+        d = 1e-300
+    d = 1.0 / d
+    h = d
+    for m in range(1, 10000):
+        m2 = 2.0 * m
+        c, d, even = _lentz_step(m * (b - m) * x / ((qam + m2) * (a + m2)), c, d)
+        c, d, odd = _lentz_step(-(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)), c, d)
+        h *= even * odd
+        if abs(odd - 1.0) < 1e-15:
+            break
+    return h
+
+
+@_compiled
+def binomial_upper_tail(k, n, p):
+    """``P(X >= k)`` for ``X ~ Binomial(n, p)``, ``1 <= k <= n``: the regularised incomplete
+    beta function ``I_p(k, n - k + 1)`` (Numerical Recipes, ``betai``)."""
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    a, b = float(k), float(n - k + 1)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(p) + b * math.log1p(-p))
+    if p < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_fraction(a, b, p) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - p) / b
+
+
+@_compiled
+def _rate_p_value(ca, ea, cb, eb):
+    a, b = np.rint(ca), np.rint(cb)
+    m = a + b
+    if b > 0 and ea > 0 and b * (ea + eb) > m * eb:
+        return binomial_upper_tail(int(b), int(m), eb / (ea + eb))
+    return 1.0
+
+
+@_compiled
+def rate_p_values(ca, ea, cb, eb, out):
+    """The conditional test of two Poisson rates (reranker.specialization.judgment_p_values),
+    elementwise: ``P(X >= c_b)``, ``X ~ Binomial(c_a + c_b, e_b / (e_a + e_b))``, where ``b``
+    has a click, both were seen and ``b``'s share of the clicks is above its share of the
+    exposure; 1 elsewhere. Counts are rounded to whole clicks."""
+    for i in range(out.shape[0]):
+        out[i] = _rate_p_value(ca[i], ea[i], cb[i], eb[i])
+
+
+@_compiled
+def against_the_rest(clicks, exposure, out):
+    """For each candidate seen, the p-values of its click rate above (``out[i, 0]``) and
+    below (``out[i, 1]``) that of the query's other candidates together (1 for one never
+    seen)."""
+    total_c, total_e = 0.0, 0.0
+    for i in range(clicks.shape[0]):
+        total_c += clicks[i]
+        total_e += exposure[i]
+    for i in range(clicks.shape[0]):
+        c, e = clicks[i], exposure[i]
+        if e <= 0:
+            out[i, 0] = 1.0
+            out[i, 1] = 1.0
+            continue
+        rest_c, rest_e = total_c - c, max(total_e - e, 0.0)
+        out[i, 0] = _rate_p_value(rest_c, rest_e, c, e)
+        out[i, 1] = _rate_p_value(c, e, rest_c, rest_e)
+
 def warm_up() -> None:
     """Compile (or load from the cache) every kernel for the arrays a search passes, so that
     a service is ready to answer before its first search rather than during it."""
@@ -235,3 +326,5 @@ def warm_up() -> None:
     per_query_minmax(out, np.zeros(4, dtype=np.bool_), np.empty((n, 4), order="F"))
     perturbed_pairs(scores, 2, 0.5, np.array([0.7, 0.2, 0.9]))
     first_misplaced(np.arange(n), n)
+    rate_p_values(scores, scores, scores, scores, np.empty(n))
+    against_the_rest(scores, scores, np.empty((n, 2)))

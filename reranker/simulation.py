@@ -51,6 +51,7 @@ from .specialization import (
     QueryEvidence,
     judgment_feedback,
     specialise,
+    specializes,
 )
 from .users import USER_DEPTH, make_user, user_utility
 
@@ -424,17 +425,21 @@ def with_backend_feature(data: SimulationData, settings: Settings) -> Settings:
     return replace(settings, backend_feature=best_single_feature(data))
 
 
-def simulation_features(data: SimulationData, settings: Settings) -> list[str]:
-    """The learners' feature names: the data's, then the click features when they are on
-    (without the query's own, ``click_lift:query_doc``, when the pages are specialised)."""
-    return list(data.feature_names) + list(_click_columns(settings))
+def simulation_features(data: SimulationData, settings: Settings,
+                        spec: LearnerSpec | None = None) -> list[str]:
+    """The learners' (``spec``'s) feature names: the data's, then the click features when
+    they are on (without the query's own, ``click_lift:query_doc``, where the pages are
+    specialised: :func:`reranker.specialization.specializes`)."""
+    return list(data.feature_names) + list(_click_columns(settings, spec))
 
 
-def _click_columns(settings: Settings) -> tuple[str, ...]:
-    """The click features among the learners' features."""
+def _click_columns(settings: Settings, spec: LearnerSpec | None = None) -> tuple[str, ...]:
+    """The click features among the learners' features (among ``spec``'s)."""
     if not settings.click_features:
         return ()
-    if settings.specialize:
+    specialized = settings.specialize if spec is None else \
+        specializes(learner_class(get_plugin_manager(), spec.name), settings.specialize)
+    if specialized:
         return tuple(name for name in CLICK_FEATURES if name != QUERY_FEATURE)
     return CLICK_FEATURES
 
@@ -444,7 +449,7 @@ def simulation_factory(data: SimulationData, spec: LearnerSpec,
     """The factory of one simulated learner: the settings' feature map, the data's features
     (already normalised, so no normalisation), and, with ``start="engine"``, the engine's
     order (``backend_feature``) as its starting ranking."""
-    names = simulation_features(data, settings)
+    names = simulation_features(data, settings, spec)
     prior = None
     if settings.start == "engine":
         prior = engine_prior(names, with_backend_feature(data, settings).backend_feature)
@@ -542,10 +547,12 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                                np.random.default_rng(streams[4]), PAGE)
     train = data.train
     # the candidates' features, with room for the click features after the data's own
-    columns = [CLICK_FEATURES.index(name) for name in _click_columns(settings)]
+    columns = [CLICK_FEATURES.index(name) for name in _click_columns(settings, spec)]
+    target_columns = None if settings.evaluate is None else \
+        [CLICK_FEATURES.index(name) for name in _click_columns(settings, settings.evaluate)]
     X_rows = train.X if not columns else np.hstack(
         [train.X, np.zeros((len(train.X), len(columns)))])
-    specialize = clicks is not None and settings.specialize and not learner.floor
+    specialize = clicks is not None and specializes(type(learner), settings.specialize)
     judged_teach = learner.learns_from_mixed_lists
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
@@ -604,7 +611,10 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 first_log_probs = first_log_probabilities(X) if judgment is None else \
                     pair_first_log_probabilities(result.scores, 0.5)
             if check is not None:
-                check.observe(learner, X, y, k, positions, labels, utility, ideal_utility[qi])
+                target_X = X if target_columns == columns else np.hstack(
+                    [X[:, :X.shape[1] - len(columns)], lifts[:, target_columns]])
+                check.observe(learner, X, y, k, positions, labels, utility, ideal_utility[qi],
+                              target_X=target_X, page=None if judgment is None else result)
             t2 = clock()
             if judgment is None:  # the learner's own page
                 learn(X, feedback)

@@ -34,11 +34,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
 
 from .clicks import CLICK_FEATURES
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .coactive import perturbed_page
+from .features import kernels
 from .feedback import Feedback, feedback_from_positions
 from .learner import RankResult
 
@@ -66,20 +66,12 @@ def judgment_p_values(clicks_a: np.ndarray, exposure_a: np.ndarray, clicks_b: np
     conditional test of two Poisson rates, Przyborowski & Wilenski 1940), and smaller when
     ``b``'s rate is the lower: the p-value is ``P(X >= c_b)`` under equal rates. Counts are
     rounded to whole clicks."""
-    ca = np.rint(np.asarray(clicks_a, dtype=np.float64))
-    cb = np.rint(np.asarray(clicks_b, dtype=np.float64))
-    ea = np.asarray(exposure_a, dtype=np.float64)
-    eb = np.asarray(exposure_b, dtype=np.float64)
-    ca, cb, ea, eb = np.broadcast_arrays(ca, cb, ea, eb)
-    m = ca + cb
-    valid = (cb > 0) & (ea > 0) & (eb > 0)
-    p0 = np.where(valid, eb / np.where(valid, ea + eb, 1.0), 0.5)
-    # P(X >= c_b) = P(X > c_b - 1); only where b's share is above the expected one
-    out = np.ones(np.shape(m))
-    tested = valid & (cb > m * p0)
-    if tested.any():
-        out[tested] = special.bdtrc(cb[tested].astype(np.int64) - 1,
-                                    m[tested].astype(np.int64), p0[tested])
+    ca, ea, cb, eb = (np.asarray(v, dtype=np.float64) for v in
+                      (clicks_a, exposure_a, clicks_b, exposure_b))
+    if not ca.shape == ea.shape == cb.shape == eb.shape:
+        ca, ea, cb, eb = np.broadcast_arrays(ca, ea, cb, eb)
+    out = np.empty(ca.shape)
+    kernels().rate_p_values(ca.ravel(), ea.ravel(), cb.ravel(), eb.ravel(), out.reshape(-1))
     return out
 
 
@@ -132,20 +124,17 @@ class QueryEvidence:
         seen."""
         if not self.any_clicks:
             return None
-        seen = np.flatnonzero(self.exposure > 0)
-        c, e = self.clicks[seen], self.exposure[seen]
-        rest_c = float(self.clicks.sum()) - c
-        rest_e = np.maximum(float(self.exposure.sum()) - e, 0.0)
-        above = judgment_p_values(rest_c, rest_e, c, e)  # more clicks than the others'
-        below = judgment_p_values(c, e, rest_c, rest_e)  # the others' more than its own
-        p = np.minimum(above, below)
+        p = np.empty((len(self.clicks), 2))  # (a search pays for this whenever its query
+        kernels().against_the_rest(self.clicks, self.exposure, p)  # has clicks: compiled)
         best = int(np.argmin(p))
-        if p[best] > 1.0 - confidence:
+        doc, below = divmod(best, 2)
+        if p[doc, below] > 1.0 - confidence:
             return None
-        return Judgment(doc=int(seen[best]), above=bool(above[best] <= below[best]),
-                        clicks=float(c[best]), exposure=float(e[best]),
-                        rest_clicks=float(rest_c[best]), rest_exposure=float(rest_e[best]),
-                        p_value=float(p[best]))
+        c, e = float(self.clicks[doc]), float(self.exposure[doc])
+        return Judgment(doc=doc, above=not below, clicks=c, exposure=e,
+                        rest_clicks=float(self.clicks.sum()) - c,
+                        rest_exposure=max(float(self.exposure.sum()) - e, 0.0),
+                        p_value=float(p[doc, below]))
 
     def judged_pairs(self, ranking: np.ndarray, n_shown: int, offset: int,
                      confidence: float = CONFIDENCE) -> list[tuple[int, bool]]:
@@ -158,8 +147,11 @@ class QueryEvidence:
         upper, lower = ranking[uppers], ranking[uppers + 1]
         alpha = 1.0 - confidence
         c, e = self.clicks, self.exposure
-        lower_better = judgment_p_values(c[upper], e[upper], c[lower], e[lower]) <= alpha
-        upper_better = judgment_p_values(c[lower], e[lower], c[upper], e[upper]) <= alpha
+        a, b = np.concatenate([upper, lower]), np.concatenate([lower, upper])
+        both = np.empty(len(a))
+        kernels().rate_p_values(c[a], e[a], c[b], e[b], both)
+        both = both <= alpha
+        lower_better, upper_better = both[:len(upper)], both[len(upper):]
         return [(int(u), bool(lb)) for u, lb, ub in
                 zip(uppers.tolist(), lower_better.tolist(), upper_better.tolist(), strict=True)
                 if lb or ub]
@@ -253,6 +245,15 @@ def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_sho
         GENERAL: general[: min(int(n_shown) + 1, len(general))].tolist(),
         JUDGED_OFFSET: offset, JUDGED: [[upper, int(lower)] for upper, lower in judged]})
     return page, judgment
+
+
+def specializes(learner_cls, specialize: bool = True) -> bool:
+    """Whether a learner's arm keeps its general model and each query's own clicks apart
+    (``learner.specialize``): never for a floor (a reference ranking shown as it is), nor
+    for a learner that learns only from the pages it drew itself
+    (``learns_from_mixed_lists`` false: DBGD, EELS), which specialised pages would starve
+    of the pages it learns from and whose page is not an order of scores to refine."""
+    return bool(specialize) and not learner_cls.floor and learner_cls.learns_from_mixed_lists
 
 
 def general_features(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:

@@ -63,3 +63,27 @@ def test_mq2008_semibandit_protocol(tmp_path):
     assert "| `vcee` |" in result.stdout
     assert (out / "average-reward.png").stat().st_size > 10_000
     assert (out / "curves.csv").read_text().count("\n") == 1 + 12 * 2 * 50
+
+
+@pytest.mark.skipif(not MQ2008.is_dir(), reason="shared MQ2008 data not present beside the "
+                                                "project")
+def test_new_queries_table(tmp_path):
+    """A small run of the README's table of queries never seen and repeated ones: every
+    learner, variant and target is reported, with the engine's held-out figure."""
+    out = tmp_path / "new-queries"
+    result = subprocess.run([sys.executable, str(EXAMPLES / "new_queries.py"),
+                             "--data", str(SHARED_DATA), "--out", str(out), "--runs", "2",
+                             "--impressions", "3000", "--at", "2000",
+                             "--collection", "MQ2008", "--click-model", "navigational"],
+                            capture_output=True, text=True, timeout=600, env=cli_env())
+    assert result.returncode == 0, result.stderr
+    table = json.loads((out / "table.json").read_text())
+    assert set(table) == {"MQ2008 / navigational / 2000", "MQ2008 / navigational / 3000"}
+    cell = table["MQ2008 / navigational / 3000"]
+    assert set(cell) == {"preference_perceptron", "pdgd", "engine",
+                         "preference_perceptron, no click features",
+                         "pdgd, no click features", "preference_perceptron, earlier design"}
+    assert cell["engine"]["offline"]["mean"] == pytest.approx(0.675, abs=0.001)
+    assert cell["preference_perceptron"]["worst_window"] >= -0.02
+    assert "| MQ2008 | 3,000 | navigational | 0.675 |" in result.stdout
+    assert "target" in result.stdout

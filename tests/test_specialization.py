@@ -39,6 +39,17 @@ def test_a_judgment_is_the_conditional_test_of_two_poisson_rates():
     assert judgment_p_values(0, 0.0, 5, 3.0) == 1.0  # a never seen: nothing
 
 
+def test_the_compiled_binomial_tail_is_scipys():
+    from reranker.kernels import binomial_upper_tail
+
+    rng = np.random.default_rng(2)
+    for _ in range(3000):
+        n = int(rng.integers(1, 5000))
+        k, p = int(rng.integers(1, n + 1)), float(rng.random())
+        assert binomial_upper_tail(k, n, p) == pytest.approx(stats.binom.sf(k - 1, n, p),
+                                                              rel=1e-9, abs=1e-250)
+
+
 def evidence_of(pages, n=20):
     """The counts of a query after ``pages`` (lists of (shown candidate indices, clicked
     candidate indices)), exposures weighted by the examination of the positions."""

@@ -26,22 +26,31 @@ class OffPolicyCheck:
 
     def observe(self, logging, X: np.ndarray, ranking: np.ndarray, k: int,
                 positions: np.ndarray | None, labels: np.ndarray, utility: np.ndarray,
-                ideal_utility: float) -> None:
+                ideal_utility: float, *, target_X: np.ndarray | None = None,
+                page=None) -> None:
         """A page the logging learner showed (before it learns from it), and one on-policy
-        page of the target for the same query."""
-        at = logging.position_marginals(X, k)
-        if at is None:
-            self.unsupported = (f"learner {logging.name!r} cannot say where it places each "
-                                f"result, so its pages cannot be used")
-            return
+        page of the target for the same query. ``X`` are the logging learner's features,
+        ``target_X`` the target's where they differ (a learner whose model leaves the
+        query's own click lift out, or keeps it); ``page`` the page's own chances (its
+        ``shown_propensities`` and ``propensities``) where it was not the learner's own (a
+        specialised page)."""
+        target_X = X if target_X is None else target_X
         clicks = np.zeros(k)
         if positions is not None and len(positions):
             clicks[positions[positions < k]] = 1.0
         shown = np.asarray(ranking[:k], dtype=np.intp)
-        self.pages.append(LoggedPage(X=X.copy(), shown=shown, clicks=clicks,
-                                     propensities=at[shown, np.arange(k)],
-                                     shown_marginals=at.sum(axis=1)))
-        mine = self.target._rank(X, k, self.rng).ranking
+        if page is not None:
+            propensities, marginals = page.shown_propensities, page.propensities
+        else:
+            at = logging.position_marginals(X, k)
+            if at is None:
+                self.unsupported = (f"learner {logging.name!r} cannot say where it places "
+                                    f"each result, so its pages cannot be used")
+                return
+            propensities, marginals = at[shown, np.arange(k)], at.sum(axis=1)
+        self.pages.append(LoggedPage(X=target_X.copy(), shown=shown, clicks=clicks,
+                                     propensities=propensities, shown_marginals=marginals))
+        mine = self.target._rank(target_X, k, self.rng).ranking
         feedback = self.user.respond(mine, k, labels, utility, ideal_utility, self.rng)
         self.true_clicks.append(float(len(feedback.clicked)))
 
