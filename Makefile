@@ -1,4 +1,5 @@
 # Two entry points: `make demo` (set up, then run the demo) and `make test` (set up, then test).
+# `make test` runs the test files in parallel, one process per core (pytest-xdist).
 # Both create a virtual environment in .venv and install the project with its test extras;
 # `make test` also installs Debian's chromium and chromium-driver for the dashboard's browser
 # tests when they are missing (as root, with apt-get; elsewhere those tests are skipped), and
@@ -22,7 +23,7 @@ demo: setup
 
 test: setup browser postgres
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 browser:
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \

@@ -198,20 +198,24 @@ def test_reranker_evaluate_refuses_what_the_logs_cannot_tell(workdir):
 def test_simulate_checks_the_estimates_against_the_true_value(tmp_path):
     """`reranker simulate --evaluate TARGET`: each learner's logged pages estimate the
     target's clicks@10, reported beside its true on-policy value; a deterministic logging
-    policy is refused."""
+    policy is refused, and so are pages specialised by their query's clicks where their
+    randomised pairs cannot show what the target shows (the refusal says so)."""
 
     from conftest import SHARED_DATA, run_cli
 
     data = SHARED_DATA / "letor4-mq2008"
     if not data.is_dir():
         pytest.skip("shared MQ2008 data not present beside the project")
-    out = tmp_path / "sim"
-    result = run_cli("simulate", "--train", str(data / "S1.txt.gz"), "--test",
-                     str(data / "S5.txt.gz"), "--learner", "pdgd", "--click-model", "pbm:1",
-                     "--impressions", "600", "--runs", "2", "--checkpoints", "2",
-                     "--evaluate", "random", "--out", str(out), "--workers", "1")
-    assert "Off-policy check: random's clicks@10" in result.stdout
-    summary = json.loads((out / "summary.json").read_text())["learners"]
+
+    def simulate(out, *extra):
+        result = run_cli("simulate", "--train", str(data / "S1.txt.gz"), "--test",
+                         str(data / "S5.txt.gz"), "--learner", "pdgd", "--click-model",
+                         "pbm:1", "--impressions", "600", "--runs", "2", "--checkpoints", "2",
+                         "--evaluate", "random", "--out", str(out), "--workers", "1", *extra)
+        assert "Off-policy check: random's clicks@10" in result.stdout
+        return json.loads((out / "summary.json").read_text())["learners"]
+
+    summary = simulate(tmp_path / "own", "--no-specialize")
     for logging in ("pdgd", "random"):
         check = summary[logging]["off_policy"]
         assert check["target"] == "random" and check["runs"] == 2
@@ -221,6 +225,12 @@ def test_simulate_checks_the_estimates_against_the_true_value(tmp_path):
             assert abs(check[name]["mean"] - truth) < 0.2, (logging, name, check)
     floor = next(key for key in summary if key.startswith("backend_order"))
     assert "gave zero probability" in summary[floor]["off_policy"]["refused"]
+    assert "specialised" not in summary[floor]["off_policy"]["refused"]
+
+    specialised = simulate(tmp_path / "specialised")
+    refused = specialised["pdgd"]["off_policy"]["refused"]
+    assert "gave zero probability" in refused and "specialised by their query's clicks" in refused
+    assert "IPS" in specialised["random"]["off_policy"]  # a floor is never specialised
 
 
 def test_reranker_evaluate_takes_the_part_of_a_log_its_policy_can_tell(workdir):

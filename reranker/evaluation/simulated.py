@@ -23,6 +23,7 @@ class OffPolicyCheck:
         self.pages: list[LoggedPage] = []
         self.true_clicks: list[float] = []
         self.unsupported: str | None = None
+        self.specialised = 0
 
     def observe(self, logging, X: np.ndarray, ranking: np.ndarray, k: int,
                 positions: np.ndarray | None, labels: np.ndarray, utility: np.ndarray,
@@ -40,6 +41,7 @@ class OffPolicyCheck:
             clicks[positions[positions < k]] = 1.0
         shown = np.asarray(ranking[:k], dtype=np.intp)
         if page is not None:
+            self.specialised += 1
             propensities, marginals = page.shown_propensities, page.propensities
         else:
             at = logging.position_marginals(X, k)
@@ -70,6 +72,12 @@ class OffPolicyCheck:
                               self.depth)
         except SupportError as exc:
             out["refused"] = str(exc)
+            if self.specialised:  # where the missing chances most likely come from
+                out["refused"] += (
+                    f"; {self.specialised} of the {len(self.pages)} logged pages were "
+                    f"specialised by their query's clicks, whose randomised pairs move a "
+                    f"result by one place at most (--no-specialize logs the learner's own "
+                    f"pages)")
             return out
         out["estimates"] = [e.to_dict() for e in result.estimates]
         return out
