@@ -1,13 +1,17 @@
 """Dueling Bandit Gradient Descent (Yue & Joachims, ICML 2009, Algorithm 2), with team-draft
-interleaving as the comparison (Hofmann et al. 2011's TD-DBGD)."""
+interleaving as the comparison (Hofmann et al. 2011's TD-DBGD); on a list another policy
+drew, the duel is judged on the list's randomised pairs (docs/algorithms.md, "DBGD")."""
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
 from reranker import hookimpl
+from reranker.clicks.position_bias import PAIR_OFFSET, randomized_pairs
 from reranker.experiments.interleaving import team_draft
-from reranker.feedback import Feedback
+from reranker.feedback import Feedback, click_positions
 from reranker.learner import (
     GradientStepLearner,
     Param,
@@ -40,8 +44,9 @@ class DBGD(GradientStepLearner):
     #: Its shown list is random through the continuous direction u as well as the team-draft
     #: coins: no finite sum gives the probability of a list, so it logs none.
     exact_probabilities = False
-    # It learns from which of its two rankings won the clicks: only on its own lists.
-    learns_from_mixed_lists = False
+    # On its own lists it learns from which of its two rankings won the clicks; on a list
+    # another policy drew, from a duel judged on the list's randomised pairs (_pair_duel).
+    learns_from_mixed_lists = True
 
     def _rank(self, X: np.ndarray, n_shown: int,
               rng: np.random.Generator | None) -> RankResult:
@@ -63,6 +68,8 @@ class DBGD(GradientStepLearner):
 
     def _update(self, X: np.ndarray, feedback: Feedback) -> bool:
         logged = (feedback.context or {}).get(CONTEXT_KEY)
+        if not logged and PAIR_OFFSET in (feedback.context or {}):
+            return self._pair_duel(X, feedback)
         if not logged or not len(feedback.clicked):
             return False
         teams = np.asarray(logged["teams"], dtype=np.intp)
@@ -76,6 +83,46 @@ class DBGD(GradientStepLearner):
         if u.shape != self.w_.shape:  # logged before the features grew
             u = np.concatenate([u, np.zeros(len(self.w_) - len(u))])[: len(self.w_)]
         # Yue & Joachims, Algorithm 2: w_{t+1} = w_t + eta u_t when w_t + delta u_t wins
+        self._step(u)
+        return True
+
+    def _pair_duel(self, X: np.ndarray, feedback: Feedback) -> bool:
+        """DBGD's duel on a list another policy drew with randomised adjacent pairs (an
+        experiment's mixed list, a specialised page's judgments; docs/algorithms.md,
+        "DBGD"). Each randomised pair with exactly one click is a preference of the clicked
+        result over the other, weighted by the inverse of the chance of the order shown
+        (``1 - p`` kept, ``p`` swapped, ``p`` the logged swap probability), which cancels
+        position bias in expectation. The candidate ``w + delta u`` (``u`` drawn from the
+        page itself, so that training is reproducible) wins when the preferences it orders
+        right outweigh those ``w`` orders right; then, as in Algorithm 2, ``w += eta u``."""
+        pairs, p = randomized_pairs(feedback.context, feedback.n_shown)
+        if not pairs:
+            return False
+        clicked = set(click_positions(feedback).tolist())
+        ranking = feedback.ranking
+        better, worse, weights = [], [], []
+        for upper, swapped in pairs:
+            top, bottom = upper in clicked, upper + 1 in clicked
+            if top == bottom or upper + 1 >= len(ranking):
+                continue
+            a, b = int(ranking[upper]), int(ranking[upper + 1])
+            better.append(a if top else b)
+            worse.append(b if top else a)
+            weights.append(1.0 / (p if swapped else 1.0 - p))
+        if not weights:
+            return False
+        seed = hashlib.blake2b(np.ascontiguousarray(X).tobytes()
+                               + np.asarray(ranking, dtype=np.int64).tobytes()
+                               + repr(sorted(clicked)).encode(), digest_size=8).digest()
+        u = np.random.default_rng(int.from_bytes(seed, "big")).normal(size=X.shape[1])
+        u /= np.linalg.norm(u) or 1.0
+        weights = np.asarray(weights)
+        differences = X[better] - X[worse]
+        weights_ = self.weights()
+        current = weights @ (differences @ weights_ > 0)
+        candidate = weights @ (differences @ (weights_ + self.delta * u) > 0)
+        if candidate <= current:
+            return False  # the current model ordered as many right: it stays
         self._step(u)
         return True
 

@@ -63,7 +63,7 @@ from .events import Impression
 from .featuremap import FeatureMap
 from .features import FeatureSpec, feature_columns
 from .feedback import Feedback, feedback_from_clicks
-from .model import ModelFactory, RankingModel, feature_change
+from .model import ModelFactory, RankingModel, TrainingProgress, feature_change
 from .model_store import ModelStore
 from .specialization import CONFIDENCE, SPECIALISED, general_features, specializes, taught_by
 
@@ -538,6 +538,24 @@ class Arm:
             self.models.save(model)
         return model, target, newest
 
+    def restart(self) -> int | None:
+        """Save the learner's initial model as a new version, with the newest version's
+        training cursor (the impressions applied before are not applied again) and its
+        counters at zero: the arm starts afresh, its earlier versions kept. Returns the new
+        version, or None when there is nothing to restart from or a version is pinned
+        (which the arm would go on serving)."""
+        with self.models.lock():  # no trainer saves a version meanwhile
+            newest, _ = self.models.load_latest(self.factory)
+            if newest is None or self.models.pinned() is not None:
+                return None
+            model = self.factory.new()
+            model.progress = TrainingProgress(cursor=newest.progress.cursor,
+                                              store_id=newest.progress.store_id)
+            model.version = self.models.next_version()
+            self.models.save(model)
+        self.load()
+        return model.version
+
     # -- what it learns from ----------------------------------------------------------------
 
     def names(self) -> tuple[str, ...]:
@@ -677,6 +695,15 @@ def arms_from_config(config, pm) -> list[Arm]:
         keys = {} if key != "learner" else {"name_key": named("learner.name"),
                                             "params_key": named("learner.params")}
         spec, factory = build_arm(label, section, config, pm, f"{where}{key}", **keys)
+        learner_cls = factory.learner_cls
+        if key != "learner" and experiment.mode != "split" and not learner_cls.floor \
+                and not learner_cls.learns_from_mixed_lists:
+            # its pages would be mixed with the others' and it would never learn
+            raise ConfigError(
+                f"{where}{key}: learner {learner_cls.name!r} learns only from pages it ranks "
+                f"itself, and in experiment.mode {experiment.mode} every page is mixed with "
+                f"the other arms' results, so this arm would never learn; compare it with "
+                f"experiment.mode: split")
         if spec.id in arms:  # identical settings (an A/A test): one model serves both labels
             arms[spec.id].labels.append(label)
             continue

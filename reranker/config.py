@@ -196,6 +196,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "window": Key("int", 100, "Impressions per point of the arms' learning curves.",
                       minimum=1),
         "clicks_at": Key("int", 3, "k of the clicks@k metric reported per arm.", minimum=1),
+        "even_start": Key("bool", False, "Start every arm from its initial model when the "
+                          "experiment first runs (the models they learned before are kept "
+                          "as older versions); false: arms keep what they learned, and an "
+                          "arm that learned before is named with its version."),
     },
     "store": {
         "type": Key("str", "sqlite", "Event store: a name registered by a store plugin (built "

@@ -132,6 +132,7 @@ class RerankerService:
             self.trainer.check_store(arm.load(), arm.models)
         self.experiment = experiment_from_config(self.config, self.events)
         if self.experiment is not None:
+            self.experiment.start_arms(self.arms)
             self.trainer.after_pass = self._guard
         kernels().warm_up()  # compiled (or loaded) before the first search, not during it
         # The request limits' counts are exchanged with the other processes from now on,
@@ -598,7 +599,8 @@ class RerankerService:
             for label in arm.labels:
                 out[label] = {"id": arm.id, "learner": arm.spec.learner,
                               "params": dict(arm.spec.params), "model_version": model.version,
-                              "pinned": arm.pinned}
+                              "pinned": arm.pinned, "learns": not arm.factory.learner_cls.floor,
+                              "progress": model.progress.to_dict()}
         return out
 
     def experiment_status(self) -> dict[str, Any]:

@@ -251,8 +251,8 @@ def specializes(learner_cls, specialize: bool = True) -> bool:
     """Whether a learner's arm keeps its general model and each query's own clicks apart
     (``learner.specialize``): never for a floor (a reference ranking shown as it is), nor
     for a learner that learns only from the pages it drew itself
-    (``learns_from_mixed_lists`` false: DBGD, EELS), which specialised pages would starve
-    of the pages it learns from and whose page is not an order of scores to refine."""
+    (``learns_from_mixed_lists`` false: EELS), which specialised pages would starve of the
+    pages it learns from and whose page is not an order of scores to refine."""
     return bool(specialize) and not learner_cls.floor and learner_cls.learns_from_mixed_lists
 
 

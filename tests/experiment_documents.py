@@ -20,6 +20,7 @@ def canned_status() -> dict:
                 "id": "preference_perceptron-1a2b3c4d", "learner": "preference_perceptron",
                 "params": {}, "model_version": 12, "impressions": 1234, "clicks": 800,
                 "credited_clicks": 450, "status": "serving",
+                "learning": {"impressions": 1234, "updates": 610, "clicks": 800},
                 "metrics": {"ctr": {"value": 0.8, "interval": [0.75, 0.85]},
                             "abandonment": {"value": 0.3, "interval": [0.28, 0.32]},
                             "mrr": {"value": 0.41, "interval": [0.39, 0.43]},
@@ -45,12 +46,20 @@ def canned_status() -> dict:
             "coactive": {
                 "id": "coactive-5e6f7a8b", "learner": "coactive", "params": {"rate": 0.1},
                 "model_version": 3, "impressions": 25, "clicks": 14, "credited_clicks": 9,
-                "status": "held",
+                "status": "held", "learning": {"impressions": 25, "updates": 0, "clicks": 14},
                 "metrics": {"ctr": {"value": 0.56, "interval": None}, "abandonment": None,
                             "mrr": None, "clicks_at_3": None},
                 "curve": [],
             },
         },
+        "notes": [
+            {"arm": "coactive", "kind": "warning",
+             "text": "not learning: arm 'coactive' (coactive) took part in 21 pages with a "
+                     "click and its model learned from none of them (applied 25)"},
+            {"arm": "perceptron", "kind": "warning",
+             "text": "perceptron started at version 9, after learning from 900 impressions "
+                     "before the experiment"},
+        ],
         "pairs": [
             {"arms": ["perceptron", "engine"], "wins": 300, "losses": 200, "ties": 150,
              "win_rate": 0.6, "interval": [0.56, 0.64], "p_value": 0.00001,

@@ -31,6 +31,7 @@ from reranker.experiments.report import (
     format_bool,
     format_int,
     format_interval,
+    format_learned,
     format_p,
     format_rate,
     format_text,
@@ -72,6 +73,8 @@ return {
   legend: Array.from(document.querySelectorAll("#curves .legend-item"),
                      item => item.getAttribute("data-arm")),
   ticks: document.querySelectorAll("#curves .tick-label").length,
+  notes: Array.from(document.querySelectorAll("#arm-notes li"), item => ({
+    arm: item.getAttribute("data-arm"), kind: item.className, text: item.textContent})),
 };
 """
 
@@ -294,10 +297,15 @@ def test_dashboard_shows_the_status_document(driver, experiment_server):
         for css, name in (("model-version", "model_version"), ("impressions", "impressions")):
             assert arms[label][css]["text"] == format_int(arm[name])
             assert decoded(arms[label][css]["value"], arm[name]) == arm[name]
+        assert arms[label]["learned"]["text"] == format_learned(arm)
         for key, metric in arm["metrics"].items():
             cell = arms[label][key.replace("_", "-")]
             value = metric["value"] if metric else None
             assert cell["text"].split(" ")[0] == format_rate(value)
+    # what the results say about the arms in words, warnings marked as such
+    assert page["notes"] == [{"arm": note["arm"], "kind": note["kind"], "text": note["text"]}
+                             for note in status["notes"]]
+    assert any(note["kind"] == "warning" for note in page["notes"])
 
     with_curve = [label for label, arm in status["arms"].items()
                   if any(point["value"] is not None for point in arm["curve"])]

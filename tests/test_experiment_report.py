@@ -110,11 +110,12 @@ def test_render_table_shows_the_pairs_arms_and_test():
         "perceptron vs engine", "300", "200", "150", "0.600", "[0.560, 0.640]", "<0.001",
         "<0.001", "yes", "perceptron"]
     perceptron = table_row(text, "perceptron")
-    assert perceptron[1:7] == ["preference_perceptron", "12", "1234", "800", "450", "serving"]
+    assert perceptron[1:8] == ["preference_perceptron", "12", "610/1234", "1234", "800",
+                               "450", "serving"]
     assert "0.800 [0.750, 0.850]" in perceptron
     assert "0.410 [0.390, 0.430]" in perceptron
     engine = table_row(text, "engine")
-    assert engine[2:7] == ["0", "1234", "700", "350", "serving"]
+    assert engine[2:8] == ["0", DASH, "1234", "700", "350", "serving"]
     assert "0.350" in engine and "0.360 [0.340, 0.380]" in engine \
         and "0.438 [0.410, 0.460]" in engine
     assert DASH in table_row(text, "coactive")  # its unknown metrics
@@ -123,13 +124,18 @@ def test_render_table_shows_the_pairs_arms_and_test():
     assert "mixture sequential probability ratio test (always valid)" in text
     assert "alpha = 0.05" in text
     assert '"Significant" uses the always-valid' in text
+    # the notes on the arms, in words
+    assert "not learning: arm 'coactive' (coactive) took part in 21 pages" in \
+        " ".join(text.split())
+    assert "perceptron started at version 9" in text
 
 
 def test_render_table_without_data_yet():
     text = recorded(EMPTY)
     assert "No pairs compared yet." in text
-    assert table_row(text, "a")[1:7] == ["preference_perceptron", DASH, "0", "0", "0", "serving"]
-    assert table_row(text, "b")[2:] == [DASH] * 7
+    assert table_row(text, "a")[1:8] == ["preference_perceptron", DASH, DASH, "0", "0", "0",
+                                         "serving"]
+    assert table_row(text, "b")[2:] == [DASH] * 8
     assert "fresh" in text.splitlines()[0]
 
 
@@ -177,6 +183,9 @@ def test_write_html_has_the_tables_and_plots(tmp_path):
     assert '<td class="impressions" data-value="1234">1234</td>' in arm
     assert 'class="clicks-at-3 metric"' in arm and "0.438" in arm
     assert "guarded-rollout" in text and "always-valid" in text
+    assert '<td class="learned" data-value="610">610/1234</td>' in text
+    assert '<li class="warning" data-arm="coactive">not learning: arm &#x27;coactive&#x27;' \
+        in text
 
 
 def test_write_html_without_data_yet(tmp_path):

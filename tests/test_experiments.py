@@ -230,6 +230,25 @@ def test_bad_experiment_configs_name_the_key(workdir, experiment, message):
         RerankerService(load_config(path))
 
 
+@pytest.mark.parametrize("mode", ["interleave", "multileave"])
+def test_a_learner_that_cannot_learn_from_mixed_pages_is_refused_there_and_taken_in_a_split(
+        workdir, mode):
+    """EELS learns from the rewards of its own uniformly random pages only: mixed with
+    another arm's results it would never learn, so the configuration is refused at start-up,
+    naming the arm, the learner and the mode that works; a split takes it."""
+    eels = {"name": "eels", "params": {"positions": 10}}
+    arms = {"a": PERCEPTRON, "b": eels} if mode == "interleave" else \
+        {"a": PERCEPTRON, "b": eels, "c": ENGINE}
+    with pytest.raises(ConfigError, match=(
+            f"experiment.arms.b: learner 'eels' learns only from pages it ranks itself, and "
+            f"in experiment.mode {mode} .* compare it with experiment.mode: split")):
+        RerankerService(load_config(write_config(workdir, experiment={"mode": mode,
+                                                                      "arms": arms})))
+    service = RerankerService(load_config(write_config(
+        workdir, experiment={"mode": "split", "arms": arms})))
+    assert service.by_label["b"].spec.learner == "eels"
+
+
 # -- interleaving through the HTTP API ------------------------------------------------------
 
 
@@ -488,23 +507,30 @@ def test_outside_its_time_window_the_control_serves(workdir):
         server.stop()
 
 
+def own_quality(service, label, corpus):
+    """An arm's own ranking (its general model, without the queries' own click lifts) of
+    every query of the labelled corpus: its mean NDCG@10."""
+    arm = service.by_label[label]
+    model, columns = arm.model, arm.columns(service.spec.names)
+    scores = []
+    rng = np.random.default_rng(0)
+    for query, topic in corpus.queries:
+        candidates = service.backend.search(query, 100)
+        clicks = service.events.click_features(query, candidates.ids, 5.0)
+        X = service.spec.build(candidates, clicks)[:, columns]  # the general model's
+        ranking = model.rank(X, 10, rng).ranking[:10]
+        labels = np.array([corpus.label(topic, candidates.ids[i]) for i in ranking])
+        scores.append(ndcg(labels, corpus.labels(topic), 10))
+    return float(np.mean(scores))
+
+
 def test_an_arm_learns_in_an_experiment_as_it_does_alone(workdir, corpus):
     """The perceptron's own ranking (the general model's quality over every query, without
     the queries' own click lifts) improves as much interleaved with the engine as when it
     serves alone, within noise."""
 
     def quality(service, label):
-        arm = service.by_label[label]
-        model, columns = arm.model, arm.columns(service.spec.names)
-        scores = []
-        for query, topic in corpus.queries:
-            candidates = service.backend.search(query, 100)
-            clicks = service.events.click_features(query, candidates.ids, 5.0)
-            X = service.spec.build(candidates, clicks)[:, columns]  # the general model's
-            ranking = model.rank(X, 10, np.random.default_rng(0)).ranking[:10]
-            labels = np.array([corpus.label(topic, candidates.ids[i]) for i in ranking])
-            scores.append(ndcg(labels, corpus.labels(topic), 10))
-        return float(np.mean(scores))
+        return own_quality(service, label, corpus)
 
     gains: dict[str, list[float]] = {"alone": [], "interleaved": []}
     for run in range(2):  # two runs of each: a single run's gain varies by about 0.03
@@ -530,6 +556,36 @@ def test_an_arm_learns_in_an_experiment_as_it_does_alone(workdir, corpus):
     assert gains["alone"] > 0.015, gains
     # within noise: the mean of two runs varies by about 0.02 either way
     assert gains["interleaved"] > 0.015 and gains["interleaved"] > gains["alone"] - 0.06, gains
+
+
+@pytest.mark.parametrize("learner, runs", [("pdgd", 1), ("dbgd", 3)])
+def test_a_gradient_arm_interleaved_with_the_engine_learns_from_the_mixed_pages(
+        workdir, corpus, learner, runs):
+    """PDGD and DBGD learn from the mixed pages they take part in (their rules on the pages'
+    randomised pairs: docs/algorithms.md, "PDGD" and "DBGD"): through the live HTTP API,
+    interleaved with the engine, the arm's model version grows and its own ranking of the
+    labelled corpus improves; /experiments says it learned. (DBGD's random directions make a
+    single run's gain vary from about -0.1 to +0.2 here: its mean over three runs.)"""
+    gains = []
+    for run in range(runs):
+        arms = {"learner": {"name": learner}, "engine": ENGINE}
+        store = {"path": f"events{run}.sqlite", "models": f"models{run}"}
+        server = LiveServer(experiment_config(workdir, arms=arms, store=store,
+                                              learner={"seed": 4 + run}))
+        try:
+            before = own_quality(server.service, "learner", corpus)
+            users_search(server, corpus, 400, seed=8 + run)
+            report = server.service.trainer.run_once(close_all=True)
+            learned = report.arms["learner"]
+            assert learned.applied == 400 and learned.updates > 20
+            assert server.service.by_label["learner"].model.version >= 1
+            gains.append(own_quality(server.service, "learner", corpus) - before)
+            status = server.get("/experiments").json()["arms"]["learner"]
+            assert status["learning"]["updates"] == learned.updates
+            assert "not_learning" not in status
+        finally:
+            server.stop()
+    assert np.mean(gains) > 0.05, gains
 
 
 def split_tally(window: int = 100):
@@ -688,3 +744,85 @@ def test_report_on_a_renamed_experiment_says_which_the_store_holds(workdir, corp
     out = run_cli("report", "-c", str(renamed)).stdout
     assert "note: no page of experiment 'trial-2' is in the event store, which holds pages " \
            "of trial" in out
+
+
+# -- where the arms start ----------------------------------------------------------------------
+
+
+def test_an_arm_that_learned_before_is_named_and_even_start_starts_every_arm_afresh(
+        workdir, corpus):
+    """The perceptron learns alone first. An experiment that compares it with the engine
+    names it as having learned before (its version and impressions); with
+    experiment.even_start a new experiment starts it from its initial model as a new version
+    (the old versions stay), learns on from there, and says so."""
+    server = LiveServer(write_config(workdir))
+    try:
+        users_search(server, corpus, 60, seed=1)
+        server.service.trainer.run_once(close_all=True)
+        alone = server.service.model
+        assert alone.version >= 1 and alone.progress.impressions == 60
+    finally:
+        server.stop()
+    arms = {"perceptron": PERCEPTRON, "engine": ENGINE}
+    server = LiveServer(experiment_config(workdir, arms=arms))
+    try:
+        status = server.get("/experiments").json()
+        assert status["even_start"] is False
+        perceptron = status["arms"]["perceptron"]
+        assert perceptron["model_version"] == alone.version
+        assert perceptron["learned_before"] == {"version": alone.version, "impressions": 60,
+                                                "updates": alone.progress.updates}
+        assert f"at version {alone.version}, after learning from 60 impressions" in \
+            perceptron["started"]
+        assert "learned_before" not in status["arms"]["engine"]
+    finally:
+        server.stop()
+    server = LiveServer(experiment_config(workdir, arms=arms, name="even", even_start=True))
+    try:
+        arm = server.service.by_label["perceptron"]
+        fresh = arm.model
+        assert fresh.version == alone.version + 1 and fresh.progress.impressions == 0
+        assert alone.version in arm.models.versions()  # kept
+        assert np.allclose(fresh.learner.w_, arm.factory.new().learner.w_)
+        status = server.get("/experiments").json()["arms"]["perceptron"]
+        assert status["model_version"] == fresh.version and "learned_before" not in status
+        assert status["started"].startswith(f"from its initial model as version "
+                                            f"{fresh.version} (experiment.even_start)")
+        users_search(server, corpus, 40, seed=2)
+        report = server.service.trainer.run_once(close_all=True)
+        # the pages of before are not applied again: only the experiment's 40
+        assert report.arms["perceptron"].applied == 40
+        status = server.get("/experiments").json()["arms"]["perceptron"]
+        assert status["learning"]["impressions"] == 40 and status["learning"]["updates"] > 0
+    finally:
+        server.stop()
+    # started once: the same experiment run again does not start it afresh again
+    server = LiveServer(experiment_config(workdir, arms=arms, name="even", even_start=True))
+    try:
+        assert server.service.by_label["perceptron"].model.progress.impressions == 40
+    finally:
+        server.stop()
+
+
+def test_an_arm_that_learns_from_none_of_its_pages_is_flagged(workdir, corpus):
+    """A learner whose arm applies none of the mixed pages it took part in is flagged in
+    /experiments and by `reranker report` once it took part in enough pages with a click."""
+    server = LiveServer(experiment_config(workdir, arms={"perceptron": PERCEPTRON,
+                                                         "engine": ENGINE}))
+    arm = server.service.by_label["perceptron"]
+    arm.factory.learner_cls.learns_from_mixed_lists = False  # (after the start-up check)
+    try:
+        users_search(server, corpus, 60)
+        server.service.trainer.run_once(close_all=True)
+        status = server.get("/experiments").json()["arms"]
+        flag = status["perceptron"]["not_learning"]
+        clicked = status["perceptron"]["clicked_pages"]
+        assert clicked >= 20 and f"took part in {clicked} pages with a click" in flag
+        assert "learned from none of them" in flag
+        assert "not_learning" not in status["engine"]  # a floor learns nothing by design
+    finally:
+        del arm.factory.learner_cls.learns_from_mixed_lists
+        server.stop()
+    printed = " ".join(run_cli("report", "-c", str(workdir / "config.yaml")).stdout.split())
+    assert f"not learning: arm 'perceptron' (preference_perceptron) took part in {clicked} " \
+           f"pages with a click" in printed

@@ -17,8 +17,10 @@ The state lives in the event store, so every process serving the configuration, 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +28,11 @@ from typing import Any
 import numpy as np
 
 from ..config import parse_time
-from ..errors import ConfigError, NotFoundError, StoreError
+from ..errors import ConfigError, NotFoundError, RerankerError, StoreError
 from ..stores import EventStore, open_event_store
 from .outcomes import Tally
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class ExperimentSpec:
     mixture: float = 10.0
     window: int = 100
     clicks_at: int = 3
+    even_start: bool = False
 
     @property
     def mixed(self) -> bool:
@@ -71,7 +76,7 @@ class ExperimentSpec:
                    stop=parse_time(section.stop, f"{where}experiment.stop")
                    if section.stop else None,
                    alpha=section.alpha, mixture=section.mixture, window=section.window,
-                   clicks_at=section.clicks_at)
+                   clicks_at=section.clicks_at, even_start=section.even_start)
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,9 @@ class Experiment:
 
     #: Seconds a read of the shared state (promotion, held arms) is reused.
     STATE_REFRESH = 1.0
+    #: Pages with a click an arm takes part in, without its model learning from any, before
+    #: the results say it is not learning.
+    NOT_LEARNING_AFTER = 20
 
     def __init__(self, spec: ExperimentSpec, events: EventStore,
                  clock: Callable[[], float] = time.time):
@@ -148,6 +156,97 @@ class Experiment:
         state = self.events.update_experiment_state(self.spec.name, change, self.clock())
         self._cache = _StateCache(time.monotonic(), state)
         return state
+
+    def start_arms(self, arms) -> None:
+        """Record where each arm (:class:`reranker.arms.Arm`) starts in this experiment, once,
+        when the experiment first runs with it: its model version and what that model had
+        learned. With ``experiment.even_start``, an arm whose model learned before starts
+        again from its initial model (:meth:`reranker.arms.Arm.restart`); without it, the
+        results name such an arm. Processes that start together agree through the event
+        store: the first to claim an arm records and restarts it."""
+        started = self.state(fresh=True).get("arms_at_start") or {}
+        new = [arm for arm in arms if any(label not in started for label in arm.labels)]
+        if not new:
+            return
+        token, now = uuid.uuid4().hex, self.clock()
+        records = {}
+        for arm in new:
+            model = arm.model
+            progress = model.progress
+            learned = model.version > 0 or progress.impressions > 0
+            record = {"at": now, "version": model.version, "impressions": progress.impressions,
+                      "updates": progress.updates, "clicks": progress.clicks,
+                      "learned_before": {"version": model.version,
+                                         "impressions": progress.impressions,
+                                         "updates": progress.updates} if learned else None,
+                      "claimed_by": token}
+            records.update({label: record for label in arm.labels})
+
+        def claim(state: dict) -> dict:
+            at_start = dict(state.get("arms_at_start") or {})
+            for label, record in records.items():
+                at_start.setdefault(label, record)
+            return {**state, "arms_at_start": at_start}
+
+        at_start = self._update(claim)["arms_at_start"]
+        if not self.spec.even_start:
+            return
+        restarted = {}
+        for arm in new:
+            record = at_start.get(arm.labels[0], {})
+            if record.get("claimed_by") != token or not record.get("learned_before"):
+                continue
+            version = arm.restart()
+            if version is None:
+                continue
+            log.warning("experiment %s: arm %s (%s) starts from its initial model as version "
+                        "%d (experiment.even_start); it had learned from %d impressions up to "
+                        "version %d", self.spec.name, "/".join(arm.labels), arm.id, version,
+                        record["learned_before"]["impressions"],
+                        record["learned_before"]["version"])
+            restarted.update({label: version for label in arm.labels})
+        if restarted:
+            def note(state: dict) -> dict:
+                at_start = dict(state.get("arms_at_start") or {})
+                for label, version in restarted.items():
+                    at_start[label] = {**at_start[label], "version": version,
+                                       "impressions": 0, "updates": 0, "clicks": 0,
+                                       "restarted": True}
+                return {**state, "arms_at_start": at_start}
+
+            self._update(note)
+
+    def learning(self, label: str, info: dict[str, Any], summary: dict[str, Any],
+                 start: dict[str, Any] | None) -> dict[str, Any]:
+        """What an arm learned in this experiment, and the notes a reader needs: that it
+        learned before it (without ``even_start``), that it started again, or that it has
+        not learned from the pages it took part in."""
+        out: dict[str, Any] = {}
+        progress = info.get("progress")
+        start = start or {}
+        if progress is not None:
+            out["learning"] = {key: max(0, int(progress[key]) - int(start.get(key) or 0))
+                               for key in ("impressions", "updates", "clicks")}
+        before = start.get("learned_before")
+        if start.get("restarted"):
+            out["started"] = (f"from its initial model as version {start['version']} "
+                              f"(experiment.even_start), after learning from "
+                              f"{before['impressions']} impressions up to version "
+                              f"{before['version']}")
+        elif before:
+            out["learned_before"] = before
+            out["started"] = (f"at version {before['version']}, after learning from "
+                              f"{before['impressions']} impressions before the experiment "
+                              f"(experiment.even_start: true starts every arm afresh)")
+        clicked = summary.get("clicked_pages", 0)
+        if info.get("learns", True) and not info.get("pinned") and "learning" in out \
+                and out["learning"]["updates"] == 0 and clicked >= self.NOT_LEARNING_AFTER:
+            out["not_learning"] = (
+                f"arm {label!r} ({info.get('learner')}) took part in {clicked} pages with a "
+                f"click and its model learned from none of them (applied "
+                f"{out['learning']['impressions']}); check that the trainer runs and that "
+                f"its learner learns from {'mixed' if self.spec.mixed else 'its own'} pages")
+        return out
 
     def _check_label(self, label: str) -> None:
         if label not in self.spec.labels:
@@ -216,6 +315,7 @@ class Experiment:
         else:
             status = "running"
         held = state.get("held", {})
+        at_start = state.get("arms_at_start") or {}
         document_arms = {}
         for label in spec.labels:
             role = "promoted" if promoted == label else "held" if label in held else "serving"
@@ -223,19 +323,30 @@ class Experiment:
                 role = "stopped"
             elif status in ("not started", "stopped") and label != spec.control:
                 role = "waiting" if status == "not started" else "stopped"
-            document_arms[label] = {**arms.get(label, {}), **summaries[label],
-                                    "status": role,
-                                    "control": label == spec.control}
+            info = arms.get(label, {})
+            document_arms[label] = {**{k: v for k, v in info.items() if k != "progress"},
+                                    **summaries[label], "status": role,
+                                    "control": label == spec.control,
+                                    **self.learning(label, info, summaries[label],
+                                                    at_start.get(label))}
         document = {"experiment": spec.name, "mode": spec.mode, "status": status,
                     "alpha": spec.alpha,
                     "test": "mixture sequential probability ratio test (always valid), "
                             f"Beta({spec.mixture:g}, {spec.mixture:g}) mixture",
                     "impressions": impressions, "updated": now,
+                    "even_start": spec.even_start,
                     "promoted": promoted, "held": sorted(held),
                     "why": {**({promoted: state.get("promoted_because")} if promoted else {}),
                             **{label: (why.get("because") if isinstance(why, dict) else why)
                                for label, why in held.items()}},
                     "arms": document_arms, "pairs": pairs}
+        # what a reader must not miss about the arms, in words
+        document["notes"] = [
+            *({"arm": label, "kind": "warning", "text": f"not learning: {arm['not_learning']}"}
+              for label, arm in document_arms.items() if arm.get("not_learning")),
+            *({"arm": label, "kind": "warning" if "learned_before" in arm else "info",
+               "text": f"{label} started {arm['started']}"}
+              for label, arm in document_arms.items() if arm.get("started"))]
         if state.get("promoted") and not promoted:
             document["note"] = (f"arm {state['promoted']!r} was promoted but is no longer one "
                                 f"of the arms: the experiment runs again")
@@ -306,11 +417,16 @@ def offline_status(config, pm) -> dict[str, Any]:
                 version = arm.serving_version()
             except StoreError:  # (a pin file that holds no version number)
                 pinned, version = None, max(arm.models.versions(), default=0)
+            try:
+                progress = arm.load().progress.to_dict()
+            except RerankerError:  # (the report says what it can without it)
+                progress = None
             for label in arm.labels:
                 arms[label] = {"id": arm.id, "learner": arm.spec.learner,
                                "params": dict(arm.spec.params),
                                "model_version": version if version is not None else pinned,
-                               "pinned": pinned}
+                               "pinned": pinned, "learns": not arm.factory.learner_cls.floor,
+                               "progress": progress}
         status = experiment.status(arms)
         if not status["impressions"]:  # (a renamed experiment starts with none)
             others = [name for name in events.experiment_names() if name != experiment.spec.name]

@@ -69,6 +69,7 @@ class Tally:
         self.metrics: dict[str, list[tuple[int, float, int]]] = {label: [] for label in labels}
         self.clicks = {label: 0 for label in labels}  # credited to the arm
         self.page_clicks = {label: 0 for label in labels}  # on the pages it took part in
+        self.clicked_pages = {label: 0 for label in labels}  # of those, pages with a click
         self._cache: tuple[int, list[dict]] | None = None
         self._arm_cache: dict[str, tuple[int, dict[str, Any]]] = {}
 
@@ -112,6 +113,7 @@ class Tally:
             self.metrics[label].append((credit[label], first[label], top[label]))
             self.clicks[label] += credit[label]
             self.page_clicks[label] += on_page
+            self.clicked_pages[label] += on_page > 0
         if arm is None:  # a mixed list: a comparison for every pair in it, if clicked
             if not positions:
                 return
@@ -173,6 +175,7 @@ class Tally:
             else:
                 metrics[name] = {"value": None, "interval": None}
         summary = {"impressions": len(rows), "clicks": self.page_clicks[label],
+                   "clicked_pages": self.clicked_pages[label],
                    "credited_clicks": self.clicks[label], "metrics": metrics,
                    "curve": self.curve(label)}
         self._arm_cache[label] = (self.impressions, summary)

@@ -155,6 +155,21 @@ def _arms(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {str(label): _mapping(arm) for label, arm in _mapping(status.get("arms")).items()}
 
 
+def _notes(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """What the results say about the arms in words (not learning, where they started)."""
+    notes = status.get("notes")
+    return [_mapping(note) for note in notes] if isinstance(notes, list) else []
+
+
+def format_learned(arm: Mapping[str, Any]) -> str:
+    """The pages an arm's model learned from in the experiment: those that changed it, of
+    those it applied."""
+    learning = _mapping(arm.get("learning"))
+    if not learning:
+        return DASH
+    return f"{format_int(learning.get('updates'))}/{format_int(learning.get('impressions'))}"
+
+
 def _pairs(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     pairs = status.get("pairs")
     return [_mapping(pair) for pair in pairs] if isinstance(pairs, list) else []
@@ -249,7 +264,7 @@ def render_table(status: dict, console: Console) -> None:
         table = Table(title="Arms", title_justify="left")
         table.add_column("Arm")
         table.add_column("Learner")
-        for name in ("Model version", "Impressions", "Clicks", "Credited"):
+        for name in ("Version", "Learned", "Impressions", "Clicks", "Credited"):
             table.add_column(name, justify="right", no_wrap=True)
         table.add_column("Status")
         for key in keys:
@@ -260,6 +275,7 @@ def render_table(status: dict, console: Console) -> None:
                 Text(label, style="bold"),
                 Text(format_text(arm.get("learner"))),
                 format_int(arm.get("model_version")),
+                format_learned(arm),
                 format_int(arm.get("impressions")),
                 format_int(arm.get("clicks")),
                 format_int(arm.get("credited_clicks")),
@@ -269,6 +285,9 @@ def render_table(status: dict, console: Console) -> None:
         console.print(table)
     else:
         console.print("No arms.")
+    for note in _notes(status):
+        console.print(Text(format_text(note.get("text")),
+                           style="bold yellow" if note.get("kind") == "warning" else ""))
     console.print(Text(_significance_note(status), style="dim"))
 
 
@@ -428,7 +447,7 @@ def _pairs_table(pairs: list[Mapping[str, Any]]) -> str:
 
 def _arms_table(arms: Mapping[str, Mapping[str, Any]]) -> str:
     keys = _metric_keys(arms)
-    headings = [("Arm", "text"), ("Learner", "text"), ("Model version", ""),
+    headings = [("Arm", "text"), ("Learner", "text"), ("Model version", ""), ("Learned", ""),
                 ("Impressions", ""), ("Clicks", ""), ("Credited clicks", ""),
                 ("Status", "text")] + [(metric_name(key), "") for key in keys]
     rows = []
@@ -441,6 +460,7 @@ def _arms_table(arms: Mapping[str, Mapping[str, Any]]) -> str:
             _cell("learner text", format_text(arm.get("learner")), arm.get("learner")),
             _cell("model-version", format_int(arm.get("model_version")),
                   arm.get("model_version")),
+            _cell("learned", format_learned(arm), _mapping(arm.get("learning")).get("updates")),
             _cell("impressions", format_int(arm.get("impressions")), arm.get("impressions")),
             _cell("clicks", format_int(arm.get("clicks")), arm.get("clicks")),
             _cell("credited-clicks", format_int(arm.get("credited_clicks")),
@@ -461,6 +481,14 @@ def _arms_table(arms: Mapping[str, Mapping[str, Any]]) -> str:
                    for name, css in headings)
     return (f'<table id="arms"><thead><tr>{head}</tr></thead><tbody>\n'
             f"{_rows(rows, 'No arms.', len(headings))}\n</tbody></table>")
+
+
+def _notes_list(status: Mapping[str, Any]) -> str:
+    items = "".join(f'<li class="{"warning" if note.get("kind") == "warning" else "info"}"'
+                    f'{_attr("data-arm", note.get("arm"))}>'
+                    f'{html.escape(format_text(note.get("text")))}</li>'
+                    for note in _notes(status))
+    return f'<ul id="arm-notes">{items}</ul>' if items else ""
 
 
 def _stylesheet() -> str:
@@ -528,6 +556,7 @@ def html_report(status: dict) -> str:
 <div class="table-wrap">
 {_arms_table(arms)}
 </div>
+{_notes_list(status)}
 </section>
 <section class="card" aria-labelledby="curves-heading">
 <h2 id="curves-heading">Win rate over time</h2>
