@@ -229,8 +229,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "trainer": {
         "enabled": Key("bool", True, "Run the background trainer inside `reranker serve`."),
         "interval": Key("float", 1.0, "Seconds between two training passes.", minimum=0.01),
-        "feedback_window": Key("float", 30.0, "Seconds after a search during which its "
-                               "clicks are accepted; the impression is trained on after.",
+        "feedback_window": Key("float", 600.0, "Seconds after a search during which its "
+                               "clicks and reward are accepted; the impression is trained on "
+                               "after. Ten minutes: a user who reads a result's page and "
+                               "comes back to click another is still counted.",
                                minimum=0.0),
         "batch_size": Key("int", 500, "Impressions applied per saved model version at most.",
                           minimum=1),

@@ -55,7 +55,7 @@ BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 #: What a click's error status says about it, for the rejected clicks' ``outcome``.
 CLICK_REJECTIONS = {400: "invalid", 403: "forged_or_foreign", 404: "unknown_impression",
-                    409: "closed", 410: "expired", 413: "too_large", 422: "not_shown",
+                    409: "late", 410: "expired", 413: "too_large", 422: "not_shown",
                     429: "rate_limited", 503: "unavailable"}
 
 

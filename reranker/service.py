@@ -511,7 +511,7 @@ class RerankerService:
                     waiting.append(click)  # see _feedback
                     continue
                 if isinstance(outcome, ConflictError):  # its page was closed and trained on
-                    outcome = rejection(outcome, "replayed")
+                    outcome = rejection(self._late(outcome), "replayed")
                     self.trust.count("click", "replayed")
                 outcomes[click[0]] = outcome
             if waiting:
@@ -566,11 +566,18 @@ class RerankerService:
             try:
                 return write(impression_id, *args)
             except ConflictError as exc:  # its page was closed and trained on
-                raise rejection(exc, "replayed") from None
+                raise rejection(self._late(exc), "replayed") from None
             except NotFoundError:
                 if not self._unwritten(impression_id):
                     raise
             time.sleep(UNWRITTEN_PAUSE)
+
+    def _late(self, exc: ConflictError) -> ConflictError:
+        """The store's refusal of feedback on a closed page, with the window it missed."""
+        window = self.config.trainer.feedback_window
+        return ConflictError(f"{exc.message} (a page takes clicks and its reward for "
+                             f"trainer.feedback_window, {window:g} s, after its search)",
+                             field=exc.field)
 
     def _unwritten(self, impression_id: str) -> bool:
         """Whether an impression the store does not have may still be on its way: issued

@@ -177,7 +177,7 @@ def test_the_snippet_is_served(client_for):
     assert response.mimetype == "application/javascript"
     assert "max-age=" in response.headers["Cache-Control"] and response.headers["ETag"]
     assert response.data == SNIPPET.read_bytes()
-    assert b"window.reranker" in response.data and len(response.data) < 4096
+    assert b"window.reranker" in response.data and len(response.data) < 8192
     again = client.get("/reranker.js", headers={"If-None-Match": response.headers["ETag"]})
     assert again.status_code == 304
     cors = client.get("/reranker.js", headers={"Origin": PAGE})
@@ -337,3 +337,48 @@ def test_a_page_on_an_origin_not_allowed_gets_an_error(browser, site, service_fo
     assert browser.find_elements(By.CSS_SELECTOR, "#results li") == []
     # The preflight was refused, so the search itself never reached the service.
     assert server.service.events.stats()["impressions"] == before
+
+
+def test_click_and_reward_answer_promises_and_a_refusal_reaches_the_error_hook(browser, site,
+                                                                                service_for):
+    """reranker.click() and reward() resolve to the service's answer; a click on a page
+    whose feedback window has closed is refused with the reason (409, the window named), and
+    the refusal reaches the onError hooks, the tracked clicks' too."""
+    server = service_for([site])
+    open_example(browser, site, server)
+    type_query(browser, "espresso grinder")
+    links = poll(lambda: browser.find_elements(By.CSS_SELECTOR, "#results a[data-doc-id]"),
+                 "no results on the page")
+    impression = links[0].get_attribute("data-impression-id")
+    docs = [link.get_attribute("data-doc-id") for link in links]
+    call = """
+      const [name, args, done] = [arguments[0], arguments[1], arguments[arguments.length - 1]];
+      window.seen = window.seen || [];
+      if (!window.hooked) {
+        window.hooked = true;
+        reranker.onError((error, what) => window.seen.push(
+          {message: error.message, status: error.status, what}));
+      }
+      reranker[name](...args).then((body) => done({body}),
+                                   (error) => done({error: error.message, status: error.status}));
+    """
+    clicked = browser.execute_async_script(call, "click", [impression, docs[1]])
+    assert clicked["body"]["accepted"] is True and clicked["body"]["position"] == 2, clicked
+    rewarded = browser.execute_async_script(call, "reward", [impression, 4.5])
+    assert rewarded["body"]["accepted"] is True and rewarded["body"]["value"] == 4.5
+    assert server.service.events.get_impression(impression).clicked == [docs[1]]
+
+    server.service.trainer.run_once(close_all=True)  # the page's window closes
+    late = browser.execute_async_script(call, "click", [impression, docs[2]])
+    assert late["status"] == 409 and "no longer accepts clicks" in late["error"]
+    assert "trainer.feedback_window" in late["error"]
+    seen = browser.execute_script("return window.seen")
+    assert seen == [{"message": late["error"], "status": 409,
+                     "what": {"type": "click", "impression_id": impression, "doc_id": docs[2]}}]
+    # a tracked click that is refused reaches the hook too, and the page goes on
+    browser.execute_script("arguments[0].href = '#'", links[3])
+    links[3].click()
+    seen = poll(lambda: len(browser.execute_script("return window.seen")) == 2
+                and browser.execute_script("return window.seen"), "the hook saw no refusal")
+    assert seen[1]["what"]["doc_id"] == docs[3] and seen[1]["status"] == 409
+    assert server.service.events.get_impression(impression).clicked == [docs[1]]

@@ -104,7 +104,7 @@ def test_steps_2_to_6_serve_filter_page_click_train_and_change_the_features(shop
         assert bad.status_code == 400 and "colour" in bad.json()["error"]["message"]
         # 4. the browser snippet, and CORS for the shop's pages
         script = requests.get(server.url + "/reranker.js", timeout=30)
-        assert script.status_code == 200 and "sendBeacon" in script.text
+        assert script.status_code == 200 and "keepalive" in script.text
         preflight = requests.options(server.url + "/click", timeout=30, headers={
             "Origin": "http://localhost:8080", "Access-Control-Request-Method": "POST",
             "Access-Control-Request-Headers": "content-type"})

@@ -16,7 +16,9 @@ The state lives in the event store, so every process serving the configuration, 
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -109,6 +111,10 @@ class Experiment:
     #: Pages with a click an arm takes part in, without its model learning from any, before
     #: the results say it is not learning.
     NOT_LEARNING_AFTER = 20
+    #: Open pages the provisional results read at most (the newest), and the seconds they
+    #: are reused for.
+    PROVISIONAL_LIMIT = 20_000
+    PROVISIONAL_REFRESH = 2.0
 
     def __init__(self, spec: ExperimentSpec, events: EventStore,
                  clock: Callable[[], float] = time.time):
@@ -118,6 +124,7 @@ class Experiment:
         self._cache = _StateCache()
         self._tally = Tally(spec)
         self._tally_lock = threading.Lock()
+        self._provisional: tuple[float, dict[str, Any] | None] = (-1e18, None)
 
     # -- state --------------------------------------------------------------------------------
 
@@ -298,6 +305,30 @@ class Experiment:
                     {label: tally.arm_summary(label) for label in self.spec.labels}
                     if arms else {})
 
+    def provisional(self) -> dict[str, Any] | None:
+        """The results with the pages still open for clicks added (their clicks so far; more
+        may come until their feedback window closes), or None when none is open: ``pending``
+        open pages, and the pairs and arms as :meth:`results` gives them."""
+        now = time.monotonic()
+        read_at, cached = self._provisional
+        if now - read_at < self.PROVISIONAL_REFRESH:
+            return cached
+        rows = self.events.open_experiment_rows(self.spec.name, self.PROVISIONAL_LIMIT)
+        result = None
+        if rows:
+            with self._tally_lock:
+                self._tally.read(self.events)
+                tally = copy.deepcopy(self._tally)
+            for arm, teams, n_shown, positions in rows:
+                tally.add(arm, json.loads(teams) if teams else [], n_shown, positions)
+            result = {"pending": len(rows), "impressions": tally.impressions,
+                      "pairs": tally.pair_summaries(),
+                      "arms": {label: {key: value for key, value in
+                                       tally.arm_summary(label).items() if key != "curve"}
+                               for label in self.spec.labels}}
+        self._provisional = (now, result)
+        return result
+
     def status(self, arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The document ``GET /experiments`` answers; ``arms`` gives each label's id,
         learner, parameters and model version."""
@@ -340,8 +371,17 @@ class Experiment:
                             **{label: (why.get("because") if isinstance(why, dict) else why)
                                for label, why in held.items()}},
                     "arms": document_arms, "pairs": pairs}
+        provisional = self.provisional()
+        document["pending"] = provisional["pending"] if provisional else 0
+        if provisional:
+            document["provisional"] = provisional
         # what a reader must not miss about the arms, in words
         document["notes"] = [
+            *([{"arm": None, "kind": "info",
+                "text": f"provisional: {provisional['pending']} pages are still open for "
+                        f"clicks (trainer.feedback_window); the results count the "
+                        f"{impressions} closed pages, and 'provisional' adds the open ones "
+                        f"with the clicks they have so far"}] if provisional else []),
             *({"arm": label, "kind": "warning", "text": f"not learning: {arm['not_learning']}"}
               for label, arm in document_arms.items() if arm.get("not_learning")),
             *({"arm": label, "kind": "warning" if "learned_before" in arm else "info",

@@ -3,7 +3,14 @@
  * The service is the folder of this script's URL, or data-endpoint.
  * reranker.search(query, options): Promise of the /search answer (options: size, ...)
  * reranker.click(impressionId, docId[, ids]): reports a click, even as the page unloads,
- *   with the user_id / session_id its page was searched with (from search(), or ids)
+ *   with the user_id / session_id its page was searched with (from search(), or ids);
+ *   Promise of the service's answer, rejected with an Error saying why a click was refused
+ *   (error.status: 409 when the page's feedback window had closed, ...; error.field).
+ * reranker.reward(impressionId, value[, ids]): reports the page's reward (a purchase, a
+ *   rating) the same way; Promise as click().
+ * reranker.onError(hook): hook(error, {type, impression_id, doc_id | value}) for every
+ *   click or reward refused or not delivered, tracked ones included; returns remove().
+ *   Without a hook, a refusal is written to the console.
  * reranker.track(container): reports clicks on [data-doc-id] elements under a
  *   [data-impression-id] one (and its data-user-id, data-session-id); returns stop().
  *   data-track: track(document). */
@@ -31,31 +38,54 @@
     if (servedTo.size > 100) servedTo.delete(servedTo.keys().next().value);
   };
 
+  // The service's answer, or an Error with the service's reason and the HTTP status.
+  const answer = (response) => response.json().catch(() => ({})).then((body) => {
+    if (response.ok) return body;
+    const error = body.error || {};
+    throw Object.assign(new Error(error.message || `HTTP ${response.status}`),
+                        {status: response.status, field: error.field || null});
+  });
+  const unreachable = () => {
+    throw new Error(`cannot reach the reranker service at ${base} (is it up, and is ` +
+                    `${location.origin} in its server.cors_origins?)`);
+  };
+
   const search = (query, options) =>
     post("search", JSON.stringify(Object.assign({}, options, {query})), "application/json")
-      .then((response) => response.json().catch(() => ({})).then((body) => {
-        if (response.ok) {
-          remember(body, options);
-          return body;
-        }
-        const message = (body.error && body.error.message) || `HTTP ${response.status}`;
-        throw Object.assign(new Error(message), {status: response.status});
-      }), () => {
-        throw new Error(`cannot reach the reranker service at ${base} (is it up, and is ` +
-                        `${location.origin} in its server.cors_origins?)`);
-      });
+      .then((response) => answer(response).then((body) => {
+        remember(body, options);
+        return body;
+      }), unreachable);
 
-  // Same origin: a JSON beacon. Cross-origin: a keepalive fetch with a text/plain body,
-  // which needs no preflight and carries this page's Origin (see the README).
-  const click = (impressionId, docId, ids) => {
-    const body = JSON.stringify(Object.assign({}, servedTo.get(impressionId), ids,
-                                              {impression_id: impressionId, doc_id: docId}));
-    const type = sameOrigin ? "application/json" : "text/plain";
-    if (!sameOrigin || !navigator.sendBeacon ||
-        !navigator.sendBeacon(new URL("click", base).href, new Blob([body], {type}))) {
-      post("click", body, type, true).catch(() => {});
-    }
+  const hooks = new Set();
+  const onError = (hook) => {
+    hooks.add(hook);
+    return () => hooks.delete(hook);
   };
+  const refused = (error, what) => {
+    if (!hooks.size) console.warn(`reranker: ${what.type} refused: ${error.message}`);
+    for (const hook of hooks) {
+      try { hook(error, what); } catch (ignored) { /* a hook's own error is its own */ }
+    }
+    throw error;
+  };
+
+  // Feedback as a keepalive request, which outlives the page that sends it. Same origin: a
+  // JSON body. Cross-origin: a text/plain body, which needs no preflight and carries this
+  // page's Origin (see the README).
+  const feedback = (path, fields, ids, what) => {
+    const body = JSON.stringify(Object.assign({}, servedTo.get(fields.impression_id), ids,
+                                              fields));
+    return post(path, body, sameOrigin ? "application/json" : "text/plain", true)
+      .then(answer, unreachable)
+      .catch((error) => refused(error, what));
+  };
+  const click = (impressionId, docId, ids) =>
+    feedback("click", {impression_id: impressionId, doc_id: docId}, ids,
+             {type: "click", impression_id: impressionId, doc_id: docId});
+  const reward = (impressionId, value, ids) =>
+    feedback("reward", {impression_id: impressionId, value}, ids,
+             {type: "reward", impression_id: impressionId, value});
 
   const track = (container) => {
     const root = container || document;
@@ -67,7 +97,8 @@
       const ids = {};
       if (page.dataset.userId) ids.user_id = page.dataset.userId;
       if (page.dataset.sessionId) ids.session_id = page.dataset.sessionId;
-      click(page.dataset.impressionId, doc.dataset.docId, ids);
+      // (a refusal goes to the onError hooks, or the console)
+      click(page.dataset.impressionId, doc.dataset.docId, ids).catch(() => {});
     };
     root.addEventListener("click", listener, true);
     root.addEventListener("auxclick", listener, true);
@@ -77,6 +108,6 @@
     };
   };
 
-  window.reranker = {endpoint: base, search, click, track};
+  window.reranker = {endpoint: base, search, click, reward, onError, track};
   if (script && script.hasAttribute("data-track")) track(document);
 })();

@@ -207,6 +207,14 @@ class EventStore(abc.ABC):
         """The closed impressions of experiment ``name`` after ``closed_seq`` ``after``, in
         order, as ``(closed_seq, arm, teams JSON, n_shown, clicked 1-based positions)``."""
 
+    def open_experiment_rows(self, name: str, limit: int
+                             ) -> list[tuple[str | None, str | None, int, list[int]]]:
+        """The newest ``limit`` impressions of experiment ``name`` still open (their
+        feedback window has not closed: clicks may still come), oldest first, as ``(arm,
+        teams JSON, n_shown, clicked 1-based positions)``; a store that cannot tell returns
+        none (the results then have no provisional part)."""
+        return []
+
     @abc.abstractmethod
     def experiment_state(self, name: str) -> dict[str, Any]:
         """The shared state of experiment ``name``; {} when none was stored."""

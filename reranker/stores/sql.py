@@ -678,6 +678,17 @@ class SQLEventStore(EventStore):
                  [int(p) for p in positions.split(",")] if positions else [])
                 for seq, arm, teams, n_shown, positions in rows]
 
+    def open_experiment_rows(self, name: str, limit: int
+                             ) -> list[tuple[str | None, str | None, int, list[int]]]:
+        with self._reading() as conn:
+            rows = self._run(
+                conn, f"SELECT i.arm, i.teams, i.n_shown, (SELECT {self.CLICK_POSITIONS} FROM "
+                f"clicks c WHERE c.impression_id = i.id) FROM impressions i WHERE "
+                f"i.experiment = ? AND i.closed_seq IS NULL ORDER BY i.seq DESC LIMIT ?",
+                (name, limit)).fetchall()
+        return [(arm, teams, n_shown, [int(p) for p in positions.split(",")] if positions else [])
+                for arm, teams, n_shown, positions in reversed(rows)]
+
     def experiment_state(self, name: str) -> dict[str, Any]:
         # Searches read it: never behind the queue of impressions (a failing store would
         # fail them), and nothing queued changes it.
