@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench setup browser postgres clean
+.PHONY: demo test test-all bench setup browser postgres clean
 
 setup: $(VENV)/.installed
 
@@ -24,6 +24,12 @@ demo: setup
 test: setup browser postgres
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n auto --dist loadfile
+
+# Also the long scenarios (marked slow): the A/A false-positive rates, the published PDGD
+# and DBGD numbers, an attacker against honest users, a click two minutes after its search.
+test-all: setup browser postgres
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -n auto --dist loadfile -m "slow or not slow"
 
 browser:
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \

@@ -14,7 +14,6 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CRANFIELD = SHARED_DATA / "cranfield"
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not CRANFIELD.is_dir(),
                     reason="shared Cranfield data not present beside the project")
 def test_cranfield_through_the_live_service(tmp_path):

@@ -9,7 +9,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 import requests
 import yaml
 from conftest import ServeProcess, learn, write_docs
@@ -38,7 +37,6 @@ def test_the_production_example_is_a_valid_configuration(tmp_path):
     assert config.trainer.enabled is False and config.store.retention
 
 
-@pytest.mark.slow
 def test_the_production_example_serves_learns_and_reports(tmp_path, corpus, postgres_dsn):
     example = production_example()
     # Where this machine has things, and a trainer that closes pages after a second, not

@@ -35,7 +35,6 @@ def worker_sessions(url: str, timeout: float = 60) -> dict[bool, requests.Sessio
     return sessions
 
 
-@pytest.mark.slow
 def test_two_workers_share_the_store_and_one_trains(workdir, store_section):
     """Searches and clicks on both workers land in one store; one worker trains, applying
     every impression exactly once; both serve the new model version afterwards."""
@@ -103,7 +102,6 @@ def _store_stats(path) -> dict:
         store.close()
 
 
-@pytest.mark.slow
 def test_a_separate_follow_trainer_trains_for_services_without_one(workdir):
     """`reranker serve --workers 2 --no-trainer` beside `reranker train --follow`: the
     follower trains, the workers serve its versions; SIGTERM stops it cleanly."""
