@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from . import __version__
-from .config import load_config, warnings_held
+from .config import load_config, serving_description, warnings_held
 from .errors import RerankerError
 from .users import USER_HELP
 
@@ -134,9 +134,14 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
         service.close()
         raise click.ClickException(f"server.host/server.port: cannot listen on "
                                    f"{config.server.host}:{config.server.port}: {exc}") from exc
-    model = service.model
-    click.echo(f"reranker serving learner {model.learner_name} (model version {model.version}) "
-               f"on http://{config.server.host}:{server.effective_port}", nl=True)
+    if service.experiment is None:
+        model = service.model
+        serving = f"learner {model.learner_name} (model version {model.version})"
+    else:
+        serving = serving_description(config, {label: info["model_version"] for label, info
+                                               in service.arm_info().items()})
+    click.echo(f"reranker serving {serving} on http://{config.server.host}:"
+               f"{server.effective_port}", nl=True)
     sys.stdout.flush()
 
     def terminate(signum, frame):  # pragma: no cover -- exercised by the subprocess tests

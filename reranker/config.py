@@ -633,6 +633,20 @@ def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
     return config
 
 
+def serving_description(config, versions: Mapping[str, int] | None = None) -> str:
+    """What a serving process serves, for its start-up line: the learner, or the experiment
+    with its mode and arms (``versions``: each arm label's model version, when known)."""
+    def version(label: str) -> str:
+        return f" v{versions[label]}" if versions and label in versions else ""
+
+    experiment = config.experiment
+    if experiment.mode is None:
+        return f"learner {config.learner.name}{version(config.learner.name)}"
+    arms = ", ".join(f"{label} = {section.get('name')}{version(label)}"
+                     for label, section in experiment.arms.items())
+    return f"experiment {experiment.name} ({experiment.mode}: {arms})"
+
+
 def _check_experiment(experiment: Section, label: str) -> None:
     """The experiment section's keys that depend on each other; the arms' learner sections
     are checked when the arms are built (:func:`reranker.arms.arms_from_config`)."""

@@ -501,6 +501,7 @@ class ServeProcess:
             raise RuntimeError(f"reranker serve did not start: {line!r}\n"
                                f"{self.log_path.read_text(encoding='utf-8')}")
         self.url = f"http://127.0.0.1:{match.group(1)}"
+        self.banner = line.strip()  # what it said it serves
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Wait until ``/readyz`` answers 200: with ``--workers``, the serving line comes

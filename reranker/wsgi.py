@@ -65,7 +65,7 @@ def serve_workers(config_path: str | None, overrides: Mapping[str, Any], *,
     ``server.port``; returns when gunicorn stops (SIGTERM or SIGINT)."""
     from gunicorn.app.base import BaseApplication
 
-    from .config import load_config
+    from .config import load_config, serving_description
 
     config = load_config(config_path, dict(overrides))  # a bad config fails before any fork
     server = config.server
@@ -76,7 +76,7 @@ def serve_workers(config_path: str | None, overrides: Mapping[str, Any], *,
 
     def when_ready(arbiter) -> None:
         host, port = arbiter.LISTENERS[0].sock.getsockname()[:2]
-        print(f"reranker serving learner {config.learner.name} from {server.workers} worker "
+        print(f"reranker serving {serving_description(config)} from {server.workers} worker "
               f"processes on http://{host}:{port}", flush=True)
 
     def child_exit(arbiter, worker) -> None:

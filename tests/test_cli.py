@@ -219,3 +219,18 @@ def test_serve_prints_where_it_listens_and_stops_on_sigterm(tmp_path, corpus):
     finally:
         server.stop()
     assert server.proc.returncode == 0
+
+
+def test_serve_names_the_experiment_and_its_arms(tmp_path, corpus):
+    path = write_config(tmp_path, experiment={
+        "mode": "interleave", "name": "trial",
+        "arms": {"perceptron": {"name": "preference_perceptron"},
+                 "engine": {"name": "backend_order"}}})
+    run_cli("index", "-c", str(path), str(write_docs(tmp_path, corpus.documents[:20])))
+    server = ServeProcess(path)
+    try:
+        assert server.banner.startswith(
+            "reranker serving experiment trial (interleave: engine = backend_order v0, "
+            "perceptron = preference_perceptron v0) on http://127.0.0.1:")  # (the file's order)
+    finally:
+        server.stop()
