@@ -35,7 +35,7 @@ EMPTY = {
     "arms": {
         "a": {"id": None, "learner": "preference_perceptron", "params": {},
               "model_version": None, "impressions": 0, "clicks": 0, "credited_clicks": 0,
-              "status": "serving", "metrics": {"ctr": None, "mrr": {"value": None,
+              "status": "serving", "metrics": {"clicks_per_search": None, "mrr": {"value": None,
                                                                      "interval": None}},
               "curve": []},
         "b": {"id": None, "learner": "backend_order", "params": {}, "model_version": None,

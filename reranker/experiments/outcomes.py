@@ -20,7 +20,9 @@ contributed the result (``Impression.teams``). A click is credited to that arm.
 
 Per arm: the clicks on the pages it took part in (``clicks``), those credited to it
 (``credited_clicks``), and metrics of its credited clicks in those impressions:
-clicks per impression (``ctr``), the share with none (``abandonment``), the reciprocal rank
+clicks per search (``clicks_per_search``: several clicks on one page count several), the
+share of searches with one (``searches_with_click``) and with none (``abandonment``), the
+reciprocal rank
 of the first (``mrr``) and the clicks in the top k (``clicks_at_k``).
 """
 
@@ -165,7 +167,9 @@ class Tally:
             return cached[1]
         rows = np.array(self.metrics[label], dtype=np.float64).reshape(-1, 3)
         metrics: dict[str, Any] = {}
-        columns = {"ctr": rows[:, 0], "abandonment": (rows[:, 0] == 0).astype(float),
+        clicked = (rows[:, 0] > 0).astype(float)
+        columns = {"clicks_per_search": rows[:, 0], "searches_with_click": clicked,
+                   "abandonment": 1.0 - clicked,
                    "mrr": rows[:, 1], f"clicks_at_{self.spec.clicks_at}": rows[:, 2]}
         for name, values in columns.items():
             if len(values):

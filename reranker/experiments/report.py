@@ -32,8 +32,9 @@ from rich.text import Text
 DASH = "\u2013"
 
 #: Display names of the metrics the experiments report; other keys are shown as they are.
-METRIC_NAMES = {"ctr": "CTR", "abandonment": "Abandonment", "mrr": "MRR",
-                "clicks_at_3": "Clicks@3"}
+METRIC_NAMES = {"clicks_per_search": "Clicks per search",
+                "searches_with_click": "Searches with a click", "abandonment": "Abandonment",
+                "mrr": "MRR", "clicks_at_3": "Clicks@3"}
 
 #: One colour per arm, in the arms' order (the dashboard's light palette).
 PALETTE = ("#0072b2", "#d55e00", "#009e73", "#aa4499", "#8c6d00", "#332288", "#882255",
