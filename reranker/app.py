@@ -562,7 +562,7 @@ def _json_body(policy: CorsPolicy, max_depth: int) -> Any:
 
 
 def _check_text_plain(cors: CorsPolicy) -> None:
-    """A JSON body sent as ``text/plain``, as the snippet's cross-origin click beacons send it
+    """A JSON body sent as ``text/plain``, as the snippet sends its cross-origin clicks
     (a CORS-safelisted type needs no preflight), is accepted only from an origin that
     ``server.cors_origins`` allows, so that other sites cannot post to the service through
     their visitors' browsers."""

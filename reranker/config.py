@@ -196,6 +196,17 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "window": Key("int", 100, "Impressions per point of the arms' learning curves.",
                       minimum=1),
         "clicks_at": Key("int", 3, "k of the clicks@k metric reported per arm.", minimum=1),
+        "min_impressions": Key("int", 1000, "Closed pages of the experiment before the guard "
+                               "(promote: auto) may promote an arm.", minimum=0),
+        "min_duration": Key("float", 3600.0, "Seconds the experiment has run before the guard "
+                            "may promote an arm.", minimum=0.0),
+        "guardrails": Key("mapping", {"abandonment": 0.02, "clicks_at_k": 0.05}, "Metric -> "
+                          "non-inferiority margin an arm must keep against the control to be "
+                          "promoted by the guard: the 95% interval of its abandonment minus "
+                          "the control's must stay below the margin, of its clicks@k minus "
+                          "the control's above minus the margin ({}: none)."),
+        "dry_run": Key("bool", False, "The guard only records and logs what it would promote "
+                       "or hold; the experiment goes on."),
         "even_start": Key("bool", False, "Start every arm from its initial model when the "
                           "experiment first runs (the models they learned before are kept "
                           "as older versions); false: arms keep what they learned, and an "
@@ -633,6 +644,10 @@ def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
     return config
 
 
+#: The metrics experiment.guardrails may name.
+GUARDRAIL_METRICS = ("abandonment", "clicks_at_k")
+
+
 def serving_description(config, versions: Mapping[str, int] | None = None) -> str:
     """What a serving process serves, for its start-up line: the learner, or the experiment
     with its mode and arms (``versions``: each arm label's model version, when known)."""
@@ -685,6 +700,13 @@ def _check_experiment(experiment: Section, label: str) -> None:
         raise ConfigError(f"{label}: experiment.shares gives no share to {', '.join(missing)}: "
                           f"give every arm its share (they are relative: {{a: 9, b: 1}} is "
                           f"90% and 10%), or none for equal shares")
+    for metric, margin in experiment.guardrails.items():
+        if metric not in GUARDRAIL_METRICS:
+            raise ConfigError(f"{label}: experiment.guardrails.{metric}: not a guardrail "
+                              f"metric (one of: {', '.join(GUARDRAIL_METRICS)})")
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or margin < 0:
+            raise ConfigError(f"{label}: experiment.guardrails.{metric} must be a margin of "
+                              f"at least 0, got {margin!r}")
     if experiment.control is not None and experiment.control not in labels:
         raise ConfigError(f"{label}: experiment.control {experiment.control!r} is not one of "
                           f"the arms ({', '.join(labels)})")

@@ -56,6 +56,10 @@ class ExperimentSpec:
     window: int = 100
     clicks_at: int = 3
     even_start: bool = False
+    min_impressions: int = 0
+    min_duration: float = 0.0
+    guardrails: tuple[tuple[str, float], ...] = ()
+    dry_run: bool = False
 
     @property
     def mixed(self) -> bool:
@@ -78,7 +82,10 @@ class ExperimentSpec:
                    stop=parse_time(section.stop, f"{where}experiment.stop")
                    if section.stop else None,
                    alpha=section.alpha, mixture=section.mixture, window=section.window,
-                   clicks_at=section.clicks_at, even_start=section.even_start)
+                   clicks_at=section.clicks_at, even_start=section.even_start,
+                   min_impressions=section.min_impressions, min_duration=section.min_duration,
+                   guardrails=tuple((str(k), float(v)) for k, v in section.guardrails.items()),
+                   dry_run=section.dry_run)
 
 
 @dataclass(frozen=True)
@@ -193,7 +200,7 @@ class Experiment:
             at_start = dict(state.get("arms_at_start") or {})
             for label, record in records.items():
                 at_start.setdefault(label, record)
-            return {**state, "arms_at_start": at_start}
+            return {"started_at": now, **state, "arms_at_start": at_start}
 
         at_start = self._update(claim)["arms_at_start"]
         if not self.spec.even_start:
@@ -370,7 +377,14 @@ class Experiment:
                     "why": {**({promoted: state.get("promoted_because")} if promoted else {}),
                             **{label: (why.get("because") if isinstance(why, dict) else why)
                                for label, why in held.items()}},
-                    "arms": document_arms, "pairs": pairs}
+                    "arms": document_arms, "pairs": pairs,
+                    "guard": {"promote": spec.promote, "min_impressions": spec.min_impressions,
+                              "min_duration": spec.min_duration,
+                              "guardrails": dict(spec.guardrails), "dry_run": spec.dry_run,
+                              "started_at": state.get("started_at"),
+                              "promoted_at": state.get("promoted_at") if promoted else None,
+                              "held_back": state.get("held_back"),
+                              "would": state.get("would")}}
         provisional = self.provisional()
         document["pending"] = provisional["pending"] if provisional else 0
         if provisional:
@@ -382,6 +396,16 @@ class Experiment:
                         f"clicks (trainer.feedback_window); the results count the "
                         f"{impressions} closed pages, and 'provisional' adds the open ones "
                         f"with the clicks they have so far"}] if provisional else []),
+            *([{"arm": promoted, "kind": "info",
+                "text": f"{promoted} was promoted: {state.get('promoted_because')}"}]
+              if promoted else []),
+            *([{"arm": state["held_back"].get("arm"), "kind": "info",
+                "text": f"held back from promotion: {state['held_back'].get('because')}"}]
+              if not promoted and isinstance(state.get("held_back"), dict) else []),
+            *([{"arm": state["would"].get("arm"), "kind": "info",
+                "text": f"dry run: the guard would {state['would'].get('action')} "
+                        f"{state['would'].get('arm')}: {state['would'].get('because')}"}]
+              if spec.dry_run and isinstance(state.get("would"), dict) else []),
             *({"arm": label, "kind": "warning", "text": f"not learning: {arm['not_learning']}"}
               for label, arm in document_arms.items() if arm.get("not_learning")),
             *({"arm": label, "kind": "warning" if "learned_before" in arm else "info",
@@ -400,31 +424,84 @@ class Experiment:
 
     def guard(self) -> str | None:
         """Guarded rollout (``promote: auto``): promote an arm that beats the control
-        significantly; hold one that loses to it significantly. Returns what it did."""
+        significantly, once the experiment has run ``min_impressions`` closed pages and
+        ``min_duration`` seconds and the arm keeps every guardrail against the control;
+        hold one that loses to it significantly. With ``dry_run`` it only records and logs
+        what it would do. Returns what it did (or would do, or what held a winner back)."""
         spec = self.spec
         if spec.promote != "auto":
             return None
         state = self.state(fresh=True)
         if self.promoted(state):
             return None
+        impressions, pairs, _ = self.results(arms=False)
         winners = []
-        for pair in self.results(arms=False)[1]:
+        for pair in pairs:
             if spec.control not in pair["arms"] or not pair["significant"]:
                 continue
             other = pair["arms"][1] if pair["arms"][0] == spec.control else pair["arms"][0]
             rate = pair["win_rate"] if pair["arms"][0] == other else 1.0 - pair["win_rate"]
+            numbers = (f"win rate {rate:.3f}, always-valid p {pair['always_valid_p']:.2g}, "
+                       f"after {impressions} closed pages")
             if pair["winner"] == spec.control:
-                if other not in state.get("held", {}):
-                    self.hold(other, f"lost to {spec.control} (win rate {rate:.3f}, "
-                                     f"always-valid p {pair['always_valid_p']:.2g})")
-                    return f"held {other}"
+                if other not in state.get("held", {}) and \
+                        (state.get("would") or {}).get("arm") != other:
+                    return self._decide("hold", other, f"lost to {spec.control} ({numbers})")
             else:
-                winners.append((rate, other, pair["always_valid_p"]))
-        if winners:
-            rate, label, p = max(winners)
-            self.promote(label, f"beat {spec.control} (win rate {rate:.3f}, always-valid p "
-                                f"{p:.2g})")
-            return f"promoted {label}"
+                winners.append((rate, other, numbers))
+        if not winners:
+            return None
+        rate, label, numbers = max(winners)
+        blocked = self.held_back(label, impressions, state)
+        if blocked:
+            if (state.get("held_back") or {}).get("because") != blocked:
+                self._update(lambda s: {**s, "held_back": {"arm": label, "because": blocked,
+                                                           "at": self.clock()}})
+                return f"held back {label}: {blocked}"
+            return None
+        if (state.get("would") or {}).get("arm") == label:
+            return None
+        return self._decide("promote", label, f"beat {spec.control} ({numbers})")
+
+    def _decide(self, action: str, label: str, reason: str) -> str:
+        """Promote or hold ``label``, or, with ``dry_run``, record that it would."""
+        if self.spec.dry_run:
+            self._update(lambda s: {**s, "would": {"action": action, "arm": label,
+                                                   "because": reason, "at": self.clock()}})
+            return f"would {action} {label} (experiment.dry_run): {reason}"
+        if action == "hold":
+            self.hold(label, reason)
+            return f"held {label}"
+        self.promote(label, reason)
+        return f"promoted {label}"
+
+    def held_back(self, label: str, impressions: int, state: dict[str, Any]) -> str | None:
+        """Why the guard may not promote ``label`` yet, which beat the control: too few
+        closed pages, too short a run, or a guardrail it breaks; None when nothing does."""
+        spec = self.spec
+        if impressions < spec.min_impressions:
+            return (f"{impressions} closed pages of the {spec.min_impressions} "
+                    f"experiment.min_impressions asks")
+        started = state.get("started_at")
+        ran = self.clock() - started if isinstance(started, int | float) else 0.0
+        if ran < spec.min_duration:
+            return (f"the experiment has run {ran:.0f} s of the {spec.min_duration:g} s "
+                    f"experiment.min_duration asks")
+        with self._tally_lock:
+            for metric, margin in spec.guardrails:
+                difference = self._tally.difference(label, spec.control, metric)
+                if difference is None:
+                    continue
+                value, low, high = difference
+                name = "abandonment" if metric == "abandonment" else f"clicks@{spec.clicks_at}"
+                if metric == "abandonment" and high > margin:
+                    return (f"guardrail {name}: {label}'s is {value:+.3f} against "
+                            f"{spec.control}'s (95% interval up to {high:+.3f}), more than "
+                            f"the margin {margin:g}")
+                if metric == "clicks_at_k" and low < -margin:
+                    return (f"guardrail {name}: {label}'s is {value:+.3f} against "
+                            f"{spec.control}'s (95% interval down to {low:+.3f}), below "
+                            f"the margin -{margin:g}")
         return None
 
 

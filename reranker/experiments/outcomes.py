@@ -22,8 +22,7 @@ Per arm: the clicks on the pages it took part in (``clicks``), those credited to
 (``credited_clicks``), and metrics of its credited clicks in those impressions:
 clicks per search (``clicks_per_search``: several clicks on one page count several), the
 share of searches with one (``searches_with_click``) and with none (``abandonment``), the
-reciprocal rank
-of the first (``mrr``) and the clicks in the top k (``clicks_at_k``).
+reciprocal rank of the first (``mrr``) and the clicks in the top k (``clicks_at_k``).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .stats import compare, mean_interval
+from .stats import compare, difference_interval, mean_interval
 
 if TYPE_CHECKING:
     from ..stores import EventStore
@@ -72,6 +71,9 @@ class Tally:
         self.clicks = {label: 0 for label in labels}  # credited to the arm
         self.page_clicks = {label: 0 for label in labels}  # on the pages it took part in
         self.clicked_pages = {label: 0 for label in labels}  # of those, pages with a click
+        #: Per pair, on each mixed page both were on: the first arm's abandonment and
+        #: clicks@k minus the second's (the guardrails' paired differences).
+        self.paired: dict[tuple[str, str], list[tuple[int, int]]] = {p: [] for p in self.pairs}
         self._cache: tuple[int, list[dict]] | None = None
         self._arm_cache: dict[str, tuple[int, dict[str, Any]]] = {}
 
@@ -117,6 +119,10 @@ class Tally:
             self.page_clicks[label] += on_page
             self.clicked_pages[label] += on_page > 0
         if arm is None:  # a mixed list: a comparison for every pair in it, if clicked
+            for a, b in self.pairs:
+                if a in credit and b in credit:
+                    self.paired[(a, b)].append((int(credit[a] == 0) - int(credit[b] == 0),
+                                                top[a] - top[b]))
             if not positions:
                 return
             for a, b in self.pairs:
@@ -184,6 +190,28 @@ class Tally:
                    "curve": self.curve(label)}
         self._arm_cache[label] = (self.impressions, summary)
         return summary
+
+    def difference(self, first: str, second: str, metric: str
+                   ) -> tuple[float, float, float] | None:
+        """``first``'s ``metric`` (``abandonment`` or ``clicks_at_k``) minus ``second``'s,
+        with its 95% interval, or None before both have pages: on mixed pages the mean of
+        the paired differences (both arms on the same pages), in a split the difference of
+        the two arms' means (:func:`.stats.difference_interval`)."""
+        column = {"abandonment": 0, "clicks_at_k": 1}[metric]
+        pair, sign = ((first, second), 1) if (first, second) in self.paired else \
+            ((second, first), -1)
+        paired = self.paired.get(pair, [])
+        if paired:
+            values = sign * np.array(paired, dtype=float)[:, column]
+            low, high = mean_interval(values)
+            return float(values.mean()), low, high
+        rows = {label: np.array(self.metrics[label], dtype=float).reshape(-1, 3)
+                for label in (first, second)}
+        if not all(len(r) for r in rows.values()):
+            return None
+        values = {label: (r[:, 0] == 0).astype(float) if metric == "abandonment" else r[:, 2]
+                  for label, r in rows.items()}
+        return difference_interval(values[first], values[second])
 
     def curve(self, label: str) -> list[dict[str, Any]]:
         window = self.spec.window

@@ -190,6 +190,19 @@ def mean_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float
     return mean - float(half), mean + float(half)
 
 
+def difference_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95
+                        ) -> tuple[float, float, float]:
+    """The difference of the means of two independent samples, ``mean(a) - mean(b)``, with
+    its normal-approximation (Welch) interval: ``(difference, low, high)``."""
+    a, b = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
+    if a.size == 0 or b.size == 0:
+        raise ValueError("the mean of no values is undefined")
+    difference = float(a.mean() - b.mean())
+    variance = sum(x.var(ddof=1) / x.size for x in (a, b) if x.size > 1)
+    half = float(scipy_stats.norm.ppf((1 + level) / 2) * math.sqrt(variance))
+    return difference, difference - half, difference + half
+
+
 def impressions_to_significance(outcomes: Sequence[int] | np.ndarray, *, alpha: float = 0.05,
                                 mixture: float = DEFAULT_MIXTURE,
                                 every: int = 1) -> int | None:
