@@ -412,6 +412,7 @@ def test_the_workers_of_one_serve_limit_one_client_together(workdir):
 
         with ThreadPoolExecutor(4) as pool:
             statuses = list(pool.map(search, range(60)))
+        elapsed = time.monotonic() - start  # (longer than 2 s on a busy machine)
     finally:
         server.stop()
     accepted = statuses.count(200)
@@ -422,7 +423,7 @@ def test_the_workers_of_one_serve_limit_one_client_together(workdir):
     assert len(served) == accepted and len(set(served)) == 2, served
     # 20, a token every 3 s, and what one exchange's interval lets through on each worker:
     # not 40 and more, as when each worker limits alone
-    assert 20 <= accepted < 30, statuses
+    assert 20 <= accepted < 30 + int(elapsed / 3), (elapsed, statuses)
 
 
 def test_an_opened_service_exchanges_before_its_first_request(workdir):
