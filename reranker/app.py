@@ -41,7 +41,7 @@ from .errors import (
 )
 from .monitoring import redact, redact_all
 from .service import RerankerService
-from .trust import client_key, rejection
+from .trust import client_key, rejection, reports_access
 from .validation import RequestValidator, read_json
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
     policy = CorsPolicy(limits.cors_origins, limits.cors_max_age)
     bp.cors_policy = policy
     validator = RequestValidator(service.config)
+    reports = reports_access(service.config)
     _register_errors(bp)
     _register_browser(bp, policy)
 
@@ -124,6 +125,22 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
                 raise rejection(UnauthorizedError(
                     "a valid API key is required: send it in the X-API-Key header (or "
                     "Authorization: Bearer KEY)", field="X-API-Key"), "unauthorized")
+
+    def reports_allowed() -> Any:
+        """None when the request may read the experiment's results
+        (``security.reports_access``), else the 401 to answer: with a Basic challenge, so
+        that a browser opening the dashboard asks for the token or key as a password."""
+        if service.trust.reports_ok(reports, credential_given(),
+                                    service.config.server.admin_token):
+            return None
+        what = ("the operator's token (server.admin_token)" if reports == "operator" else
+                "an API key (or the operator's token)")
+        body, status = _error(401, f"the experiment's results need {what}: send it as "
+                                   f"'Authorization: Bearer ...', or as the password of HTTP "
+                                   f"Basic authentication (security.reports_access: {reports})",
+                              field="Authorization")
+        body.headers["WWW-Authenticate"] = 'Basic realm="reranker experiments", charset="UTF-8"'
+        return body, status
 
     def limit(endpoint: str, body: dict[str, Any], address: str | None) -> None:
         client = client_key(body.get("user_id"), body.get("session_id"), address)
@@ -248,12 +265,15 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
 
     @bp.get("/experiments")
     def experiments():
-        return jsonify(service.experiment_status())
+        return reports_allowed() or jsonify(service.experiment_status())
 
     @bp.get("/dashboard")
     def dashboard():
         from .experiments.report import dashboard_page
 
+        refused = reports_allowed()
+        if refused:
+            return refused
         if service.experiment is None:
             raise NotFoundError("no experiment is configured (experiment.mode is null)")
         return dashboard_page(), 200, {"Content-Type": "text/html; charset=utf-8",
@@ -548,6 +568,16 @@ def api_key_given() -> str | None:
         scheme, _, rest = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             key = rest.strip()
+    return key
+
+
+def credential_given() -> str | None:
+    """An API key or token the request sends: as :func:`api_key_given` reads it, else the
+    password of HTTP Basic authentication (what a browser sends after asking)."""
+    key = api_key_given()
+    if key is None and request.authorization is not None \
+            and request.authorization.type == "basic":
+        key = request.authorization.password
     return key
 
 

@@ -329,6 +329,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
                             "separated) that /search and /explain then require in an "
                             "X-API-Key or Authorization: Bearer header; null: no key.",
                             nullable=True),
+        "reports_access": Key("str", None, "Who may read GET /experiments and /dashboard: "
+                              "public; operator (Authorization: Bearer "
+                              "<server.admin_token>); api_key (one of the API keys, or the "
+                              "operator's token); either also as the password of HTTP Basic "
+                              "authentication, which a browser asks for. Null: api_key when "
+                              "api_keys_env is set, else public.", nullable=True,
+                              choices=("public", "operator", "api_key")),
         "trusted_proxy_header": Key("str", None, "Header whose last address is the client's "
                                     "(X-Forwarded-For behind a proxy that sets it); null: "
                                     "the connection's address.", nullable=True),

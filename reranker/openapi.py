@@ -12,6 +12,7 @@ from typing import Any
 
 from . import __version__
 from .config import Config
+from .trust import reports_access
 from .validation import ERROR_SCHEMA
 
 #: When each error status is answered, as the README's table says.
@@ -19,7 +20,8 @@ ERROR_STATUSES = {
     400: "the body is not JSON or not an object, nests too deep, or a field is missing, "
          "unknown, of the wrong type or out of bounds (`field` names it)",
     401: "no valid API key (security.api_keys_env): send X-API-Key; or, for the operator view "
-         "of /healthz, no 'Authorization: Bearer <server.admin_token>'",
+         "of /healthz, no 'Authorization: Bearer <server.admin_token>'; or, for /experiments "
+         "and /dashboard, not the token or key security.reports_access asks for",
     403: "an impression_id that is forged, or served to another user_id or session_id",
     404: "an unknown impression_id",
     409: "the impression no longer accepts clicks or rewards (its feedback window passed)",
@@ -122,6 +124,10 @@ SECURITY_SCHEMES = {
     "adminToken": {"type": "http", "scheme": "bearer",
                    "description": "server.admin_token: the operator view, "
                                   "/healthz?detail=1"},
+    "reportsBasic": {"type": "http", "scheme": "basic",
+                     "description": "the experiment's results (security.reports_access): "
+                                    "any user name, the operator's token or an API key as "
+                                    "the password"},
 }
 
 
@@ -172,11 +178,11 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
                      "content": {"text/plain": {"schema": {"type": "string"}}}}})},
         "/experiments": {"get": _operation(
             "experiments", "The experiment's results", None,
-            _json(200, "the results", "Experiment"), 404)},
+            _json(200, "the results", "Experiment"), 401, 404)},
         "/dashboard": {"get": _operation(
             "dashboard", "A page showing the experiment's results live", None,
             {"200": {"description": "the page",
-                     "content": {"text/html": {"schema": {"type": "string"}}}}}, 404)},
+                     "content": {"text/html": {"schema": {"type": "string"}}}}}, 401, 404)},
         "/reranker.js": {"get": _operation(
             "snippet", "The browser script that sends searches and reports clicks", None,
             {"200": {"description": "the script (cached for an hour, with an ETag)",
@@ -193,6 +199,11 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
         for path in KEYED_PATHS:
             paths[path]["post"]["security"] = [{"apiKey": []}, {"apiKeyBearer": []}]
     paths["/healthz"]["get"]["security"] = [{}, {"adminToken": []}]
+    access = reports_access(config)
+    if access != "public":
+        keys = [{"apiKey": []}, {"apiKeyBearer": []}] if access == "api_key" else []
+        for path in ("/experiments", "/dashboard"):
+            paths[path]["get"]["security"] = [{"adminToken": []}, *keys, {"reportsBasic": []}]
     components = {"Error": ERROR_SCHEMA, **RESPONSE_SCHEMAS}
     components.update({REQUEST_COMPONENTS[name]: schema for name, schema in schemas.items()})
     limits = config.server

@@ -260,6 +260,24 @@ def api_keys_from(config, environ: Mapping[str, str] | None = None) -> tuple[byt
     return keys
 
 
+def reports_access(config) -> str:
+    """Who may read the experiment's results (``security.reports_access``, its null
+    resolved): ``public``, ``operator`` or ``api_key``; a :class:`ConfigError` when the
+    credential it asks for is not configured."""
+    access = config.security.reports_access
+    if access is None:
+        return "api_key" if config.security.api_keys_env else "public"
+    if access == "operator" and not config.server.admin_token:
+        raise ConfigError("security.reports_access is operator, but server.admin_token is "
+                          "not set: set it (better as RERANKER_SERVER_ADMIN_TOKEN in the "
+                          "environment), or choose public or api_key")
+    if access == "api_key" and not config.security.api_keys_env:
+        raise ConfigError("security.reports_access is api_key, but security.api_keys_env is "
+                          "not set: name the environment variable that holds the API keys, "
+                          "or choose public or operator")
+    return access
+
+
 class TrustGuard:
     """A service's signer, limits and API keys, and the count of what they refused."""
 
@@ -324,6 +342,19 @@ class TrustGuard:
             if reason is not None:
                 self.count(endpoint, reason)
             raise
+
+    def reports_ok(self, access: str, given: str | None, admin_token: str | None) -> bool:
+        """Whether ``given`` may read the experiment's results under ``access``
+        (:func:`reports_access`): anyone when public, else the operator's token, or with
+        ``api_key`` one of the API keys too."""
+        if access == "public":
+            return True
+        if not given:
+            return False
+        token = bool(admin_token) and hmac.compare_digest(given.encode("utf-8"),
+                                                          admin_token.encode("utf-8"))
+        return token or (access == "api_key" and bool(self.api_keys)
+                         and self.api_key_ok(given))
 
     def api_key_ok(self, given: str | None) -> bool:
         """Whether ``given`` is one of the API keys (always, when none is configured)."""

@@ -60,6 +60,16 @@ def canned_status() -> dict:
              "text": "perceptron started at version 9, after learning from 900 impressions "
                      "before the experiment"},
         ],
+        "traffic": {"searches": 3521, "in_experiment": 1234, "outside": 2287,
+                    "share": 0.35046861687020734, "configured_share": 0.35},
+        "history": [
+            {"at": 1789990000.0, "action": "held back", "arm": "perceptron",
+             "because": "600 closed pages of the 1000 experiment.min_impressions asks; it "
+                        "beat engine (win rate 0.600, always-valid p 0.004, after 600 closed "
+                        "pages)", "impressions": 600},
+            {"at": 1789995000.0, "action": "held", "arm": "coactive",
+             "because": "lost to engine", "impressions": 1100},
+        ],
         "pairs": [
             {"arms": ["perceptron", "engine"], "wins": 300, "losses": 200, "ties": 150,
              "win_rate": 0.6, "interval": [0.56, 0.64], "p_value": 0.00001,

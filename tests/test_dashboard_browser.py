@@ -35,6 +35,8 @@ from reranker.experiments.report import (
     format_p,
     format_rate,
     format_text,
+    format_time,
+    format_traffic,
 )
 
 require_browser()
@@ -63,6 +65,9 @@ return {
   mode: document.getElementById("experiment-mode").textContent,
   status: document.getElementById("experiment-status").textContent,
   impressions: document.getElementById("experiment-impressions").textContent,
+  traffic: document.getElementById("experiment-traffic").textContent,
+  history: Array.from(document.querySelectorAll("#history tbody tr[data-action]"), row => ({
+    action: row.getAttribute("data-action"), cells: cells(row)})),
   pairs: Array.from(document.querySelectorAll("#pairs tbody tr[data-arms]"), row => ({
     arms: row.getAttribute("data-arms"), cells: cells(row),
     forest: row.querySelectorAll("svg.forest").length})),
@@ -306,6 +311,15 @@ def test_dashboard_shows_the_status_document(driver, experiment_server):
     assert page["notes"] == [{"arm": note["arm"], "kind": note["kind"], "text": note["text"]}
                              for note in status["notes"]]
     assert any(note["kind"] == "warning" for note in page["notes"])
+    # the traffic share, and the promotions and holds, newest first
+    assert page["traffic"] == format_traffic(status)
+    assert [row["action"] for row in page["history"]] == \
+        [entry["action"] for entry in reversed(status["history"])]
+    for row, entry in zip(page["history"], reversed(status["history"]), strict=True):
+        assert row["cells"]["at"]["text"] == format_time(entry["at"])
+        assert row["cells"]["arm"]["text"] == entry["arm"]
+        assert row["cells"]["impressions"]["text"] == format_int(entry["impressions"])
+        assert row["cells"]["because"]["text"] == entry["because"]
 
     with_curve = [label for label, arm in status["arms"].items()
                   if any(point["value"] is not None for point in arm["curve"])]
@@ -336,6 +350,9 @@ def test_dashboard_formats_the_canned_numbers(driver, experiment_server):
     assert arms["engine"]["clicks-at-3"]["text"] == "0.438 [0.410, 0.460]"
     assert arms["engine"]["abandonment"]["text"] == "0.350"
     assert arms["coactive"]["mrr"]["text"] == DASH
+    assert page["traffic"] == "35% of 3521 searches (2287 outside the experiment; " \
+                              "configured share 0.35)"
+    assert page["history"][0]["cells"]["impressions"]["text"] == "1100"
     assert severe_console_entries(driver) == []
 
 
@@ -420,4 +437,53 @@ def test_dashboard_of_a_running_experiment_reads_what_experiments_returns(driver
         assert severe_console_entries(driver) == []
     finally:
         stop.set()
+        server.stop()
+
+
+def test_dashboard_behind_the_operator_token_shows_traffic_and_the_guards_holds(driver,
+                                                                               workdir,
+                                                                               corpus):
+    """The real service with security.reports_access: operator. Without the token the page
+    is refused with a Basic challenge; with it (the browser sending it, as it does once the
+    user typed it) the page shows the share of the searches the experiment counted and
+    the guard's hold of the losing arm, as /experiments says."""
+    from conftest import LiveServer, write_config
+    from test_experiments import ENGINE, RANDOM, users_search
+
+    path = write_config(workdir, experiment={
+        "mode": "interleave", "name": "trial", "arms": {"engine": ENGINE, "random": RANDOM},
+        "share": 0.5, "promote": "auto", "control": "engine", "min_impressions": 50,
+        "min_duration": 0}, security={"reports_access": "operator"},
+        server={"admin_token": "ops-token"})
+    server = LiveServer(path)
+    try:
+        users_search(server, corpus, 300)
+        server.service.trainer.run_once(close_all=True)
+        server.service.trainer.run_pass()  # the guard runs after each training pass
+        token = {"Authorization": "Bearer ops-token"}
+        status = server.get("/experiments", headers=token).json()
+        assert status["held"] == ["random"]
+        traffic = status["traffic"]
+        assert traffic["searches"] == 300 and 100 < traffic["in_experiment"] < 200
+        assert traffic["outside"] == 300 - traffic["in_experiment"]
+        assert status["history"][-1]["action"] == "held"
+
+        driver.get(server.url + "/dashboard")
+        assert driver.find_elements(By.ID, "experiment-name") == []  # refused: no page
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": token})
+        try:
+            page = open_dashboard(driver, server.url + "/dashboard")
+        finally:
+            driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
+        assert page["error"] is None
+        assert page["traffic"] == format_traffic(status)
+        assert page["traffic"].endswith(f"of 300 searches ({traffic['outside']} outside the "
+                                        f"experiment; configured share 0.5)")
+        (held,) = page["history"]
+        assert held["action"] == "held" and held["cells"]["arm"]["text"] == "random"
+        assert held["cells"]["because"]["text"].startswith("lost to engine (win rate ")
+        assert held["cells"]["impressions"]["text"] == format_int(
+            status["history"][-1]["impressions"])
+    finally:
         server.stop()

@@ -128,6 +128,12 @@ def test_render_table_shows_the_pairs_arms_and_test():
     assert "not learning: arm 'coactive' (coactive) took part in 21 pages" in \
         " ".join(text.split())
     assert "perceptron started at version 9" in text
+    # the traffic share, and the history newest first
+    assert "Traffic: 35% of 3521 searches (2287 outside the experiment; configured share " \
+        "0.35)" in text
+    held = table_row(text, report.format_time(1789995000.0))
+    assert held[1:] == ["held", "coactive", "1100", "lost to engine"]
+    assert text.index("lost to engine") < text.index("held back")
 
 
 def test_render_table_without_data_yet():
@@ -186,12 +192,19 @@ def test_write_html_has_the_tables_and_plots(tmp_path):
     assert '<td class="learned" data-value="610">610/1234</td>' in text
     assert '<li class="warning" data-arm="coactive">not learning: arm &#x27;coactive&#x27;' \
         in text
+    history = re.search(r'<table id="history">(.*?)</table>', text, re.DOTALL).group(1)
+    rows = re.findall(r'<tr data-action="([^"]+)">(.*?)</tr>', history, re.DOTALL)
+    assert [action for action, _ in rows] == ["held", "held back"]
+    assert '<td class="impressions" data-value="1100">1100</td>' in rows[0][1]
+    assert "<dd>35% of 3521 searches (2287 outside the experiment; configured share " \
+        "0.35)</dd>" in text
 
 
 def test_write_html_without_data_yet(tmp_path):
     text = report.write_html(EMPTY, str(tmp_path / "empty.html")).read_text(encoding="utf-8")
     assert_self_contained(text)
     assert "No comparisons yet." in text
+    assert "No promotion or hold yet." in text
     assert "no pairs compared yet" in text and "no curve data yet" in text
     assert '<tr data-arm="b">' in text
     assert text.count("<svg") == 2

@@ -6,7 +6,7 @@ behind a trusted proxy, key rotation, and the per-client budget of the trainer."
 import time
 
 import pytest
-from conftest import LiveServer, write_config
+from conftest import LiveServer, run_cli, write_config
 
 from reranker.config import load_config
 from reranker.errors import ConfigError
@@ -229,7 +229,9 @@ def test_the_openapi_document_says_which_endpoints_want_the_api_key(server_for, 
     schemes = document["components"]["securitySchemes"]
     guarded = {path for path, item in document["paths"].items()
                for operation in item.values() if {} not in operation.get("security", [{}])}
-    assert guarded == {"/search", "/explain", "/clicks"}
+    # the experiment's results too: with API keys, reports_access defaults to api_key
+    assert guarded == {"/search", "/explain", "/clicks", "/experiments", "/dashboard"}
+    guarded -= {"/experiments", "/dashboard"}
     page = live.post("/search", {"query": "tea"}, headers={"X-API-Key": "key-one"}).json()
     bodies = {"/search": {"query": "tea"}, "/explain": {"query": "tea"},
               "/clicks": {"clicks": [{"impression_id": page["impression_id"],
@@ -243,6 +245,66 @@ def test_the_openapi_document_says_which_endpoints_want_the_api_key(server_for, 
             assert live.post(path, bodies[path], headers=headers).status_code == 200, path
     assert schemes["adminToken"]["scheme"] == "bearer"
     assert {} in document["paths"]["/healthz"]["get"]["security"]  # optional there
+
+
+EXPERIMENT = {"mode": "interleave", "name": "trial",
+              "arms": {"engine": {"name": "backend_order"}, "random": {"name": "random"}}}
+
+
+def basic(password, user="anyone"):
+    import base64
+
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+@pytest.mark.parametrize("access", ["operator", "api_key", None])
+def test_the_experiments_results_can_be_kept_to_the_operator_or_the_key_holders(
+        server_for, monkeypatch, access):
+    """/experiments and /dashboard answer 401 with a Basic challenge (a browser asks) to a
+    request without the credential security.reports_access asks for, and the results to
+    one with it: as a bearer token, an X-API-Key or a Basic password."""
+    monkeypatch.setenv("SHOP_RERANKER_KEYS", "key-one")
+    live = server_for(experiment=EXPERIMENT,
+                      security={"api_keys_env": "SHOP_RERANKER_KEYS",
+                                "reports_access": access},
+                      server={"admin_token": "operator-secret"})
+    key_holders = access != "operator"  # null with API keys: the key holders
+    wrong = [{}, {"Authorization": "Bearer nope"}, basic("nope"), {"X-API-Key": "key-two"}]
+    if not key_holders:
+        wrong += [{"X-API-Key": "key-one"}, basic("key-one")]
+    for path in ("/experiments", "/dashboard"):
+        for headers in wrong:
+            response = live.get(path, headers=headers)
+            error = error_of(response, 401)
+            assert error["field"] == "Authorization"
+            assert ("operator's token" if not key_holders else "an API key") in error["message"]
+            assert response.headers["WWW-Authenticate"].startswith('Basic realm="reranker')
+        right = [{"Authorization": "Bearer operator-secret"}, basic("operator-secret")]
+        if key_holders:
+            right += [{"X-API-Key": "key-one"}, {"Authorization": "Bearer key-one"},
+                      basic("key-one", user="")]
+        for headers in right:
+            response = live.get(path, headers=headers)
+            assert response.status_code == 200, (path, headers, response.text)
+    assert live.get("/experiments", headers=basic("operator-secret")).json()["experiment"] \
+        == "trial"
+    # the search itself is no business of the reports' setting
+    assert live.post("/search", {"query": "tea"},
+                     headers={"X-API-Key": "key-one"}).status_code == 200
+
+
+def test_the_results_stay_public_by_default_and_a_missing_credential_stops_start_up(
+        server_for, workdir):
+    live = server_for(experiment=EXPERIMENT)
+    assert live.get("/experiments").status_code == 200
+    assert live.get("/dashboard").status_code == 200
+    for section, message in (
+            ({"security": {"reports_access": "operator"}}, "server.admin_token is not set"),
+            ({"security": {"reports_access": "api_key"}}, "security.api_keys_env is not set")):
+        path = write_config(workdir, experiment=EXPERIMENT, **section)
+        refused = run_cli("serve", "-c", str(path), check=False, timeout=60)
+        assert refused.returncode != 0 and message in refused.stderr, refused.stderr
 
 
 def test_an_api_key_variable_that_is_not_set_stops_start_up(workdir, monkeypatch):

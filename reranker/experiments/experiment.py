@@ -122,6 +122,10 @@ class Experiment:
     #: are reused for.
     PROVISIONAL_LIMIT = 20_000
     PROVISIONAL_REFRESH = 2.0
+    #: Promotions, holds and what held them back kept in the state's history (the newest).
+    HISTORY_LIMIT = 100
+    #: Closed impressions the traffic count reads per store call.
+    TRAFFIC_BATCH = 50_000
 
     def __init__(self, spec: ExperimentSpec, events: EventStore,
                  clock: Callable[[], float] = time.time):
@@ -132,6 +136,8 @@ class Experiment:
         self._tally = Tally(spec)
         self._tally_lock = threading.Lock()
         self._provisional: tuple[float, dict[str, Any] | None] = (-1e18, None)
+        # (closed_seq read up to, since when, first pages closed, those in the experiment)
+        self._traffic: tuple[int, float, int, int] | None = None
 
     # -- state --------------------------------------------------------------------------------
 
@@ -147,24 +153,37 @@ class Experiment:
         """Make ``label`` the sole arm that serves (its model keeps learning; the others'
         models stay in their folders); an arm held before is held no more."""
         self._check_label(label)
+        impressions = self.results(arms=False)[0]
 
         def change(state: dict) -> dict:
             held = {k: v for k, v in state.get("held", {}).items() if k != label}
-            return {**state, "promoted": label, "promoted_at": self.clock(),
-                    "promoted_because": reason, "held": held}
+            return self._noted({**state, "promoted": label, "promoted_at": self.clock(),
+                                "promoted_because": reason, "held": held},
+                               "promoted", label, reason, impressions)
 
         return self._update(change)
 
     def hold(self, label: str, reason: str) -> dict[str, Any]:
         """Stop serving ``label`` in this experiment (it lost to the control)."""
         self._check_label(label)
+        impressions = self.results(arms=False)[0]
 
         def change(state: dict) -> dict:
             held = dict(state.get("held", {}))
             held[label] = {"at": self.clock(), "because": reason}
-            return {**state, "held": held}
+            return self._noted({**state, "held": held}, "held", label, reason, impressions)
 
         return self._update(change)
+
+    def _noted(self, state: dict, action: str, label: str, because: str,
+               impressions: int) -> dict:
+        """``state`` with one more entry in its history: when the guard or an operator
+        promoted or held an arm, held one back or (dry run) would have, why, and after how
+        many closed pages."""
+        entry = {"at": self.clock(), "action": action, "arm": label, "because": because,
+                 "impressions": impressions}
+        history = [*(state.get("history") or []), entry][-self.HISTORY_LIMIT:]
+        return {**state, "history": history}
 
     def _update(self, change: Callable[[dict], dict]) -> dict[str, Any]:
         state = self.events.update_experiment_state(self.spec.name, change, self.clock())
@@ -196,11 +215,14 @@ class Experiment:
                       "claimed_by": token}
             records.update({label: record for label in arm.labels})
 
+        start_seq = self.events.last_closed_seq()
+
         def claim(state: dict) -> dict:
             at_start = dict(state.get("arms_at_start") or {})
             for label, record in records.items():
                 at_start.setdefault(label, record)
-            return {"started_at": now, **state, "arms_at_start": at_start}
+            return {"started_at": now, "start_seq": start_seq, **state,
+                    "arms_at_start": at_start}
 
         at_start = self._update(claim)["arms_at_start"]
         if not self.spec.even_start:
@@ -336,6 +358,36 @@ class Experiment:
         self._provisional = (now, result)
         return result
 
+    def traffic(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """The searches (first pages) closed since the experiment started, and how many of
+        them it counted: the rest the control served alone (outside ``experiment.share`` or
+        the time window), the promoted arm after a promotion, or the engine's order when an
+        arm's ranking failed. None before the experiment started, or when the store cannot
+        count (read incrementally from the event store, as the results are)."""
+        since = state.get("started_at")
+        if not isinstance(since, int | float):
+            return None
+        with self._tally_lock:
+            if self._traffic is None or self._traffic[1] != since:
+                self._traffic = (int(state.get("start_seq") or 0), since, 0, 0)
+            cursor, _, searches, counted = self._traffic
+            while True:
+                read = self.events.closed_first_pages(self.spec.name, cursor, since,
+                                                      self.TRAFFIC_BATCH)
+                if read is None:
+                    return None
+                last, pages, in_experiment = read
+                searches, counted = searches + pages, counted + in_experiment
+                done = last == cursor or last - cursor < self.TRAFFIC_BATCH
+                cursor = last
+                if done:
+                    break
+            self._traffic = (cursor, since, searches, counted)
+        return {"searches": searches, "in_experiment": counted,
+                "outside": searches - counted,
+                "share": counted / searches if searches else None,
+                "configured_share": self.spec.share}
+
     def status(self, arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The document ``GET /experiments`` answers; ``arms`` gives each label's id,
         learner, parameters and model version."""
@@ -378,6 +430,8 @@ class Experiment:
                             **{label: (why.get("because") if isinstance(why, dict) else why)
                                for label, why in held.items()}},
                     "arms": document_arms, "pairs": pairs,
+                    "traffic": self.traffic(state),
+                    "history": list(state.get("history") or []),
                     "guard": {"promote": spec.promote, "min_impressions": spec.min_impressions,
                               "min_duration": spec.min_duration,
                               "guardrails": dict(spec.guardrails), "dry_run": spec.dry_run,
@@ -446,7 +500,8 @@ class Experiment:
             if pair["winner"] == spec.control:
                 if other not in state.get("held", {}) and \
                         (state.get("would") or {}).get("arm") != other:
-                    return self._decide("hold", other, f"lost to {spec.control} ({numbers})")
+                    return self._decide("hold", other, f"lost to {spec.control} ({numbers})",
+                                        impressions)
             else:
                 winners.append((rate, other, numbers))
         if not winners:
@@ -455,19 +510,23 @@ class Experiment:
         blocked = self.held_back(label, impressions, state)
         if blocked:
             if (state.get("held_back") or {}).get("because") != blocked:
-                self._update(lambda s: {**s, "held_back": {"arm": label, "because": blocked,
-                                                           "at": self.clock()}})
+                self._update(lambda s: self._noted(
+                    {**s, "held_back": {"arm": label, "because": blocked, "at": self.clock()}},
+                    "held back", label, f"{blocked}; it beat {spec.control} ({numbers})",
+                    impressions))
                 return f"held back {label}: {blocked}"
             return None
         if (state.get("would") or {}).get("arm") == label:
             return None
-        return self._decide("promote", label, f"beat {spec.control} ({numbers})")
+        return self._decide("promote", label, f"beat {spec.control} ({numbers})", impressions)
 
-    def _decide(self, action: str, label: str, reason: str) -> str:
+    def _decide(self, action: str, label: str, reason: str, impressions: int) -> str:
         """Promote or hold ``label``, or, with ``dry_run``, record that it would."""
         if self.spec.dry_run:
-            self._update(lambda s: {**s, "would": {"action": action, "arm": label,
-                                                   "because": reason, "at": self.clock()}})
+            self._update(lambda s: self._noted(
+                {**s, "would": {"action": action, "arm": label, "because": reason,
+                                "at": self.clock()}},
+                f"would {action}", label, reason, impressions))
             return f"would {action} {label} (experiment.dry_run): {reason}"
         if action == "hold":
             self.hold(label, reason)

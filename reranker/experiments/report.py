@@ -171,6 +171,35 @@ def format_learned(arm: Mapping[str, Any]) -> str:
     return f"{format_int(learning.get('updates'))}/{format_int(learning.get('impressions'))}"
 
 
+def format_traffic(status: Mapping[str, Any]) -> str:
+    """The share of the searches since the start that the experiment counted, with the
+    searches it did not (served by the control alone, the promoted arm or the engine's
+    order)."""
+    traffic = _mapping(status.get("traffic"))
+    searches = traffic.get("searches")
+    if not _is_number(searches):
+        return DASH
+    share = traffic.get("share")
+    # rounded half up, as the dashboard rounds
+    percent = f"{math.floor(100 * share + 0.5)}%" if _is_number(share) else DASH
+    return (f"{percent} of {format_int(searches)} searches "
+            f"({format_int(traffic.get('outside'))} outside the experiment; configured "
+            f"share {format_number(traffic.get('configured_share'))})")
+
+
+def _history(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Promotions, holds and what the guard held back or (dry run) would have done, newest
+    first."""
+    history = status.get("history")
+    return [_mapping(entry) for entry in reversed(history)] if isinstance(history, list) else []
+
+
+#: The history's columns: heading, key, formatter.
+HISTORY_COLUMNS = (("When", "at", format_time), ("Action", "action", format_text),
+                   ("Arm", "arm", format_text), ("Closed pages", "impressions", format_int),
+                   ("Why", "because", format_text))
+
+
 def _pairs(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     pairs = status.get("pairs")
     return [_mapping(pair) for pair in pairs] if isinstance(pairs, list) else []
@@ -231,6 +260,7 @@ def render_table(status: dict, console: Console) -> None:
     header.append(f" \u00b7 computed {format_time(status.get('updated'))}")
     header.append(f" \u00b7 promoted: {format_text(status.get('promoted'))}")
     console.print(header)
+    console.print(f"Traffic: {format_traffic(status)}")
 
     pairs = _pairs(status)
     if pairs:
@@ -289,6 +319,14 @@ def render_table(status: dict, console: Console) -> None:
     for note in _notes(status):
         console.print(Text(format_text(note.get("text")),
                            style="bold yellow" if note.get("kind") == "warning" else ""))
+    history = _history(status)
+    if history:
+        table = Table(title="History", title_justify="left")
+        for heading, _, _ in HISTORY_COLUMNS:
+            table.add_column(heading, justify="right" if heading == "Closed pages" else "left")
+        for entry in history:
+            table.add_row(*(Text(show(entry.get(key))) for _, key, show in HISTORY_COLUMNS))
+        console.print(table)
     console.print(Text(_significance_note(status), style="dim"))
 
 
@@ -484,6 +522,19 @@ def _arms_table(arms: Mapping[str, Mapping[str, Any]]) -> str:
             f"{_rows(rows, 'No arms.', len(headings))}\n</tbody></table>")
 
 
+def _history_table(status: Mapping[str, Any]) -> str:
+    rows = [f'<tr{_attr("data-action", entry.get("action"))}>'
+            + "".join(_cell(key + (" text" if key in ("action", "arm", "because") else ""),
+                            show(entry.get(key)), entry.get(key))
+                      for _, key, show in HISTORY_COLUMNS) + "</tr>"
+            for entry in _history(status)]
+    head = "".join(f'<th scope="col" class="{"" if key in ("at", "impressions") else "text"}">'
+                   f"{heading}</th>" for heading, key, _ in HISTORY_COLUMNS)
+    return (f'<table id="history"><thead><tr>{head}</tr></thead><tbody>\n'
+            f"{_rows(rows, 'No promotion or hold yet.', len(HISTORY_COLUMNS))}\n"
+            "</tbody></table>")
+
+
 def _notes_list(status: Mapping[str, Any]) -> str:
     items = "".join(f'<li class="{"warning" if note.get("kind") == "warning" else "info"}"'
                     f'{_attr("data-arm", note.get("arm"))}>'
@@ -509,6 +560,7 @@ def html_report(status: dict) -> str:
         ("Mode", format_text(status.get("mode"))),
         ("Status", format_text(status.get("status"))),
         ("Impressions", format_int(status.get("impressions"))),
+        ("Traffic share", format_traffic(status)),
         ("Promoted arm", format_text(status.get("promoted"))),
         ("Computed", format_time(status.get("updated"))),
     ]
@@ -558,6 +610,12 @@ def html_report(status: dict) -> str:
 {_arms_table(arms)}
 </div>
 {_notes_list(status)}
+</section>
+<section class="card" aria-labelledby="history-heading">
+<h2 id="history-heading">Promotions and holds</h2>
+<div class="table-wrap">
+{_history_table(status)}
+</div>
 </section>
 <section class="card" aria-labelledby="curves-heading">
 <h2 id="curves-heading">Win rate over time</h2>

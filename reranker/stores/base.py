@@ -215,6 +215,15 @@ class EventStore(abc.ABC):
         none (the results then have no provisional part)."""
         return []
 
+    def closed_first_pages(self, name: str, after: int, since: float, limit: int
+                           ) -> tuple[int, int, int] | None:
+        """The next ``limit`` impressions closed after ``closed_seq`` ``after``, counted: ``(the
+        last closed_seq read, first pages (offset 0) among them created at ``since`` or later,
+        those of experiment name among these)``; the last closed_seq is ``after`` when none
+        is left. A store that cannot tell returns None (the results then leave out the
+        traffic share)."""
+        return None
+
     @abc.abstractmethod
     def experiment_state(self, name: str) -> dict[str, Any]:
         """The shared state of experiment ``name``; {} when none was stored."""

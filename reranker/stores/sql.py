@@ -689,6 +689,19 @@ class SQLEventStore(EventStore):
         return [(arm, teams, n_shown, [int(p) for p in positions.split(",")] if positions else [])
                 for arm, teams, n_shown, positions in reversed(rows)]
 
+    def closed_first_pages(self, name: str, after: int, since: float, limit: int
+                           ) -> tuple[int, int, int]:
+        # Counted over every impression read, so the next call starts after all of them.
+        with self._reading() as conn:
+            last, pages, in_experiment = self._run(
+                conn, "SELECT MAX(closed_seq), COALESCE(SUM(CASE WHEN page_offset = 0 AND "
+                "created >= ? THEN 1 ELSE 0 END), 0), COALESCE(SUM(CASE WHEN page_offset = 0 "
+                "AND created >= ? AND experiment = ? THEN 1 ELSE 0 END), 0) FROM (SELECT "
+                "closed_seq, page_offset, created, experiment FROM impressions WHERE "
+                "closed_seq > ? ORDER BY closed_seq LIMIT ?) AS t",
+                (since, since, name, after, limit)).fetchone()
+        return (after if last is None else int(last)), int(pages), int(in_experiment)
+
     def experiment_state(self, name: str) -> dict[str, Any]:
         # Searches read it: never behind the queue of impressions (a failing store would
         # fail them), and nothing queued changes it.
