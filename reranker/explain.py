@@ -4,11 +4,14 @@ normalised, the engine's score and rank, and its score in parts -- the general m
 engine's score gives), and the query's own clicks (the click lift a specialised page adds:
 docs/algorithms.md, "General model and query specialisation") -- which of them decided the
 page, and the numbers behind that decision; for a logged impression also what its clicks
-did in training.
+did in training. A mixed page of an experiment (interleaved or multileaved) is explained per
+arm: the ranking each arm asked for and its probability, the results it was credited, and
+what the page's clicks teach it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,6 +80,8 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
                         f"features were dropped, so it cannot be explained any more (its page "
                         f"and clicks still count in its experiment's report)",
                         field="impression_id")
+    if imp.arm is None and isinstance((imp.context or {}).get("arms"), dict):
+        return _mixed_page(service, imp)
     arm = next((a for a in service.arms if imp.arm in a.names()), service.arms[0])
     shown = imp.shown().tolist()
     judged = (imp.context or {}).get(SPECIALISED)
@@ -89,6 +94,56 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
             "model_version": imp.model_version, "arm": imp.arm, "closed": imp.closed_seq
             is not None, **{k: v for k, v in _model(arm).items() if k == "weights"},
             "decided_by": decision, "hits": page, "training": training(service, arm, imp)}
+
+
+def _mixed_page(service: RerankerService, imp: Impression) -> dict[str, Any]:
+    """A mixed page: the page as shown, each result with the arm it was drawn for (its
+    team) and its rank in each arm's own ranking; and per arm the ranking it asked for, the
+    model version that ranked, the probability of that ranking under the arm's policy (1
+    when its ranking is deterministic), the clicks credited to it, and what the page teaches it
+    (docs/algorithms.md, "Comparing learners")."""
+    context = imp.context or {}
+    logged = context["arms"]
+    shown = imp.shown().tolist()
+    clicked = set(imp.clicked or [])
+    teams = list(imp.teams or [])
+    ranks = {label: {index: rank for rank, index in enumerate(entry.get("ranking") or [], 1)}
+             for label, entry in logged.items()}
+    hits = [{"id": imp.doc_ids[i], "rank": imp.offset + r, "engine_rank": i + 1,
+             "team": teams[r - 1] if r - 1 < len(teams) else None,
+             "clicked": imp.doc_ids[i] in clicked,
+             "arm_ranks": {label: rank_of.get(i) for label, rank_of in ranks.items()}}
+            for r, i in enumerate(shown, start=1)]
+    arms: dict[str, Any] = {}
+    for label, entry in logged.items():
+        log_prob = entry.get("log_prob")
+        out = {"id": entry.get("id"), "model_version": entry.get("model_version"),
+               "ranking": [imp.doc_ids[i] for i in entry.get("ranking") or []
+                           if 0 <= i < len(imp.doc_ids)],
+               "log_prob": log_prob,
+               "probability": math.exp(log_prob) if isinstance(log_prob, int | float) else None,
+               "credited_clicks": sum(hit["clicked"] and hit["team"] == label for hit in hits)}
+        arm = service.by_label.get(label)
+        if entry.get("fallback"):
+            out["fallback"] = ("the arm's ranking failed: the engine's order took its place "
+                               "on the page")
+            out["training"] = {"learns": False, "why": "the engine's order stood in for the "
+                                                       "arm's ranking on this page"}
+        elif arm is None or entry.get("id") not in arm.names():
+            out["training"] = {"learns": False, "why": "this arm is no longer configured with "
+                                                       "the settings that ranked the page"}
+        else:
+            out["learner"] = arm.model.learner_name
+            out["serving_version"] = arm.model.version
+            out["training"] = training(service, arm, imp)
+            out["applied"] = imp.closed_seq is not None \
+                and arm.model.progress.cursor >= imp.closed_seq
+        arms[label] = out
+    return {"impression_id": imp.id, "query": imp.query, "learner": imp.learner,
+            "model_version": None, "arm": None, "mixed": True,
+            "closed": imp.closed_seq is not None, "log_prob": imp.log_prob,
+            "probability": math.exp(imp.log_prob) if imp.log_prob is not None else None,
+            "hits": hits, "arms": arms}
 
 
 def _model(arm: Arm) -> dict[str, Any]:
@@ -191,6 +246,9 @@ def training(service: RerankerService, arm: Arm, imp: Impression) -> dict[str, A
                                         "whose order they randomised"}
     if not clicks:
         return {"learns": False, "why": "no click"}
+    if arm.factory.learner_cls.floor:
+        return {"learns": False, "why": f"{arm.model.learner_name} is a floor: it never "
+                                        f"learns"}
     learned = arm.feedback(imp)
     if learned is None:
         return {"learns": False, "why": "no arm of this configuration learns from this page "
@@ -217,6 +275,10 @@ def training(service: RerankerService, arm: Arm, imp: Impression) -> dict[str, A
                 "judgments": pairs}
     X, feedback = learned
     learner = arm.model.learner
+    if not isinstance(learner, CoactiveLearner) and imp.arm is None:
+        return {"learns": True, "why": f"{learner.name} learns from the clicks on the mixed "
+                                       f"page's randomised pairs, weighted by the swap "
+                                       f"probability the page logged", "clicked": clicks}
     if not isinstance(learner, CoactiveLearner):
         return {"learns": True, "why": f"{learner.name} learns from the clicked results "
                                        f"directly", "clicked": clicks}

@@ -63,6 +63,61 @@ def test_explain_an_impression_says_what_its_clicks_taught(live):
     assert why["learns"] is False and "lower result of a randomised pair" in why["why"]
 
 
+def test_explain_a_mixed_page_gives_every_arms_ranking_probability_and_lesson(workdir):
+    """A multileaved page of a perceptron, pdgd and the random floor: each arm's own
+    ranking as it asked for it, its probability under the arm's policy, the clicks credited to it, and what the page teaches it;
+    after a training pass, which arms applied it."""
+    from conftest import LiveServer
+    from test_experiments import PERCEPTRON, RANDOM, experiment_config
+
+    path = experiment_config(workdir, mode="multileave", arms={
+        "perceptron": PERCEPTRON, "pdgd": {"name": "pdgd"}, "random": RANDOM})
+    live = LiveServer(path)
+    try:
+        page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+        assert page["arm"] is None and page["learner"] == "multileave"
+        imp = live.service.events.get_impression(page["impression_id"])
+        for doc in (page["hits"][1]["id"], page["hits"][4]["id"]):
+            live.post("/click", {"impression_id": page["impression_id"], "doc_id": doc})
+        body = live.post("/explain", {"impression_id": page["impression_id"]}).json()
+        assert body["mixed"] is True and body["model_version"] is None
+        assert body["learner"] == "multileave" and body["closed"] is False
+        assert [hit["id"] for hit in body["hits"]] == [hit["id"] for hit in page["hits"]]
+        assert [hit["team"] for hit in body["hits"]] == imp.teams
+        assert [hit["clicked"] for hit in body["hits"]].count(True) == 2
+        assert set(body["arms"]) == {"perceptron", "pdgd", "random"}
+        for label, arm in body["arms"].items():
+            logged = imp.context["arms"][label]
+            assert arm["ranking"] == [imp.doc_ids[i] for i in logged["ranking"]]
+            assert arm["model_version"] == 0 and arm["serving_version"] == 0
+            assert arm["probability"] == pytest.approx(np.exp(logged["log_prob"]))
+            assert arm["credited_clicks"] == sum(hit["clicked"] and hit["team"] == label
+                                                 for hit in body["hits"])
+            for hit in body["hits"]:  # each result's rank in the arm's own ranking
+                rank = hit["arm_ranks"][label]
+                assert rank is None or arm["ranking"][rank - 1] == hit["id"]
+            assert arm["applied"] is False
+        # each a draw of its policy: the perceptron's randomised pairs, pdgd's
+        # Plackett-Luce ranking, the floor's uniform one
+        assert all(0 < arm["probability"] < 1 for arm in body["arms"].values())
+        assert sum(arm["credited_clicks"] for arm in body["arms"].values()) == 2
+        assert body["arms"]["random"]["training"] == {
+            "learns": False, "why": "random is a floor: it never learns"}
+        pdgd = body["arms"]["pdgd"]["training"]
+        assert pdgd["learns"] is True and "randomised pairs" in pdgd["why"]
+        assert body["arms"]["perceptron"]["training"]["learns"] in (True, False)
+        assert body["arms"]["perceptron"]["training"]["why"]
+        # once trained on, the learning arms have applied it
+        live.service.trainer.run_once(close_all=True)
+        after = live.post("/explain", {"impression_id": page["impression_id"]}).json()
+        assert after["closed"] is True
+        assert after["arms"]["pdgd"]["applied"] is True
+        assert after["arms"]["pdgd"]["serving_version"] == 1
+        assert after["arms"]["pdgd"]["model_version"] == 0  # the version that ranked it
+    finally:
+        live.stop()
+
+
 @pytest.mark.parametrize("body, status, message", [
     ({"impression_id": "nope"}, 403, "'impression_id' is not accepted"),
     ({"impression_id": 3}, 400, "'impression_id' must be a non-empty string"),
