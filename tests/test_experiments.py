@@ -893,6 +893,66 @@ def test_a_winner_that_breaks_a_guardrail_is_held_back():
     assert guard.held_back("a", 10, {"started_at": 0.0}) is None
 
 
+def rigged_split_users(server, searches, seed=0):
+    """Users of a split who click the first result of 70% of arm 'new''s pages and leave the
+    rest without a click, and the third result of 95% of arm 'engine''s pages: 'new' gets
+    its first click higher up (it wins the split's comparison) while more of its searches
+    end without a click."""
+    rng = np.random.default_rng(seed)
+    for t in range(searches):
+        page = server.post("/search", {"query": "tea kettle", "size": 10,
+                                       "session_id": f"s{seed}-{t}"}).json()
+        rank = (0 if rng.random() < 0.7 else None) if page["arm"] == "new" else \
+            (2 if rng.random() < 0.95 else None)
+        if rank is not None:
+            answer = server.post("/click", {"impression_id": page["impression_id"],
+                                            "doc_id": page["hits"][rank]["id"],
+                                            "session_id": f"s{seed}-{t}"})
+            assert answer.status_code == 202, answer.text
+
+
+def test_guardrails_hold_back_a_winner_that_leaves_more_searches_without_a_click(workdir):
+    """Through the live API: an arm that wins a split (its users' first click is higher up)
+    while 30% of its searches end without a click, against the control's 5%, is held back
+    by the abandonment guardrail, with the numbers; the same experiment without guardrails
+    promotes it."""
+    arms = {"engine": ENGINE, "new": RANDOM}
+    guard = {"promote": "auto", "control": "engine", "min_impressions": 100,
+             "min_duration": 0, "assign_by": ["session_id"]}
+    server = LiveServer(experiment_config(workdir, mode="split", arms=arms, **guard))
+    try:
+        rigged_split_users(server, 600)
+        server.service.trainer.run_once(close_all=True)
+        server.service.trainer.run_pass()  # the guard runs after each training pass
+        status = server.get("/experiments").json()
+        (pair,) = status["pairs"]
+        assert pair["significant"] and pair["winner"] == "new"
+        assert status["promoted"] is None and status["status"] == "running"
+        held_back = status["guard"]["held_back"]
+        assert held_back["arm"] == "new"
+        assert held_back["because"].startswith("guardrail abandonment: new's is +0.")
+        assert "more than the margin 0.02" in held_back["because"]
+        entry = status["history"][-1]
+        assert entry["action"] == "held back" and entry["arm"] == "new"
+        assert entry["impressions"] == status["impressions"]
+        assert "it beat engine (win rate " in entry["because"]
+        served = {server.post("/search", {"query": "tea", "session_id": f"x{i}"}).json()["arm"]
+                  for i in range(20)}
+        assert served == {"engine", "new"}  # still a split: nothing was promoted
+    finally:
+        server.stop()
+    # the same pages, with no guardrail: the winner is promoted
+    server = LiveServer(experiment_config(workdir, mode="split", arms=arms, guardrails={},
+                                          **guard))
+    try:
+        server.service.trainer.run_pass()
+        status = server.get("/experiments").json()
+        assert status["promoted"] == "new" and status["guard"]["guardrails"] == {}
+        assert [entry["action"] for entry in status["history"]] == ["held back", "promoted"]
+    finally:
+        server.stop()
+
+
 def test_a_dry_run_records_what_the_guard_would_promote_and_changes_nothing(workdir, corpus):
     path = experiment_config(workdir, arms={"random": RANDOM, "engine": ENGINE},
                              promote="auto", control="random", min_impressions=100,

@@ -65,8 +65,9 @@ def test_explain_an_impression_says_what_its_clicks_taught(live):
 
 def test_explain_a_mixed_page_gives_every_arms_ranking_probability_and_lesson(workdir):
     """A multileaved page of a perceptron, pdgd and the random floor: each arm's own
-    ranking as it asked for it, its probability under the arm's policy, the clicks credited to it, and what the page teaches it;
-    after a training pass, which arms applied it."""
+    ranking as it asked for it, its probability under the arm's policy, the clicks
+    credited to it, and what the page teaches it; after a training pass, which arms applied
+    it."""
     from conftest import LiveServer
     from test_experiments import PERCEPTRON, RANDOM, experiment_config
 
