@@ -85,3 +85,53 @@ def test_an_aa_split_with_unequal_shares_keeps_its_false_positive_rate():
     significant = sum(run_split_experiment(seed) for seed in range(EXPERIMENTS))
     interval = binomtest(int(significant), EXPERIMENTS).proportion_ci(0.99)
     assert interval.low <= ALPHA, (significant, interval)
+
+
+LIVE_EXPERIMENTS = 30
+LIVE_PAGES = 200
+
+
+@pytest.mark.slow
+def test_a_live_aa_experiment_with_even_starts_keeps_its_false_positive_rate(workdir, corpus):
+    """Through the live HTTP API: a perceptron that learned before, compared with itself
+    (two labels with the same settings share one model) in 30 interleaved experiments,
+    each started with experiment.even_start (the model starts again from its initial
+    version) and learning from the mixed pages as simulated users click, each watched
+    after every 50 pages: the sequential test declares a difference no more often than
+    alpha says."""
+    from conftest import LiveServer, write_config
+    from test_experiments import PERCEPTRON, users_search
+
+    learner = LiveServer(write_config(workdir))  # the perceptron learns before any experiment
+    try:
+        users_search(learner, corpus, 100)
+        learner.service.trainer.run_once(close_all=True)
+        learned = learner.service.model.version
+        assert learned > 0
+    finally:
+        learner.stop()
+    significant = 0
+    for experiment in range(LIVE_EXPERIMENTS):
+        server = LiveServer(write_config(workdir, experiment={
+            "mode": "interleave", "name": f"aa-{experiment}", "even_start": True,
+            "arms": {"a": PERCEPTRON, "b": PERCEPTRON}}))
+        try:
+            status = server.get("/experiments").json()
+            for label in ("a", "b"):  # both from the initial model, whatever came before
+                assert status["arms"][label]["started"].startswith("from its initial model")
+            found = False
+            for look in range(LIVE_PAGES // LOOK_EVERY_LIVE):
+                users_search(server, corpus, LOOK_EVERY_LIVE, seed=1000 * experiment + look)
+                server.service.trainer.run_once(close_all=True)
+                status = server.get("/experiments").json()
+                found |= status["pairs"][0]["significant"]
+            assert status["impressions"] == LIVE_PAGES
+            assert status["arms"]["a"]["learning"]["updates"] > 0  # it learned meanwhile
+            significant += found
+        finally:
+            server.stop()
+    interval = binomtest(significant, LIVE_EXPERIMENTS).proportion_ci(0.99)
+    assert interval.low <= ALPHA, (significant, interval)
+
+
+LOOK_EVERY_LIVE = 50
