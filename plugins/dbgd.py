@@ -9,7 +9,7 @@ import hashlib
 import numpy as np
 
 from reranker import hookimpl
-from reranker.clicks.position_bias import PAIR_OFFSET, randomized_pairs
+from reranker.clicks.position_bias import PAIR_OFFSET, one_click_pairs
 from reranker.experiments.interleaving import team_draft
 from reranker.feedback import Feedback, click_positions
 from reranker.learner import (
@@ -95,22 +95,14 @@ class DBGD(GradientStepLearner):
         position bias in expectation. The candidate ``w + delta u`` (``u`` drawn from the
         page itself, so that training is reproducible) wins when the preferences it orders
         right outweigh those ``w`` orders right; then, as in Algorithm 2, ``w += eta u``."""
-        pairs, p = randomized_pairs(feedback.context, feedback.n_shown)
-        if not pairs:
-            return False
-        clicked = set(click_positions(feedback).tolist())
+        clicked = click_positions(feedback).tolist()
         ranking = feedback.ranking
-        better, worse, weights = [], [], []
-        for upper, swapped in pairs:
-            top, bottom = upper in clicked, upper + 1 in clicked
-            if top == bottom or upper + 1 >= len(ranking):
-                continue
-            a, b = int(ranking[upper]), int(ranking[upper + 1])
-            better.append(a if top else b)
-            worse.append(b if top else a)
-            weights.append(1.0 / (p if swapped else 1.0 - p))
-        if not weights:
+        preferences, p = one_click_pairs(feedback.context, feedback.n_shown, ranking, clicked)
+        if not preferences:
             return False
+        better = [k for k, _, _ in preferences]
+        worse = [m for _, m, _ in preferences]
+        weights = [1.0 / (p if swapped else 1.0 - p) for _, _, swapped in preferences]
         seed = hashlib.blake2b(np.ascontiguousarray(X).tobytes()
                                + np.asarray(ranking, dtype=np.int64).tobytes()
                                + repr(sorted(clicked)).encode(), digest_size=8).digest()

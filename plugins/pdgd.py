@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from reranker import hookimpl
-from reranker.clicks.position_bias import PAIR_OFFSET, randomized_pairs
+from reranker.clicks.position_bias import PAIR_OFFSET, one_click_pairs
 from reranker.feedback import Feedback, click_positions
 from reranker.learner import (
     GradientStepLearner,
@@ -205,30 +205,21 @@ class PDGD(PlackettLucePolicy, GradientStepLearner):
         other way round, ``rho = P(R*) / (P(R) + P(R*))`` (eq. 9): ``p`` for a pair shown
         kept and ``1 - p`` for one shown swapped, ``p`` the logged swap probability. No other
         pair has a reversed list the policy could have shown, so no other pair counts."""
-        pairs, p = randomized_pairs(feedback.context, feedback.n_shown)
-        if not pairs:
+        preferences, p = one_click_pairs(feedback.context, feedback.n_shown, feedback.ranking,
+                                         click_positions(feedback).tolist())
+        if not preferences:
             return False
-        clicked = set(click_positions(feedback).tolist())
-        ranking = feedback.ranking
         scores = X @ self.weights()
         direction = np.zeros(X.shape[1])
         exp = math.exp
-        learned = False
-        for upper, swapped in pairs:
-            top, bottom = upper in clicked, upper + 1 in clicked
-            if top == bottom or upper + 1 >= len(ranking):
-                continue
-            k, m = (ranking[upper], ranking[upper + 1]) if top else \
-                (ranking[upper + 1], ranking[upper])
+        for k, m, swapped in preferences:
             rho = (1.0 - p) if swapped else p
             d = abs(float(scores[k] - scores[m]))
             z = exp(-d) if d <= 700.0 else _EXP_MINUS_700
             # PDGD, eqs. 7 and 9: rho * e^{s_k} e^{s_m} / (e^{s_k} + e^{s_m})^2 (x_k - x_m)
             direction += rho * z / ((1.0 + z) * (1.0 + z)) * (X[k] - X[m])
-            learned = True
-        if learned:
-            self._step(direction)
-        return learned
+        self._step(direction)
+        return True
 
 
 @hookimpl

@@ -48,6 +48,26 @@ def randomized_pairs(context: dict | None, n_shown: int
     return [(upper, upper in swapped) for upper in range(offset, n_shown - 1, 2)], p
 
 
+def one_click_pairs(context: dict | None, n_shown: int, ranking: np.ndarray,
+                    clicked_positions: Iterable[int]
+                    ) -> tuple[list[tuple[int, int, bool]], float]:
+    """The randomised adjacent pairs of an impression with exactly one click, each as a
+    preference ``(clicked candidate, the other candidate, swapped)`` (candidate indices into
+    the features), and the swap probability they were drawn with (docs/algorithms.md,
+    "Perturbed pairs"): within such a pair, which of the two was clicked is unbiased by
+    position once weighted by the chance of the order shown."""
+    pairs, p = randomized_pairs(context, n_shown)
+    clicked = set(clicked_positions)
+    out = []
+    for upper, swapped in pairs:
+        top, bottom = upper in clicked, upper + 1 in clicked
+        if top == bottom or upper + 1 >= len(ranking):
+            continue
+        a, b = int(ranking[upper]), int(ranking[upper + 1])
+        out.append((a, b, swapped) if top else (b, a, swapped))
+    return out, p
+
+
 class PositionBias:
     """Running estimate of the examination probability of each position (position 1 is
     examined with probability 1), from inverse-propensity-weighted click counts at the
