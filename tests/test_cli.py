@@ -19,6 +19,16 @@ def test_every_command_has_help(command):
 def test_learners_lists_the_default_learner():
     out = run_cli("learners").stdout
     assert "preference_perceptron" in out and "Coactive Learning" in out
+    # what each learns from as an experiment's arm
+    lines = out.splitlines()
+    said = {line.split()[0]: lines[i + 1].strip() for i, line in enumerate(lines[:-1])
+            if line and not line.startswith(" ")}
+    assert said["eels"].startswith("experiments: learns only from pages it ranks itself: "
+                                   "experiment.mode split")
+    for name in ("pdgd", "dbgd", "preference_perceptron"):
+        assert said[name] == ("experiments: learns from its own pages and the mixed pages it "
+                              "takes part in; any mode")
+    assert said["random"] == "experiments: a floor: it never learns; any mode"
 
 
 def failing(*args):

@@ -130,6 +130,7 @@ def test_a_live_aa_experiment_with_even_starts_keeps_its_false_positive_rate(wor
             significant += found
         finally:
             server.stop()
+    print(f"live A/A: {significant} of {LIVE_EXPERIMENTS} experiments declared a difference")
     interval = binomtest(significant, LIVE_EXPERIMENTS).proportion_ci(0.99)
     assert interval.low <= ALPHA, (significant, interval)
 
