@@ -119,6 +119,26 @@ def test_first_pages_and_experiment_rows(store):
     assert store.experiment_rows("exp", after=2, limit=10)[0][0] == 3
 
 
+def test_closed_first_pages_count_the_searches_in_and_outside_an_experiment(store):
+    """The traffic share's counts: first pages closed after a cursor and created since a
+    time, and those of the experiment; later pages and open impressions are left out."""
+    store.log_impression(impression("before", 1.0))
+    store.log_impression(impression("in1", 2.0, experiment="exp", arm=None))
+    store.log_impression(impression("out1", 3.0))
+    store.log_impression(impression("page2", 4.0, n=8, offset=3, page_key="k"))
+    store.log_impression(impression("in2", 5.0, experiment="exp", arm=None))
+    store.log_impression(impression("other", 6.0, experiment="another"))
+    assert store.closed_first_pages("exp", 0, 1.5, 100) == (0, 0, 0)  # none closed yet
+    store.close_impressions(before=float("inf"))
+    store.log_impression(impression("open", 7.0, experiment="exp", arm=None))
+    assert store.closed_first_pages("exp", 0, 1.5, 100) == (6, 4, 2)
+    # read in batches, the counts add up, and the cursor moves past every row read
+    first = store.closed_first_pages("exp", 0, 1.5, 3)
+    assert first == (3, 2, 1)
+    assert store.closed_first_pages("exp", first[0], 1.5, 3) == (6, 2, 1)
+    assert store.closed_first_pages("exp", 6, 1.5, 3) == (6, 0, 0)
+
+
 def test_experiment_state_changes_are_atomic_across_instances(open_store):
     stores = [open_store(), open_store()]
     assert stores[0].experiment_state("e") == {}
