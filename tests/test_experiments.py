@@ -611,6 +611,35 @@ def test_a_gradient_arm_interleaved_with_the_engine_learns_from_the_mixed_pages(
         assert gains[0] > 0.15, gains
 
 
+def test_an_experiment_of_two_learners_on_each_store(workdir, corpus, store_section):
+    """The issue's experimenter on SQLite and PostgreSQL: a perceptron and pdgd interleaved
+    on 80% of the searches, started evenly; both arms learn from the mixed pages, the
+    traffic share counts the searches outside, and /explain of a mixed page gives each
+    arm's ranking, probability and lesson."""
+    arms = {"perceptron": PERCEPTRON, "pdgd": {"name": "pdgd"}}
+    server = LiveServer(experiment_config(workdir, arms=arms, store=store_section, share=0.8,
+                                          even_start=True))
+    try:
+        pages = users_search(server, corpus, 200, user_id=True)
+        server.service.trainer.run_once(close_all=True)
+        status = server.get("/experiments").json()
+        mixed = sum(page["experiment"] == "trial" for page, _ in pages)
+        assert status["impressions"] == mixed and 120 < mixed < 190
+        assert status["traffic"]["searches"] == 200
+        assert status["traffic"]["in_experiment"] == mixed
+        assert status["traffic"]["outside"] == 200 - mixed
+        for label in arms:
+            arm = status["arms"][label]
+            assert arm["learning"]["updates"] > 0 and arm["model_version"] >= 1, label
+            assert "not_learning" not in arm and "learned_before" not in arm
+        page = next(page for page, _ in pages if page["experiment"] == "trial")
+        explained = server.post("/explain", {"impression_id": page["impression_id"]}).json()
+        assert set(explained["arms"]) == set(arms)
+        assert all(arm["applied"] for arm in explained["arms"].values())
+    finally:
+        server.stop()
+
+
 def split_tally(window: int = 100):
     from reranker.experiments.experiment import ExperimentSpec
     from reranker.experiments.outcomes import Tally
