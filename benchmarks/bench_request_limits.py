@@ -10,6 +10,8 @@ waitress server in this process, with the default limits (``server.max_body_byte
     through the library (``Reranker``-style ``service.search``), refused by the byte limit;
   * 2048 bytes of 400 one-letter-and-digit words: refused by the term limit;
   * a body nested 100,000 levels deep: refused before parsing;
+  * the worst body for the nesting scan: an unterminated string of escaped quotes followed
+    by 40 brackets, 1 MB (the body limit), sent to /click: refused 400;
   * for contrast, 20,000 distinct words on a second service whose limits are lifted: what
     one request costs when nothing bounds it (the cost grows with the words).
 
@@ -140,6 +142,7 @@ def main() -> None:
             huge_body = json.dumps({"query": huge}).encode()
             many_terms = " ".join(f"a{i % 10}" for i in range(682))[:2048]
             deep = b'{"query": "tea", "filter": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+            worst = ('"' + '\\"' * 524_000 + "[" * 40).encode()
             unbounded = json.dumps({"query": words(20_000)}).encode()
             cases = [
                 ("normal search, 2 words", lambda: post(
@@ -152,16 +155,20 @@ def main() -> None:
                 ("2,048 bytes of 682 words", lambda: post(
                     search, json.dumps({"query": many_terms}).encode()), args.repeats),
                 ("body nested 100,000 levels", lambda: post(search, deep), 3),
+                (f"unterminated string, {len(worst) / 1e6:.1f} MB, to /click",
+                 lambda: post(server.url + "/click", worst), 5),
                 ("limits lifted: 20,000 words", lambda: post(
                     open_server.url + "/search", unbounded), 3),
             ]
-            print(f"{'case':42} {'answer':50} {'median ms':>10} {'max ms':>9} "
-                  f"{'traced MB':>10} {'RSS +MB':>8}")
+            print(f"{'case':42} {'answer':50} {'median ms':>10} {'x normal':>9} "
+                  f"{'max ms':>9} {'traced MB':>10} {'RSS +MB':>8}")
+            normal = None
             for label, request, repeats in cases:
                 result = measure(request, repeats)
+                normal = normal or result["median_ms"]  # the first case: a normal search
                 print(f"{label:42} {result['answer']:50} {result['median_ms']:10.2f} "
-                      f"{result['max_ms']:9.2f} {result['traced_mb']:10.2f} "
-                      f"{result['rss_mb']:8.1f}")
+                      f"{result['median_ms'] / normal:9.2f} {result['max_ms']:9.2f} "
+                      f"{result['traced_mb']:10.2f} {result['rss_mb']:8.1f}")
         finally:
             open_server.stop()
             open_service.close()

@@ -3,9 +3,13 @@ itself answers, and the OpenAPI document against the app's routes."""
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
+import time
 
 import jsonschema
+import numpy as np
 import pytest
 import requests
 from conftest import LiveServer, write_config
@@ -15,6 +19,7 @@ from reranker.app import blueprint, create_app
 from reranker.config import load_config
 from reranker.errors import ConfigError
 from reranker.service import RerankerService
+from reranker.validation import nesting_depth
 
 MIB = 1024 * 1024
 
@@ -82,6 +87,73 @@ def test_deep_nesting_is_400_naming_the_limit(live, depth):
     answer = requests.post(live.url + "/search", data=body, timeout=30,
                            headers={"Content-Type": "application/json"})
     assert_error(answer, 400, None, "more than 32 levels deep", "server.max_json_depth")
+
+
+def reference_depth(text: str) -> int:
+    """The nesting depth of a JSON text that parses, by walking the parsed value."""
+    def depth(value):
+        if isinstance(value, dict):
+            return 1 + max(map(depth, value.values()), default=0)
+        if isinstance(value, list):
+            return 1 + max(map(depth, value), default=0)
+        return 0
+    return depth(json.loads(text))
+
+
+def test_the_nesting_scan_agrees_with_the_parsed_depth_and_skips_every_string():
+    """Random JSON whose strings hold brackets, quotes and backslashes escaped in every
+    way: the scan's depth is the parsed value's."""
+    rng = np.random.default_rng(3)
+    pieces = ["[", "]", "{", "}", '"', "\\", "x", "\u005b"]
+
+    def value(level):
+        kind = rng.integers(4) if level < 40 else 3
+        if kind == 0:
+            return [value(level + 1) for _ in range(rng.integers(3))]
+        if kind == 1:
+            return {f"k{i}": value(level + 1) for i in range(rng.integers(3))}
+        return "".join(rng.choice(pieces, size=rng.integers(6)))
+    for _ in range(300):
+        text = json.dumps(value(0))
+        expected = reference_depth(text)
+        assert nesting_depth(text.encode(), 0) == expected, text
+
+
+def test_the_worst_body_costs_linear_time_and_a_neighbour_keeps_searching(live):
+    """An unterminated string of escaped quotes followed by brackets (1 MB, the largest body
+    server.max_body_bytes lets in) is refused 400 at once, while another client's searches
+    on the same process keep answering (the old scan took minutes on it, holding the
+    interpreter)."""
+    worst = ('"' + '\\"' * 524_000 + "[" * 40).encode()
+    assert len(worst) <= 1_048_576
+    assert nesting_depth(worst, 32) == 0  # all of it inside the unterminated string
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def neighbour():
+        with requests.Session() as session:
+            while not done.is_set():
+                started = time.perf_counter()
+                answer = session.post(live.url + "/search", json={"query": "tea kettle"},
+                                      timeout=30)
+                latencies.append(time.perf_counter() - started)
+                assert answer.status_code == 200
+
+    thread = threading.Thread(target=neighbour, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.2)
+        for _ in range(3):
+            answer = requests.post(live.url + "/click", data=worst, timeout=30,
+                                   headers={"Content-Type": "application/json"})
+            assert answer.status_code == 400
+            assert "must be JSON" in answer.json()["error"]["message"]
+        time.sleep(0.2)
+    finally:
+        done.set()
+        thread.join(30)
+    assert len(latencies) >= 5
+    assert float(np.median(latencies)) < 0.1, latencies
 
 
 def test_nesting_within_the_limit_and_brackets_inside_strings_are_not_refused(live):
