@@ -28,7 +28,7 @@ import numpy as np
 from .backends.filters import MAX_TERMS, MAX_VALUE_LENGTH, RANGE_BOUNDS
 from .config import Config
 from .errors import BadRequestError, field_path, quoted_path, shorten
-from .jsontext import json_error, strict_loads
+from .jsontext import beyond_float, json_error, strict_loads
 
 #: Longest impression, user or session id accepted (a served impression id has about 60
 #: characters: :mod:`reranker.trust`).
@@ -233,14 +233,37 @@ def read_json(data: bytes, max_depth: int) -> Any:
     not JSON."""
     if nesting_depth(data, max_depth) > max_depth:
         raise _too_deep(max_depth)
+    beyond: list[str] = []
     try:
-        return strict_loads(data)
+        body = strict_loads(data, beyond)
+        if beyond:
+            raise _beyond_range(body, beyond[0])
+        return body
     except RecursionError:  # a body whose strings fooled the scan: still a client's error
         raise _too_deep(max_depth) from None
     except UnicodeDecodeError:
         raise BadRequestError("the request body must be JSON: it is not UTF-8 text") from None
     except ValueError as exc:
         raise BadRequestError(f"the request body must be JSON: {json_error(exc)}") from None
+
+
+def _beyond_range(body: Any, text: str) -> BadRequestError:
+    """The 400 for a body holding a number beyond a float's range, naming the field that
+    holds the first one (found without recursion: the body nests at most max_json_depth)."""
+    stack: list[tuple[list, Any]] = [([], body)]
+    while stack:
+        path, value = stack.pop()
+        if beyond_float(value):
+            return BadRequestError(f"{quoted_path(path)} is a number beyond the range of a "
+                                   f"float ({text})" if path else
+                                   "the request body is a number beyond the range of a float",
+                                   field=field_path(path) or None)
+        if isinstance(value, dict):
+            stack.extend(([*path, key], item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend(([*path, i], item) for i, item in reversed(list(enumerate(value))))
+    return BadRequestError(f"the request body holds a number beyond the range of a float "
+                           f"({text})")
 
 
 def _too_deep(max_depth: int) -> BadRequestError:

@@ -156,6 +156,22 @@ def test_the_worst_body_costs_linear_time_and_a_neighbour_keeps_searching(live):
     assert float(np.median(latencies)) < 0.1, latencies
 
 
+@pytest.mark.parametrize("path, body, field", [
+    ("/search", '{"query": "tea", "filter": [{"range": {"popularity": {"gte": %s}}}]}',
+     "filter[0].range.popularity.gte"),
+    ("/search", '{"query": "tea", "size": %s}', "size"),
+    ("/reward", '{"impression_id": "x", "value": %s}', "value"),
+    ("/click", '{"impression_id": "x", "doc_id": "d", "user_id": %s}', "user_id"),
+])
+@pytest.mark.parametrize("number", ["9" * 400, "-" + "1" * 5000, "1e999", "2" + "0" * 308])
+def test_a_number_beyond_a_floats_range_is_400_naming_its_field(live, path, body, field,
+                                                                 number):
+    answer = requests.post(live.url + path, data=body % number, timeout=30,
+                           headers={"Content-Type": "application/json"})
+    error = assert_error(answer, 400, field, "is a number beyond the range of a float")
+    assert len(error["message"]) < 200  # the number is not echoed whole
+
+
 def test_nesting_within_the_limit_and_brackets_inside_strings_are_not_refused(live):
     inside = live.post("/search", {"query": "tea " + "[{" * 500 + '\\"' + "]}" * 10})
     assert inside.status_code == 200, inside.text
