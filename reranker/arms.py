@@ -64,7 +64,7 @@ from .featuremap import FeatureMap
 from .features import FeatureSpec, feature_columns
 from .feedback import Feedback, feedback_from_clicks
 from .model import ModelFactory, RankingModel, TrainingProgress, feature_change
-from .model_store import ModelStore
+from .model_store import MAX_MODEL_BYTES, ModelStore
 from .specialization import CONFIDENCE, SPECIALISED, general_features, specializes, taught_by
 
 log = logging.getLogger(__name__)
@@ -189,13 +189,13 @@ class Arm:
     FULL_CHECK_INTERVAL = 1.0
 
     def __init__(self, spec: ArmSpec, factory: ModelFactory, models_root: str | os.PathLike,
-                 keep: int = 20):
+                 keep: int = 20, max_bytes: int = MAX_MODEL_BYTES):
         self.spec = spec
         self.factory = factory
         #: The labels this arm has in the configuration (two when an experiment gives two
         #: arms identical settings, as an A/A test does: they share one model).
         self.labels: list[str] = [spec.label]
-        self.models = ModelStore(models_root, spec.id, keep=keep)
+        self.models = ModelStore(models_root, spec.id, keep=keep, max_bytes=max_bytes)
         #: Older names of this arm's impressions (the learner's name, for impressions logged
         #: before arms existed, when this arm took over that learner's model folder).
         self.aliases: tuple[str, ...] = ()
@@ -364,21 +364,20 @@ class Arm:
                 from exc
 
     def load(self) -> RankingModel:
-        """Load the model to serve: the pinned version when one is pinned (raise when it does
-        not load), else the newest good one (a fresh one when there is none; raise when saved
-        versions exist and none loads)."""
+        """Load the model to serve: the pinned version when one is pinned, else the newest
+        good one (a fresh one when there is none; raise when saved versions exist and none
+        loads). A pin that cannot be honoured (its version does not load, or the pin file
+        holds no version) does not stop the start: the newest good version serves, and
+        :attr:`model_errors` says why."""
         stamp = self.models.stamp()
-        pinned = self.models.pinned()
+        pinned, problem = self._read_pin()
+        model = None
         if pinned is not None:
             try:
                 model, errors = self.models.load(pinned, self.factory), []
             except ModelLoadError as exc:
-                raise ModelLoadError(f"arm {self.label!r} ({self.id}) is pinned to version "
-                                     f"{pinned} ({self.models.pin_path}), which does not load: "
-                                     f"{exc.message}; pin a version that loads "
-                                     f"(`reranker models pin VERSION`) or serve the newest "
-                                     f"again (`reranker models unpin`)") from None
-        else:
+                problem = f"pinned version {pinned} does not load: {exc.message}"
+        if model is None:
             model, errors = self.models.load_latest(self.factory)
         if model is None:
             if errors:
@@ -386,9 +385,36 @@ class Arm:
                                      f"loads: " + "; ".join(errors))
             model = self.factory.new()
         self._model, self._stamp, self.model_errors = model, stamp, errors
-        self._pinned = pinned
+        self._pinned, self._pin_problem = pinned, problem
+        if problem is not None:
+            self.model_errors = [self._unhonoured(problem), *errors]
+            log.error("%s", self.model_errors[0])
         self._checked = time.monotonic()
         return model
+
+    def _read_pin(self) -> tuple[int | None, str | None]:
+        """The pinned version (None when none is), and the problem of a pin file that holds
+        no version number (then no version is pinned)."""
+        try:
+            return self.models.pinned(), None
+        except StoreError as exc:
+            return None, exc.message
+
+    def _unhonoured(self, problem: str) -> str:
+        return (f"arm {self.label!r} ({self.id}): the pin cannot be honoured: {problem}; "
+                f"serving the newest good version, {self._model.version}, instead: pin a "
+                f"version that loads (`reranker models pin VERSION`) or serve the newest "
+                f"(`reranker models unpin`)")
+
+    def _serve_newest(self, problem: str) -> None:
+        """A pin that cannot be honoured: serve the newest good version, and say why."""
+        model, errors = self.models.load_latest(self.factory)
+        if model is not None:
+            self._model = model
+        message = self._unhonoured(problem)
+        if not self.model_errors or self.model_errors[0] != message:  # (said once)
+            log.error("%s", message)
+        self.model_errors = [message, *errors]
 
     @property
     def model(self) -> RankingModel:
@@ -411,6 +437,9 @@ class Arm:
 
     #: The pinned version as last read from the pin file (None: not pinned).
     _pinned: int | None = None
+    #: Why the pin cannot be honoured (its version does not load, or the pin file holds no
+    #: version), while it cannot.
+    _pin_problem: str | None = None
 
     @property
     def pinned(self) -> int | None:
@@ -420,16 +449,20 @@ class Arm:
     def _refresh(self, changed: bool) -> None:
         """Switch to the pinned version, or to the newest good one (``changed``: the folder's
         modification time moved since the last check)."""
-        pinned = self.models.pinned()
+        pinned, problem = self._read_pin()
+        if problem is not None:  # a pin file that holds no version: the newest serves
+            if changed or problem != self._pin_problem:
+                self._serve_newest(problem)
+            self._pinned, self._pin_problem = None, problem
+            return
         if pinned is not None:
             if pinned != self._model.version and (changed or pinned != self._pinned):
                 try:
                     self._model = self.models.load(pinned, self.factory)
-                    self.model_errors = []
-                except ModelLoadError as exc:  # keep serving the current model
-                    log.error("%s", exc.message)
-                    self.model_errors = [f"pinned version {pinned} does not load: "
-                                         f"{exc.message}"]
+                    self.model_errors, self._pin_problem = [], None
+                except ModelLoadError as exc:  # the newest good version serves
+                    self._pin_problem = f"pinned version {pinned} does not load: {exc.message}"
+                    self._serve_newest(self._pin_problem)
             elif pinned == self._model.version:  # served from memory: is its file still there?
                 gone = [pinned_gone(self.models, pinned)] \
                     if not self.models.path(pinned).exists() else []
@@ -439,8 +472,9 @@ class Arm:
             self._pinned = pinned
             return
         current = self._model.version
-        if self._pinned is not None:  # unpinned: back to the newest good version
-            self._pinned, self._tried = None, -1
+        if self._pinned is not None or self._pin_problem is not None:
+            # unpinned: back to the newest good version
+            self._pinned, self._tried, self._pin_problem = None, -1, None
             model, errors = self.models.load_latest(self.factory)
             if model is not None:
                 self._model = model
@@ -478,14 +512,14 @@ class Arm:
 
     def serving_version(self) -> int | None:
         """The version a service of this arm serves: the pinned one, else the newest good
-        one (0, the initial model, when none is saved). None when the pinned version does not
-        load (a running service keeps the model it has, a starting one refuses to start)."""
-        pinned = self.models.pinned()
+        one (0, the initial model, when none is saved), which also serves while the pin cannot
+        be honoured."""
+        pinned, _ = self._read_pin()
         if pinned is not None:
             try:
                 return self.models.load(pinned, self.factory).version
             except ModelLoadError:
-                return None
+                pass
         model, _ = self.models.load_latest(self.factory)
         return 0 if model is None else model.version
 
@@ -707,7 +741,8 @@ def arms_from_config(config, pm) -> list[Arm]:
         if spec.id in arms:  # identical settings (an A/A test): one model serves both labels
             arms[spec.id].labels.append(label)
             continue
-        arms[spec.id] = Arm(spec, factory, config.store.models, keep=config.store.keep_models)
+        arms[spec.id] = Arm(spec, factory, config.store.models, keep=config.store.keep_models,
+                            max_bytes=config.store.max_model_bytes)
     return list(arms.values())
 
 

@@ -466,7 +466,7 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     spec, factory = build_arm("target", section, config, get_plugin_manager(), where,
                               name_key="--learner" if learner_name else None,
                               params_key="--param" if params else None)
-    arm = Arm(spec, factory, config.store.models)
+    arm = Arm(spec, factory, config.store.models, max_bytes=config.store.max_model_bytes)
     if version == 0:  # the initial model, never saved (as /search calls it)
         model = factory.new()
     elif version is not None:
@@ -916,8 +916,6 @@ def show(config_path: str | None, label: str | None, version: int | None,
     arm = _one_arm(config_path, label)
     if version is None:
         version = arm.serving_version()
-        if version is None:
-            version = arm.models.pinned()  # refused below, with the reason
     model = arm.factory.new() if version == 0 else arm.load_version(version)
     info = _describe(arm, model)
     state = model.learner.get_state()

@@ -229,6 +229,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "models": Key("str", "models", "Folder of saved model versions.", path=True),
         "keep_models": Key("int", 20, "How many model versions to keep per learner.",
                            minimum=1),
+        "max_model_bytes": Key("int", 268435456, "Largest model file a service or trainer "
+                               "reads (256 MiB); a larger one is refused, by its size, before "
+                               "it is read.", minimum=1024),
         "retention": Key("float", None, "Seconds after its search that an impression every "
                          "arm has learned from is deleted, with its clicks (those of the "
                          "running experiment are compacted instead: their features dropped, "

@@ -43,6 +43,10 @@ PIN_FILE = "pinned-version"
 LOCK_FILE = ".trainer.lock"
 
 
+#: The default of ``store.max_model_bytes``.
+MAX_MODEL_BYTES = 256 * 1024 * 1024
+
+
 class VersionExistsError(RerankerError):
     """Another trainer saved this version first."""
 
@@ -52,9 +56,13 @@ class VersionExistsError(RerankerError):
 class ModelStore:
     """The saved versions of one learner's model."""
 
-    def __init__(self, root: str | os.PathLike, learner_name: str, keep: int = 20):
+    def __init__(self, root: str | os.PathLike, learner_name: str, keep: int = 20,
+                 max_bytes: int = MAX_MODEL_BYTES):
         self.dir = Path(root) / learner_name
         self.keep = keep
+        #: Largest model file read (``store.max_model_bytes``): a larger one is refused by its
+        #: size, before its bytes are read.
+        self.max_bytes = max_bytes
         #: The refused files already logged, as (version, size, modification time): the
         #: service looks for new versions every second, and a file that stays broken is
         #: logged once (``/healthz`` keeps saying it), a file rewritten since logged again.
@@ -241,7 +249,12 @@ class ModelStore:
         """Load one version; raise :class:`ModelLoadError` naming the file and the problem."""
         path = self.path(version)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            with open(path, "rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                if size > self.max_bytes:
+                    raise ModelLoadError(f"model {path} is refused: {size} bytes, more than "
+                                         f"store.max_model_bytes ({self.max_bytes})")
+                data = json.loads(file.read().decode("utf-8"))
         except FileNotFoundError:
             raise ModelLoadError(f"model {path} does not exist") from None
         except (OSError, UnicodeDecodeError, ValueError) as exc:

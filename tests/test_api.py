@@ -60,7 +60,7 @@ def test_click_answers_202_and_counts_duplicates_once(live):
      ["must be JSON: NaN is not a JSON value"]),
     ({"data": '{"query": "tea", "user_id": -1e400}',
       "headers": {"Content-Type": "application/json"}},
-     ["must be JSON: the number -1e400 is too large for a float"]),
+     ["'user_id' is a number beyond the range of a float (-1e400)"]),
     ({"data": b'{"query": "t\xe9"}', "headers": {"Content-Type": "application/json"}},
      ["must be JSON: it is not UTF-8 text"]),
     ({"json": ["espresso"]}, ["must be a JSON object"]),

@@ -216,6 +216,85 @@ def test_pinning_a_version_that_is_missing_or_does_not_load_is_refused(workdir, 
     assert not trained.models.pin_path.exists()
 
 
+def wait_for_health(live: LiveServer, check, timeout: float = 3.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        health = live.get("/healthz").json()
+        if check(health) or time.monotonic() > deadline:
+            return health
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("broken", ["corrupt", "missing", "garbage"])
+def test_a_pin_that_cannot_be_honoured_serves_the_newest_good_version(workdir, trained,
+                                                                      broken):
+    """The pinned version's file corrupted, the pin naming a version that does not exist,
+    or the pin file holding no number: a running service and one started now both serve
+    the newest good version (not the initial model), and /healthz says why; once the pin
+    can be honoured again it is."""
+    path = workdir / "config.yaml"
+    folder = trained.models.dir
+    models("pin", "1", "-c", str(path))
+    kept = (folder / "model-000001.json").read_bytes()
+    live = LiveServer(path)
+    try:
+        assert served_version(live, 1) == 1
+        if broken == "corrupt":
+            (folder / "model-000001.json").write_text('{"version": 1, "state": [')
+        elif broken == "missing":
+            (folder / "pinned-version").write_text("9\n")
+        else:
+            (folder / "pinned-version").write_text("garbage\n")
+        if broken == "corrupt":  # the file served from memory: a restart finds it out
+            restarted = RerankerService(load_config(path)).open()
+        else:
+            assert served_version(live, 2) == 2
+            health = wait_for_health(live, lambda h: h["problems"])
+            assert health["status"] == "degraded" and "model" in health["problems"]
+            assert "the pin cannot be honoured" in health["model_errors"][0]
+            assert "serving the newest good version, 2, instead" in health["model_errors"][0]
+            restarted = RerankerService(load_config(path)).open()  # a restart is not refused
+        try:
+            assert restarted.model.version == 2
+            errors = restarted.arms[0].model_errors
+            assert errors[0].startswith("arm 'preference_perceptron' (preference_perceptron-")
+            assert "the pin cannot be honoured" in errors[0] and "reranker models unpin" \
+                in errors[0]
+        finally:
+            restarted.close()
+        # honoured again once the pin is put right
+        (folder / "model-000001.json").write_bytes(kept)
+        models("pin", "1", "-c", str(path))
+        assert served_version(live, 1) == 1
+        assert wait_for_health(live, lambda h: not h["problems"])["status"] == "ok"
+    finally:
+        live.stop()
+
+
+def test_a_model_file_over_the_size_limit_is_refused_before_it_is_read(workdir, trained):
+    """A 300 MB file (sparse: no disk) put in the folder as the next version is refused by
+    its size, without its bytes read; the newest good version keeps serving."""
+    import tracemalloc
+
+    folder = trained.models.dir
+    with open(folder / "model-000003.json", "wb") as huge:
+        huge.truncate(300 * 1024 * 1024)
+    tracemalloc.start()
+    try:
+        service = RerankerService(load_config(workdir / "config.yaml")).open()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    try:
+        assert service.model.version == 2
+        (error,) = service.arms[0].model_errors
+        assert "model-000003.json is refused: 314572800 bytes, more than " \
+               "store.max_model_bytes (268435456)" in error
+        assert peak < 50e6, peak
+    finally:
+        service.close()
+
+
 def test_rollback_saves_the_old_weights_with_the_newest_cursor(workdir):
     path = workdir / "config.yaml"
     live = LiveServer(path)

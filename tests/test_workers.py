@@ -258,10 +258,10 @@ def test_a_workers_app_leaves_its_start_up_objects_out_of_the_cycle_collector(wo
 
 
 def test_a_worker_that_cannot_start_again_is_retried_while_the_others_serve(workdir):
-    """With workers running, one that dies and cannot start again (its pinned version's file
-    was deleted) waits and exits to be started again: the others go on serving (gunicorn
-    stops every worker when one fails to boot), and once the pin is lifted a new worker
-    starts."""
+    """With workers running, one that dies and cannot start again (no saved version of its
+    model loads: every file was overwritten) waits and exits to be started again: the others
+    go on serving (gunicorn stops every worker when one fails to boot), and once the files
+    are restored a new worker starts."""
     from reranker.service import RerankerService
 
     path = write_config(workdir, trainer={"enabled": False, "feedback_window": 0.0})
@@ -271,14 +271,14 @@ def test_a_worker_that_cannot_start_again_is_retried_while_the_others_serve(work
         version = service.trainer.run_once(close_all=True).version
     finally:
         service.close()
-    run_cli("models", "pin", str(version), "-c", str(path))
     server = ServeProcess(path, "--workers", "2", "--no-trainer")
     try:
         server.wait_ready()
         first = set(_children(server.proc.pid))
         assert len(first) == 2
         (model_file,) = (workdir / "models").glob(f"*/model-{version:06d}.json")
-        model_file.unlink()
+        kept = model_file.read_bytes()
+        model_file.write_text("{}")
         os.kill(sorted(first)[0], signal.SIGKILL)
         deadline = time.monotonic() + 30
         while "cannot start (it is started again in 5 s)" not in server.log_path.read_text():
@@ -287,7 +287,7 @@ def test_a_worker_that_cannot_start_again_is_retried_while_the_others_serve(work
         for _ in range(5):  # the healthy worker serves; the master is still there
             assert server.post("/search", {"query": "tea"}).status_code == 200
         assert server.proc.poll() is None
-        run_cli("models", "unpin", "-c", str(path))
+        model_file.write_bytes(kept)
         # then a new worker starts and stays: the same two workers, and no failure more, for
         # longer than a failing worker waits before it exits
         from reranker.wsgi import WORKER_RETRY
