@@ -153,10 +153,15 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         body = json_body("search")
         address = client_address(service)
         limit("search", body, address)
-        return jsonify(service.search(body.get("query"), body.get("size"), body.get("user_id"),
-                                      body.get("session_id"), filters=body.get("filter"),
-                                      offset=body.get("from"), facets=body.get("facets"),
-                                      client_address=address))
+        response = jsonify(service.search(
+            body.get("query"), body.get("size"), body.get("user_id"), body.get("session_id"),
+            filters=body.get("filter"), offset=body.get("from"), facets=body.get("facets"),
+            client_address=address))
+        waiting, failure = service.events.impressions_waiting()
+        if failure is not None:  # its impression waits in this process's memory
+            response.headers[QUEUED_HEADER] = (f"queued; {waiting} impressions wait for the "
+                                               f"event store, which fails")
+        return response
 
     @bp.post("/click")
     def click():
@@ -542,6 +547,11 @@ class BackgroundServer:
             except OSError:  # already closed by the peer
                 pass
         trigger.del_channel()
+
+
+#: The header of a search whose impression is only queued in memory: the event store fails,
+#: and its clicks answer 503 until the store takes the queue (``/healthz`` says how many wait).
+QUEUED_HEADER = "Reranker-Impression"
 
 
 def client_address(service: RerankerService) -> str | None:

@@ -40,6 +40,7 @@ from .model import ModelFactory, RankingModel
 from .model_store import ModelStore
 from .monitoring import LearnerBreaker, Metrics
 from .plugins import backend_class, get_plugin_manager
+from .probes import Probes, StuckError
 from .specialization import QUERY_FEATURE, QueryEvidence, specialise, specialised_ranking
 from .stores import EventStore, open_event_store
 from .trainer import Trainer
@@ -116,6 +117,8 @@ class RerankerService:
         #: searches get the backend's order until one ranks again (``/healthz``).
         self.rank_failures: dict[str, str] = {}
         self._writable: tuple[float, bool] = (-math.inf, True)
+        #: The checks of /healthz and /readyz, each answered within a deadline.
+        self.probes = Probes()
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -616,6 +619,13 @@ class RerankerService:
             raise NotFoundError("no experiment is configured (experiment.mode is null)")
         return self.experiment.status(self.arm_info())
 
+    def _queued(self) -> dict[str, Any]:
+        """The impressions this process holds for the event store, and why, while they
+        wait because it fails (:meth:`reranker.stores.EventStore.impressions_waiting`)."""
+        waiting, failure = self.events.impressions_waiting()
+        return {"queued_impressions": waiting,
+                **({"queue_failing": failure} if failure is not None else {})}
+
     def store_writable(self) -> bool:
         """Whether the event store took a write at the last check, made at most every
         :data:`WRITABLE_CHECK_EVERY` seconds."""
@@ -637,11 +647,30 @@ class RerankerService:
         return writable
 
     def ready(self) -> dict[str, Any]:
-        """The readiness check: the backend answers and the event store takes a write."""
-        problems = [] if self._check_writable() else ["events"]
-        if self.backend.health().get("status", "ok") != "ok":
-            problems.append("backend")
-        return {"status": "unavailable" if problems else "ok", "problems": problems}
+        """The readiness check: the backend answers and the event store takes a write, both
+        within the probes' deadline (``stuck`` names a check that gave no answer by then)."""
+        outcomes = self.probes.run({"writable": self._check_writable,
+                                    "backend": self.backend.health})
+        problems, stuck = [], []
+        for name, part in (("writable", "events"), ("backend", "backend")):
+            outcome = outcomes[name]
+            if outcome.stuck is not None:
+                stuck.append(part)
+            ok = outcome.stuck is None and outcome.error is None and (
+                outcome.value is True if name == "writable"
+                else outcome.value.get("status", "ok") == "ok")
+            if not ok:
+                problems.append(part)
+        answer = {"status": "unavailable" if problems else "ok", "problems": problems}
+        if stuck:
+            answer["stuck"] = stuck
+        return answer
+
+    def _events_state(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """The store trainer's shared status and the event store's state (a health check)."""
+        shared = self.shared_trainer()
+        return shared, self.events.pending(min(self.applied_cursor(arm, shared)
+                                               for arm in self.arms))
 
     def shared_trainer(self) -> dict[str, Any] | None:
         """The status the store's trainer keeps in the event store (whichever process or
@@ -696,9 +725,15 @@ class RerankerService:
         """State of the backend, the models, the trainer and the event store; ``status`` is
         ``degraded`` when any of them has a problem."""
         model = self.model
-        backend = self.backend.health()
+        outcomes = self.probes.run({"backend": self.backend.health,
+                                    "events": self._events_state,
+                                    "writable": self._check_writable})
         trainer = self.trainer.status()
         problems = []
+        try:
+            backend = outcomes["backend"].get()
+        except StuckError as exc:
+            backend = {"status": "stuck", "error": str(exc)}
         if backend.get("status", "ok") != "ok":
             problems.append("backend")
         model_errors = [error for arm in self.arms for error in arm.model_errors]
@@ -713,16 +748,20 @@ class RerankerService:
                 ranking[arm.labels[0]] = {"status": "too slow"}
         if ranking:
             problems.append("learner")
-        shared = self.shared_trainer()
+        shared = None
         try:
-            events = {"status": "ok", **self.events.pending(
-                min(self.applied_cursor(arm, shared) for arm in self.arms))}
-            if not self.store_writable():  # reads work, writes (clicks) would answer 503
+            shared, pending = outcomes["events"].get()
+            events = {"status": "ok", **pending}
+            if not outcomes["writable"].get():  # reads work, writes (clicks) would answer 503
                 events["status"] = "unwritable"
                 problems.append("events")
+        except StuckError as exc:
+            events = {"status": "stuck", "error": f"the event store gave {exc}"}
+            problems.append("events")
         except RerankerError as exc:
             events = {"status": "unavailable", "error": exc.message}
             problems.append("events")
+        events.update(self._queued())
         if self._trainer_troubles(trainer, shared, events) or trainer["last_error"]:
             problems.append("trainer")
         answer = {"status": "degraded" if problems else "ok", "problems": problems,

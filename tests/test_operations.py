@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -465,14 +466,29 @@ def test_on_a_full_disk_readiness_fails_clicks_answer_503_and_nothing_is_lost(wo
                                          "doc_id": pages[2]["hits"][2]["id"]})
         assert refused.status_code == 503
         assert str(small_disk) not in refused.text  # the problem, not where it is
-        server.service._writable = (-1e18, True)  # a fresh check for /healthz
+        # /healthz tells the story /readyz tells, at once, with the impressions waiting
         health = server.get("/healthz").json()
         assert health["status"] == "degraded" and "events" in health["problems"]
+        assert health["events"]["status"] == "unwritable"
+        assert health["events"]["queued_impressions"] >= 1
+        assert "queue_failing" in health["events"]
+        # a search whose impression waits in memory says so
+        queued = server.post("/search", {"query": "tea kettle"})
+        assert queued.status_code == 200
+        assert queued.headers["Reranker-Impression"].startswith("queued; ")
+        assert "impressions wait for the event store, which fails" in \
+            queued.headers["Reranker-Impression"]
         filler.unlink()
         assert server.get("/readyz").status_code == 200
         again = server.post("/click", {"impression_id": pages[2]["impression_id"],
                                        "doc_id": pages[2]["hits"][2]["id"]})
         assert again.status_code == 202
+        # and both say so at once once the disk has room again
+        health = server.get("/healthz").json()
+        assert health["status"] == "ok" and health["events"]["status"] == "ok", health
+        assert health["events"]["queued_impressions"] == 0
+        assert "Reranker-Impression" not in server.post("/search",
+                                                        {"query": "tea"}).headers
         for impression_id in accepted:  # what was answered 202 is still there
             assert server.service.events.get_impression(impression_id).clicked
         # and the impression of the search on the full disk is written now
@@ -480,6 +496,49 @@ def test_on_a_full_disk_readiness_fails_clicks_answer_503_and_nothing_is_lost(wo
     finally:
         server.stop()
     shutil.rmtree(small_disk / "models", ignore_errors=True)
+
+
+def test_health_probes_answer_within_a_second_and_name_what_is_stuck(workdir, monkeypatch):
+    """The engine's health call and the event store hang (as a frozen database does):
+    /healthz and /readyz still answer within their deadline, naming what is stuck, and a
+    hung check is not started again while it hangs; once they answer, all is well again."""
+    server = LiveServer(write_config(workdir))
+    release = threading.Event()
+    calls = {"backend": 0, "store": 0}
+    backend_health, store_pending = server.service.backend.health, server.service.events.pending
+
+    def hanging_backend():
+        calls["backend"] += 1
+        release.wait(30)
+        return backend_health()
+
+    def hanging_store(cursor):
+        calls["store"] += 1
+        release.wait(30)
+        return store_pending(cursor)
+
+    monkeypatch.setattr(server.service.backend, "health", hanging_backend)
+    monkeypatch.setattr(server.service.events, "pending", hanging_store)
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            health = server.get("/healthz").json()
+            ready = server.get("/readyz")
+            assert time.monotonic() - started < 3.0  # each within its 0.8 s deadline
+            assert health["status"] == "degraded"
+            assert {"backend", "events"} <= set(health["problems"])
+            assert health["backend"]["status"] == "stuck"
+            assert "no answer within the health check's deadline" in health["backend"]["error"]
+            assert health["events"]["status"] == "stuck"
+            assert ready.status_code == 503 and ready.json()["stuck"] == ["backend"]
+        assert calls == {"backend": 1, "store": 1}  # one hung call each, not one per probe
+        release.set()
+        time.sleep(0.1)
+        assert server.get("/healthz").json()["status"] == "ok"
+        assert server.get("/readyz").json() == {"status": "ok", "problems": []}
+    finally:
+        release.set()
+        server.stop()
 
 
 def test_json_log_lines_carry_each_requests_fields(workdir):

@@ -215,6 +215,12 @@ class EventStore(abc.ABC):
         none (the results then have no provisional part)."""
         return []
 
+    def impressions_waiting(self) -> tuple[int, str | None]:
+        """Impressions this object has taken and not yet written, and, while they wait
+        because writing them fails, the failure (None otherwise); a store that writes at
+        once has none."""
+        return 0, None
+
     def closed_first_pages(self, name: str, after: int, since: float, limit: int
                            ) -> tuple[int, int, int] | None:
         """The next ``limit`` impressions closed after ``closed_seq`` ``after``, counted: ``(the

@@ -184,6 +184,10 @@ class SQLEventStore(EventStore):
         log = self.__dict__.get("_impression_log")
         return 0 if log is None else log.pending
 
+    def impressions_waiting(self) -> tuple[int, str | None]:
+        log = self.__dict__.get("_impression_log")
+        return (0, None) if log is None else (log.pending, log.failure)
+
     def _stop_writers(self) -> None:
         """Write the impressions still queued (for up to ``store.timeout`` seconds) and stop
         the writer thread: the first step of :meth:`close`."""
@@ -746,7 +750,9 @@ class SQLEventStore(EventStore):
         return status if isinstance(status, dict) else None
 
     def pending(self, cursor: int) -> dict[str, Any]:
-        with self._reading() as conn:
+        # Impressions queued while writing them fails are not waited for: what is written
+        # still answers (the health check counts the queued ones apart).
+        with self._reading(flush=self.impressions_waiting()[1] is None) as conn:
             open_, oldest_open = self._run(conn, "SELECT COUNT(*), MIN(created) FROM "
                                            "impressions WHERE closed_seq IS NULL").fetchone()
             closed = self._run(conn, "SELECT COUNT(*) FROM impressions WHERE closed_seq > ?",

@@ -108,6 +108,12 @@ class WriteBehind(Generic[T]):
         with self._cond:
             return self._put - self._done
 
+    @property
+    def failure(self) -> str | None:
+        """The failure of the latest try to write, while writing fails; None otherwise."""
+        with self._cond:
+            return None if self._failure is None else str(self._failure)
+
     def last(self, test: Callable[[T], bool]) -> T | None:
         """The last item still queued that passes ``test``, or None."""
         with self._cond:

@@ -1,0 +1,98 @@
+"""Health checks with a deadline: ``/healthz`` and ``/readyz`` answer within a second
+whatever the search engine or the event store is doing, and say what is stuck.
+
+Each named check (the backend's health, the event store's state, a test write) runs in a
+thread of its own. The checks of one probe run together, and the answer waits for them up to
+one deadline: a check that has not returned by then is reported stuck, with how long it has
+been waiting, and it is not started again while it still runs (a store frozen for a minute
+holds one thread, not one per probe).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Seconds a health or readiness probe waits for its checks.
+PROBE_DEADLINE = 0.8
+
+
+@dataclass
+class _Run:
+    """One run of a check, in a thread of its own."""
+
+    call: Callable[[], Any]
+    started: float = field(default_factory=time.monotonic)
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: BaseException | None = None
+
+    def start(self, name: str) -> _Run:
+        threading.Thread(target=self._run, name=f"health check {name}", daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.value = self.call()
+        except BaseException as exc:  # handed to the probe that waits for it
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A check's outcome: its value, or the error it raised, or stuck (no answer by the
+    deadline) with the seconds it has been waiting."""
+
+    value: Any = None
+    error: BaseException | None = None
+    stuck: float | None = None
+
+    def get(self) -> Any:
+        """The value; the check's error raised again; :class:`StuckError` when stuck."""
+        if self.stuck is not None:
+            raise StuckError(self.stuck)
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class StuckError(Exception):
+    """A check that gave no answer by its probe's deadline."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"no answer within the health check's deadline (waiting for "
+                         f"{seconds:.1f} s)")
+        self.seconds = seconds
+
+
+class Probes:
+    """The checks of one service, each run at most once at a time."""
+
+    def __init__(self, deadline: float = PROBE_DEADLINE):
+        self.deadline = deadline
+        self._lock = threading.Lock()
+        self._running: dict[str, _Run] = {}
+
+    def run(self, checks: Mapping[str, Callable[[], Any]]) -> dict[str, Outcome]:
+        """Run ``checks`` together (a check still running from an earlier probe is waited
+        for, not started again) and return each one's outcome by the deadline."""
+        with self._lock:
+            runs = {}
+            for name, call in checks.items():
+                run = self._running.get(name)
+                if run is None or run.done.is_set():
+                    run = self._running[name] = _Run(call).start(name)
+                runs[name] = run
+        until = time.monotonic() + self.deadline
+        outcomes = {}
+        for name, run in runs.items():
+            if run.done.wait(max(0.0, until - time.monotonic())):
+                outcomes[name] = Outcome(run.value, run.error)
+            else:
+                outcomes[name] = Outcome(stuck=time.monotonic() - run.started)
+        return outcomes
