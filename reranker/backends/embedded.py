@@ -6,10 +6,14 @@ import collections
 import copy
 import dataclasses
 import json
+import logging
 import math
 import os
 import shutil
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,8 @@ from .. import hookimpl
 from ..errors import BackendError, BackendUnavailableError, BadRequestError, shorten
 from . import Backend, Candidates, IndexReport
 from .filters import FACET_SIZE, Clause, filter_kind, filter_types, filters_key
+
+log = logging.getLogger(__name__)
 
 META_FILE = "reranker-index.json"
 META_FORMAT = 1
@@ -106,6 +112,14 @@ class EmbeddedBackend(Backend):
         self._view: _View | None = None  # the searcher, with its caches
         self._meta_mtime = 0
         self._lock = threading.Lock()
+        #: The index's files as opened (name -> size, modification time): a file changed
+        #: under the service without a commit means damage (:meth:`_check_files`).
+        self._files: dict[str, tuple[int, int]] = {}
+        #: Why the index cannot be searched (it was damaged under the service), while so.
+        self._damaged: str | None = None
+        #: The files when the last check of a damaged index failed, and when it ran.
+        self._failed_check: tuple[dict[str, tuple[int, int]], float] | None = None
+        self._checking: threading.Thread | None = None
 
     # -- schema and metadata ----------------------------------------------------------------
 
@@ -185,6 +199,7 @@ class EmbeddedBackend(Backend):
         self._check_meta(meta, exact=False)
         self.filter_types = dict(meta.get("filter_fields", {}))
         self.id_words = int(meta.get("id_words", 0))
+        files = _index_files(self.path)
         try:
             self._index = self._open_index(self.path, self._build_schema(
                 meta.get("fields"), meta.get("numeric_fields"), self.filter_types))
@@ -192,7 +207,13 @@ class EmbeddedBackend(Backend):
         except (OSError, ValueError) as exc:
             raise BackendError(f"backend.path: cannot open the index at {self.path}: "
                                f"{exc}") from exc
+        except BaseException as exc:
+            if not _is_panic(exc):
+                raise
+            raise BackendError(f"backend.path: the index at {self.path} is damaged: {exc}; "
+                               f"rebuild it (`reranker index --recreate`)") from None
         self._meta_mtime = self._mtime()
+        self._files, self._damaged, self._failed_check = files, None, None
 
     def _mtime(self) -> int:
         try:
@@ -211,6 +232,9 @@ class EmbeddedBackend(Backend):
         page already under way keeps the view it started with)."""
         if self._index is None:
             self.open()
+        if self._damaged is not None:
+            self._check_damaged()
+            raise BackendUnavailableError(self._damaged)
         mtime = self._mtime()
         if mtime < 0:
             raise BackendUnavailableError(f"embedded index at {self.path} is unavailable "
@@ -218,10 +242,78 @@ class EmbeddedBackend(Backend):
         if mtime != self._meta_mtime:
             with self._lock:
                 if mtime != self._meta_mtime:
-                    self._index.reload()
-                    self._view = self._new_view(self._index.searcher())
-                    self._meta_mtime = mtime
+                    self._reopen()
+        else:
+            self._check_files()
         return self._view
+
+    def _reopen(self) -> None:
+        """A new commit (meta.json changed): open the index anew, as a new process would,
+        its description checked again (another index swapped in for this one is refused)."""
+        try:
+            self.open()
+        except BackendError as exc:
+            self._damage(f"embedded index at {self.path} cannot be searched since it "
+                         f"changed: {exc.message}")
+            raise BackendUnavailableError(self._damaged) from None
+
+    def _check_files(self) -> None:
+        """Refuse to read an index whose files changed under the service without a commit
+        (truncated, overwritten or deleted): Tantivy maps them into memory, and reading a
+        truncated one would end the process (SIGBUS). A few stat calls per search."""
+        for name, (size, mtime) in self._files.items():
+            try:
+                stat = os.stat(self.path / name)
+            except OSError:
+                self._damage(f"embedded index at {self.path} is damaged: its file {name} is "
+                             f"gone")
+                break
+            if stat.st_size != size or stat.st_mtime_ns != mtime:
+                self._damage(f"embedded index at {self.path} is damaged: its file {name} "
+                             f"changed under the service ({size} bytes, now "
+                             f"{stat.st_size}) without a commit")
+                break
+        if self._damaged is not None:
+            raise BackendUnavailableError(self._damaged)
+
+    def _damage(self, why: str) -> None:
+        """Stop searching the index: every search answers 503 with ``why`` (and health
+        says it) until the files change again and a check in a child process finds the
+        index sound (:meth:`_check_damaged`)."""
+        if self._damaged is None:
+            log.error("%s; searches answer 503 until the index is restored or rebuilt "
+                      "(`reranker index --recreate`)", why)
+        self._damaged = (f"{why}; searches answer 503 until its files are restored or it is "
+                         f"rebuilt (`reranker index --recreate`)")
+        self._failed_check = (_index_files(self.path), time.monotonic())
+
+    def _check_damaged(self) -> None:
+        """While damaged: once the files changed since the last check (restored, rebuilt),
+        check the index in a child process (where a damaged file can only end the child),
+        and reopen it when the child found it sound. One check at a time, in the
+        background: searches go on answering 503 meanwhile."""
+        files, at = self._failed_check or ({}, -math.inf)
+        if time.monotonic() - at < DAMAGE_RECHECK or _index_files(self.path) == files:
+            return
+        with self._lock:
+            if self._checking is not None and self._checking.is_alive():
+                return
+            self._failed_check = (_index_files(self.path), time.monotonic())
+            self._checking = threading.Thread(target=self._recover, daemon=True,
+                                              name="embedded index check")
+            self._checking.start()
+
+    def _recover(self) -> None:
+        problem = check_index(self.path)
+        if problem is not None:
+            log.warning("embedded index at %s is still damaged: %s", self.path, problem)
+            return
+        try:
+            with self._lock:
+                self.open()
+            log.warning("embedded index at %s is sound again: searches go on", self.path)
+        except BackendError as exc:
+            log.warning("%s", exc.message)
 
     def _current_searcher(self) -> tantivy.Searcher:
         return self._current_view().searcher
@@ -307,11 +399,16 @@ class EmbeddedBackend(Backend):
         except (OSError, ValueError, RuntimeError) as exc:
             raise BackendUnavailableError(f"embedded index at {self.path} failed to answer: "
                                           f"{exc}") from exc
+        except BaseException as exc:
+            raise self._panicked(exc) from None
 
         def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
             # Only the shown hits' stored documents are ever read (each parsed anew, so no
             # caller shares one with another).
-            return [json.loads(view.stored(addresses[i])) for i in indices]
+            try:
+                return [json.loads(view.stored(addresses[i])) for i in indices]
+            except BaseException as exc:
+                raise self._panicked(exc) from None
 
         candidates = Candidates(ids=ids, scores=scores, field_scores=field_scores,
                                 numeric=numeric, load_sources=load_sources, total=result.count,
@@ -322,6 +419,15 @@ class EmbeddedBackend(Backend):
             view.searches.put(key, dataclasses.replace(candidates, ids=list(ids),
                                                        facets=copy.deepcopy(facet_counts)))
         return candidates
+
+    def _panicked(self, exc: BaseException) -> BaseException:
+        """What to raise for ``exc`` from the engine: a Tantivy panic (its files hold what
+        it cannot read) marks the index damaged and answers 503; anything else as it is."""
+        if not _is_panic(exc):
+            return exc
+        self._damage(f"embedded index at {self.path} is damaged: the engine failed reading "
+                     f"it ({exc})")
+        return BackendUnavailableError(self._damaged)
 
     def _ids(self, searcher: tantivy.Searcher,
              addresses: list[tantivy.DocAddress]) -> list[str]:
@@ -563,6 +669,80 @@ class _View:
             stored = self.searcher.doc(address)[SOURCE][0]
             self.documents.put(key, stored)
         return stored
+
+
+#: Seconds between two checks of a damaged index whose files changed.
+DAMAGE_RECHECK = 1.0
+
+
+def _is_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a panic of the engine's native code (pyo3's PanicException, which
+    derives from BaseException so that ``except Exception`` does not catch it)."""
+    return type(exc).__name__ == "PanicException"
+
+
+def _index_files(path: Path) -> dict[str, tuple[int, int]]:
+    """The index's files (Tantivy's lock files and its list of files aside): name -> (size,
+    modification time)."""
+    files = {}
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return files
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        try:
+            stat = entry.stat()
+        except OSError:
+            continue
+        files[entry.name] = (stat.st_size, stat.st_mtime_ns)
+    return files
+
+
+def check_index(path: Path, timeout: float = 60.0) -> str | None:
+    """Read every part of the index at ``path`` in a child process -- every stored document,
+    the postings of up to 200 terms of each text field, every fast column -- where damage
+    can only end the child; None when it read it all, else what went wrong."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _CHECK, str(path)], capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"reading it took longer than {timeout:g} s"
+    except OSError as exc:
+        return f"the check could not run: {exc}"
+    if done.returncode == 0:
+        return None
+    last = (done.stderr.strip().splitlines() or [""])[-1]
+    return (f"the check ended with signal {-done.returncode}" if done.returncode < 0
+            else f"the check failed: {last[:300]}")
+
+
+#: The child's program of :func:`check_index`.
+_CHECK = """
+import sys, tantivy
+index = tantivy.Index.open(sys.argv[1])
+searcher = index.searcher()
+schema = index.schema
+everything = tantivy.Query.all_query()
+hits = searcher.search(everything, max(1, searcher.num_docs)).hits
+addresses = [address for _, address in hits]
+for address in addresses:
+    searcher.doc(address)
+import json
+import logging
+meta = json.load(open(sys.argv[1] + "/meta.json"))
+for field in meta["schema"]:
+    name, options = field["name"], field.get("options", {})
+    if options.get("fast"):
+        try:
+            searcher.fast_field_values(name, addresses)
+        except ValueError:
+            pass
+    if field["type"] == "text" and options.get("indexing"):
+        for term, _ in searcher.terms_with_prefix(name, "", limit=200):
+            searcher.search(tantivy.Query.term_query(schema, name, term), 10)
+"""
 
 
 def _id_columns(words: int) -> list[str]:

@@ -1,0 +1,81 @@
+"""A damaged embedded index never ends the process: files truncated or overwritten while the
+service runs, or another collection's index swapped in, are answered 503 and reported by
+/healthz and /readyz, and the service searches again once the files are restored."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+from conftest import LiveServer, write_config
+
+from reranker.config import load_config
+from reranker.plugins import backend_class, get_plugin_manager
+
+
+def segment_files(index):
+    return sorted(p for p in index.iterdir() if p.suffix in (".idx", ".term", ".store"))
+
+
+def wait_until(check, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def damage(index, how):
+    if how == "truncated":
+        for path in segment_files(index):
+            os.truncate(path, 10)
+    elif how == "overwritten":
+        for path in segment_files(index):
+            data = bytearray(path.read_bytes())
+            data[len(data) // 4: len(data) // 2] = os.urandom(len(data) // 2 - len(data) // 4)
+            path.write_bytes(bytes(data))
+    else:  # another collection's index, built with other fields, swapped in
+        other = index.parent / "other"
+        other.mkdir()
+        config = load_config(write_config(other, backend={"fields": ["name"],
+                                                          "path": str(other / "index")}))
+        backend = backend_class(get_plugin_manager(), "embedded")(config)
+        report = backend.index_documents(iter([("a", {"id": "a", "name": "tea kettle"})]),
+                                         recreate=True)
+        assert report.indexed == 1, report
+        backend.close()
+        index.rename(index.parent / "moved-away")
+        (other / "index").rename(index)
+
+
+@pytest.mark.parametrize("how", ["truncated", "overwritten", "swapped"])
+def test_a_damaged_index_is_503_and_reported_and_searched_again_once_restored(workdir, how):
+    index = workdir / "index"
+    good = workdir / "good-copy"
+    shutil.copytree(index, good)
+    live = LiveServer(workdir / "config.yaml")
+    try:
+        assert live.post("/search", {"query": "tea kettle"}).status_code == 200
+        damage(index, how)
+        # a query never searched before: nothing is answered from the caches
+        answer = live.post("/search", {"query": "espresso grinder"})
+        assert answer.status_code == 503, answer.text
+        message = answer.json()["error"]["message"]
+        assert "embedded index" in message and "reranker index --recreate" in message
+        assert str(workdir) not in message  # where it is stays in the log
+        health = live.get("/healthz").json()
+        assert health["status"] == "degraded" and "backend" in health["problems"]
+        assert health["backend"]["status"] == "unavailable"
+        ready = live.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["problems"] == ["backend"]
+        for _ in range(3):  # the process stays up and keeps answering
+            assert live.post("/search", {"query": "green tea"}).status_code == 503
+        # restored: a check in a child process finds it sound, and searches go on
+        shutil.rmtree(index)
+        shutil.copytree(good, index)
+        wait_until(lambda: live.post("/search", {"query": "green tea"}).status_code == 200)
+        assert live.get("/healthz").json()["status"] == "ok"
+        assert live.get("/readyz").status_code == 200
+    finally:
+        live.stop()
