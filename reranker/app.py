@@ -153,7 +153,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         body = json_body("search")
         address = client_address(service)
         limit("search", body, address)
-        response = jsonify(service.search(
+        response = jsonify(service.search_in_time(
             body.get("query"), body.get("size"), body.get("user_id"), body.get("session_id"),
             filters=body.get("filter"), offset=body.get("from"), facets=body.get("facets"),
             client_address=address))

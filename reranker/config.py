@@ -257,6 +257,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                     minimum=0, maximum=65535),
         "threads": Key("int", 8, "Worker threads of the HTTP server (of each worker process "
                        "with server.workers).", minimum=1),
+        "search_timeout": Key("float", 5.0, "Seconds a search may take before it is answered "
+                              "503 (the engine or the event store is slow or stuck); its "
+                              "page is then not logged.", minimum=0.1),
         "workers": Key("int", 0, "Worker processes of `reranker serve`: 0 serves from its own "
                        "process (waitress); N runs gunicorn with N worker processes sharing the "
                        "event store and the model folder, one of which runs the trainer.",

@@ -139,6 +139,12 @@ class BackendUnavailableError(RerankerError):
     status = 503
 
 
+class DeadlineError(RerankerError):
+    """A request not answered within its deadline (``server.search_timeout``)."""
+
+    status = 503
+
+
 class BackendError(RerankerError):
     """The search backend is misconfigured or rejected the request."""
 

@@ -71,6 +71,11 @@ class Metrics:
         self.clicks = Counter("reranker_clicks", "Clicks by outcome: accepted, duplicate, "
                               "or the reason they were rejected.", ["outcome"],
                               registry=self.registry)
+        self.searches_timed_out = Counter("reranker_searches_timed_out", "Searches answered "
+                                          "503 because they took longer than "
+                                          "server.search_timeout (or every search thread "
+                                          "still waited on one that did).",
+                                          registry=self.registry)
         self.backend_errors = Counter("reranker_backend_errors", "Searches the backend "
                                       "failed or could not be reached for.",
                                       registry=self.registry)

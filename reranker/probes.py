@@ -1,5 +1,6 @@
-"""Health checks with a deadline: ``/healthz`` and ``/readyz`` answer within a second
-whatever the search engine or the event store is doing, and say what is stuck.
+"""Deadlines: ``/healthz`` and ``/readyz`` answer within a second whatever the search engine
+or the event store is doing, and say what is stuck; a search that cannot be answered within
+``server.search_timeout`` is answered 503 (:class:`Deadline`).
 
 Each named check (the backend's health, the event store's state, a test write) runs in a
 thread of its own. The checks of one probe run together, and the answer waits for them up to
@@ -13,8 +14,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
+
+from .forks import renew_in_child
 
 #: Seconds a health or readiness probe waits for its checks.
 PROBE_DEADLINE = 0.8
@@ -96,3 +101,54 @@ class Probes:
             else:
                 outcomes[name] = Outcome(stuck=time.monotonic() - run.started)
         return outcomes
+
+
+class Deadline:
+    """Runs calls (a search) in a bounded pool of threads and waits for each at most
+    ``timeout`` seconds: a call with no answer by then is abandoned to its thread and its
+    caller gets :class:`TimeoutError`; once every thread waits on such a call, new calls are
+    refused at once with :class:`OverflowError` instead of queueing behind them. (Python
+    cannot stop a call that waits on the engine or the database; the pool bounds what
+    waits.)"""
+
+    def __init__(self, threads: int, timeout: float, name: str):
+        self.threads = threads
+        self.timeout = timeout
+        self.name = name
+        self._reset()
+        renew_in_child(self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def busy(self) -> int:
+        """Calls running now (those abandoned to their thread included)."""
+        return self._busy
+
+    def run(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``call(*args, deadline=..., **kwargs)``'s value, where ``deadline`` is the
+        ``time.monotonic()`` after which the call's answer goes unseen."""
+        with self._lock:
+            if self._busy >= self.threads:
+                raise OverflowError(self._busy)
+            self._busy += 1
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
+            pool = self._pool
+        deadline = time.monotonic() + self.timeout
+
+        def task() -> Any:
+            try:
+                return call(*args, deadline=deadline, **kwargs)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+
+        future = pool.submit(task)
+        try:
+            return future.result(timeout=self.timeout)
+        except FutureTimeout:
+            raise TimeoutError(self.timeout) from None

@@ -30,7 +30,14 @@ from .backends.filters import filters_key, parse_facets, parse_filters
 from .clicks import lifts_from_counts, query_key
 from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import Config
-from .errors import BadRequestError, ConflictError, NotFoundError, RerankerError, shorten
+from .errors import (
+    BadRequestError,
+    ConflictError,
+    DeadlineError,
+    NotFoundError,
+    RerankerError,
+    shorten,
+)
 from .events import SHOWN_PROPENSITIES, ClickResult, Impression, RewardResult
 from .experiments.experiment import Decision, Experiment, experiment_from_config
 from .experiments.interleaving import perturb_pairs, perturbed_list_log_probability, team_draft
@@ -40,7 +47,7 @@ from .model import ModelFactory, RankingModel
 from .model_store import ModelStore
 from .monitoring import LearnerBreaker, Metrics
 from .plugins import backend_class, get_plugin_manager
-from .probes import Probes, StuckError
+from .probes import Deadline, Probes, StuckError
 from .specialization import QUERY_FEATURE, QueryEvidence, specialise, specialised_ranking
 from .stores import EventStore, open_event_store
 from .trainer import Trainer
@@ -119,6 +126,9 @@ class RerankerService:
         self._writable: tuple[float, bool] = (-math.inf, True)
         #: The checks of /healthz and /readyz, each answered within a deadline.
         self.probes = Probes()
+        #: The threads HTTP searches run in, each answered within server.search_timeout.
+        self.searches = Deadline(config.server.threads, config.server.search_timeout,
+                                 "search")
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -176,7 +186,8 @@ class RerankerService:
     def search(self, query: Any, size: Any = None, user_id: Any = None,
                session_id: Any = None, *, filters: Any = None, offset: Any = None,
                facets: Any = None, candidates: Candidates | None = None,
-               client_address: str | None = None) -> dict[str, Any]:
+               client_address: str | None = None,
+               deadline: float | None = None) -> dict[str, Any]:
         """Rank the backend's candidates for ``query`` (that pass ``filters``); log and
         return the page of ``size`` hits after the first ``offset``, and the ``facets``.
 
@@ -190,7 +201,9 @@ class RerankerService:
         ``candidates`` are the application's own (:meth:`rerank`), instead of the
         backend's. The page's ``impression_id`` is signed and bound to ``user_id``, else
         ``session_id`` (:mod:`reranker.trust`); ``client_address`` (the HTTP client's) stands
-        for the client in the log when neither is given."""
+        for the client in the log when neither is given. A search still under way at
+        ``deadline`` (``time.monotonic()``; :meth:`search_in_time`) is not logged: its
+        caller has been answered 503."""
         query, size, user_id, session_id = self._check_search(query, size, user_id,
                                                               session_id)
         window = self.config.backend.candidates
@@ -254,6 +267,9 @@ class RerankerService:
             teams=page["teams"] if in_experiment else None,
             experiment=self.experiment.spec.name if in_experiment else None,
             offset=offset, page_key=page_key)
+        if deadline is not None and time.monotonic() > deadline:
+            raise DeadlineError("the search took longer than server.search_timeout: it was "
+                                "answered 503 and its page is not logged")
         self.events.log_impression(impression)
         scores = page["scores"]
         hits = [{"id": candidates.ids[i], "rank": rank, "score": _finite(scores[i]),
@@ -271,6 +287,26 @@ class RerankerService:
             answer["experiment"] = impression.experiment
             answer["arm"] = page["label"]
         return answer
+
+    def search_in_time(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`search` within ``server.search_timeout`` seconds, in one of
+        ``server.threads`` threads: a :class:`DeadlineError` (503) when it takes longer, or
+        at once when every thread still waits on a search that took longer (a stuck engine
+        or event store holds those threads, not every request of the process)."""
+        timeout = self.config.server.search_timeout
+        try:
+            return self.searches.run(self.search, *args, **kwargs)
+        except TimeoutError:
+            self.metrics.searches_timed_out.inc()
+            raise DeadlineError(f"no answer within {timeout:g} s (server.search_timeout): the "
+                                f"search engine or the event store is slow or stuck "
+                                f"(/healthz says which)") from None
+        except OverflowError:
+            self.metrics.searches_timed_out.inc()
+            raise DeadlineError(f"every search thread of this process waits on a search "
+                                f"that took longer than {timeout:g} s "
+                                f"(server.search_timeout): the search engine or the event "
+                                f"store is stuck (/healthz says which)") from None
 
     def _from_backend(self, call: Callable[..., Any], *args: Any) -> Any:
         """``call(*args)``, a request to the search backend: its failures (5xx) counted."""

@@ -541,6 +541,51 @@ def test_health_probes_answer_within_a_second_and_name_what_is_stuck(workdir, mo
         server.stop()
 
 
+def test_a_search_stuck_on_a_frozen_store_is_answered_503_in_time_and_not_logged(
+        workdir, monkeypatch):
+    """The event store stops answering the searches' reads (as a frozen database does):
+    each search is answered 503 after server.search_timeout, naming the setting; once every
+    search thread waits on one, the next is refused at once; /healthz still answers in time;
+    the searches answered 503 log no page; and once the store answers, searches go on."""
+    server = LiveServer(write_config(workdir, server={"search_timeout": 0.5, "threads": 4}))
+    release = threading.Event()
+    read_counts = server.service.events.click_counts
+
+    def frozen(*args, **kwargs):
+        release.wait(30)
+        return read_counts(*args, **kwargs)
+
+    monkeypatch.setattr(server.service.events, "click_counts", frozen)
+    try:
+        answers = []
+        for _ in range(5):
+            started = time.monotonic()
+            answer = server.post("/search", {"query": "tea kettle"})
+            answers.append((answer, time.monotonic() - started))
+        for answer, _ in answers:
+            assert answer.status_code == 503
+            assert "server.search_timeout" in answer.json()["error"]["message"]
+        # four searches held the four threads for their 0.5 s; the fifth found none free
+        assert all(seconds >= 0.45 for _, seconds in answers[:4])
+        assert "every search thread of this process waits" in \
+            answers[4][0].json()["error"]["message"]
+        assert server.get("/healthz").status_code == 200
+        assert "reranker_searches_timed_out_total 5.0" in server.get("/metrics").text
+        release.set()
+        deadline = time.monotonic() + 10
+        while server.service.searches.busy and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.service.searches.busy == 0
+        page = server.post("/search", {"query": "tea kettle"})
+        assert page.status_code == 200
+        server.service.events.flush()
+        # only the page answered 200 was logged: the stuck searches were answered 503
+        assert server.service.events.stats()["impressions"] == 1
+    finally:
+        release.set()
+        server.stop()
+
+
 def test_json_log_lines_carry_each_requests_fields(workdir):
     lines = []
 
