@@ -134,7 +134,8 @@ def prepare_workdir(folder: Path, store: dict | None = None, **sections) -> Path
             "trainer": {"feedback_window": 3600.0, "interval": 1.0},
             # the load comes from one client, far faster than a person: no per-client limits
             "security": {"searches_per_minute": 0, "clicks_per_minute": 0,
-                         "client_budget": 0}}
+                         "client_budget": 0, "address_searches_per_minute": 0,
+                         "address_clicks_per_minute": 0, "address_budget": 0}}
     for name, values in sections.items():
         data.setdefault(name, {}).update(values)
     folder.mkdir(parents=True, exist_ok=True)

@@ -73,7 +73,9 @@ def run_config(seed: int) -> dict:
         "trainer": {"feedback_window": FEEDBACK_WINDOW, "interval": INTERVAL},
         "server": {"host": "127.0.0.1", "port": 0, "threads": 4},
         # the simulated users all come from this machine, faster than people
-        "security": {"searches_per_minute": 0, "clicks_per_minute": 0},
+        "security": {"searches_per_minute": 0, "clicks_per_minute": 0,
+                     "address_searches_per_minute": 0, "address_clicks_per_minute": 0,
+                     "address_budget": 0},
     }
 
 

@@ -145,7 +145,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
     def limit(endpoint: str, body: dict[str, Any], address: str | None) -> None:
         client = client_key(body.get("user_id"), body.get("session_id"), address)
         with service.trust.counting(endpoint):
-            service.trust.limit("search" if endpoint == "search" else "click", client)
+            service.trust.limit("search" if endpoint == "search" else "click", client, address)
 
     @bp.post("/search")
     def search():

@@ -350,6 +350,17 @@ SCHEMA: dict[str, dict[str, Key]] = {
                              "bound.", minimum=0),
         "client_window": Key("float", 3600.0, "Seconds of the windows client_budget counts "
                              "in.", minimum=1),
+        "address_budget": Key("int", 300, "Clicked impressions of one network address per "
+                              "client_window that training learns from, whatever user or "
+                              "session ids its requests claim (without API keys: the ids are "
+                              "the client's word); 0: no bound.", minimum=0),
+        "address_searches_per_minute": Key("int", 1200, "Searches one network address may "
+                                           "make per minute whatever ids it sends (without "
+                                           "API keys; with them the site's servers search); "
+                                           "0: no limit.", minimum=0),
+        "address_clicks_per_minute": Key("int", 1200, "Clicks and rewards one network "
+                                         "address may send per minute whatever ids it sends; "
+                                         "0: no limit.", minimum=0),
     },
 }
 

@@ -70,7 +70,11 @@ def demo_config(learner: str) -> dict:
         "store": {"path": "events.sqlite", "models": "models"},
         "trainer": {"enabled": True, "interval": 0.2, "feedback_window": 0.5},
         "server": {"host": "127.0.0.1", "port": 0, "threads": 4},
-        "security": {"searches_per_minute": 0, "clicks_per_minute": 0},
+        # the simulated users all come from this machine, faster than people: no per-client
+        # or per-address limits, nor a per-address bound on what training learns
+        "security": {"searches_per_minute": 0, "clicks_per_minute": 0,
+                     "address_searches_per_minute": 0, "address_clicks_per_minute": 0,
+                     "address_budget": 0},
     }
 
 

@@ -51,7 +51,7 @@ from .probes import Deadline, Probes, StuckError
 from .specialization import QUERY_FEATURE, QueryEvidence, specialise, specialised_ranking
 from .stores import EventStore, open_event_store
 from .trainer import Trainer
-from .trust import Binding, TrustGuard, rejection
+from .trust import CLIENT_PARTS, Binding, TrustGuard, rejection
 
 log = logging.getLogger(__name__)
 
@@ -627,15 +627,19 @@ class RerankerService:
     def _logged_client(self, user_id: str | None, session_id: str | None,
                        address: str | None) -> str | None:
         """Who the impression is logged as served to (its ``user_id`` in the store, what
-        the trainer bounds per client): the user, else ``session:<session_id>``, else
-        ``address:<keyed hash of the address>``; None for an in-process search with none."""
-        if user_id:
-            return user_id
-        if session_id:
-            return f"session:{session_id}"
-        if address:
-            return f"address:{self.trust.signer.address_key(address)}"
-        return None
+        the trainer bounds per client, :class:`reranker.trust.ClientBudget`): the user, else
+        ``session:<session_id>``, else ``address:<keyed hash of the address>``; None for an
+        in-process search with none. Without API keys the ids are the client's word, so the
+        address's key follows them (``<id>\x1faddress:<key>``): the trainer bounds the
+        address too, whatever ids it claims."""
+        address_key = f"address:{self.trust.signer.address_key(address)}" if address \
+            else None
+        who = user_id or (f"session:{session_id}" if session_id else None)
+        if who is None:
+            return address_key
+        if address_key is not None and not self.trust.api_keys:
+            return f"{who}{CLIENT_PARTS}{address_key}"
+        return who
 
     def arm_info(self) -> dict[str, dict[str, Any]]:
         """Per arm label: its id, learner, parameters and serving model version."""

@@ -94,6 +94,7 @@ class Trainer:
     def __init__(self, arms: list[Arm], events: EventStore, *, feedback_window: float,
                  batch_size: int = 500, clock: Callable[[], float] = time.time,
                  client_budget: int = 0, client_window: float = 3600.0,
+                 address_budget: int = 0,
                  retention: float | None = None, retention_interval: float = 600.0,
                  keep_experiment: str | None = None):
         self.arms = list(arms)
@@ -107,6 +108,8 @@ class Trainer:
         #: Clicked impressions of one client per window learned from (0: no bound).
         self.client_budget = client_budget
         self.client_window = client_window
+        #: Clicked impressions of one network address per window learned from (0: no bound).
+        self.address_budget = address_budget
         #: Per arm id, the per-client bound on what it learns (:class:`ClientBudget`).
         self.budgets: dict[str, ClientBudget] = {}
         self.events = events
@@ -144,6 +147,7 @@ class Trainer:
         return cls(arms, events, feedback_window=config.trainer.feedback_window,
                    batch_size=config.trainer.batch_size,
                    client_budget=config.security.client_budget,
+                   address_budget=config.security.address_budget,
                    client_window=config.security.client_window,
                    retention=config.store.retention,
                    retention_interval=config.store.retention_interval,
@@ -229,7 +233,8 @@ class Trainer:
             self.check_store(model, arm.models)
             model.progress.store_id = self.events.store_id
             budget = self.budgets.setdefault(
-                arm.id, ClientBudget(self.client_budget, self.client_window))
+                arm.id, ClientBudget(self.client_budget, self.client_window,
+                                     self.address_budget))
             budget.forget_through(model.progress.cursor)
             names = arm.names()
             updates, skipped, read = 0, 0, 0  # since the last save

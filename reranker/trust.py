@@ -291,6 +291,13 @@ class TrustGuard:
                          if security.searches_per_minute else None)
         self.clicks = (RateLimiter(security.clicks_per_minute)
                        if security.clicks_per_minute else None)
+        # per network address, whatever ids its requests claim (the searches only without
+        # API keys: with them, the site's own servers search for their users)
+        self.address_searches = (RateLimiter(security.address_searches_per_minute)
+                                 if security.address_searches_per_minute and not api_keys
+                                 else None)
+        self.address_clicks = (RateLimiter(security.address_clicks_per_minute)
+                               if security.address_clicks_per_minute else None)
         self.per_impression = ImpressionCounter(security.clicks_per_impression,
                                                 security.impression_ttl)
         #: The counts exchanged with the other processes of the store (None: each process
@@ -298,9 +305,10 @@ class TrustGuard:
         self.shared: SharedCounts | None = None
         if events is not None and security.limits_exchange:
             counters = {"impression": self.per_impression}
-            counters.update({scope: limiter for scope, limiter in (("search", self.searches),
-                                                                   ("click", self.clicks))
-                             if limiter is not None})
+            counters.update({scope: limiter for scope, limiter in (
+                ("search", self.searches), ("click", self.clicks),
+                ("address_search", self.address_searches),
+                ("address_click", self.address_clicks)) if limiter is not None})
             self.shared = SharedCounts(events, counters, security.limits_exchange,
                                        counted=exchanges)
         #: Requests refused, a Prometheus counter labelled ``endpoint`` and ``reason``
@@ -366,22 +374,30 @@ class TrustGuard:
         # Compare with every key, so the time taken says nothing about which one is close.
         return sum(hmac.compare_digest(given_bytes, key) for key in self.api_keys) > 0
 
-    def limit(self, endpoint: str, client: str | None) -> None:
+    def limit(self, endpoint: str, client: str | None, address: str | None = None) -> None:
         """Raise a 429 when ``client`` is over its rate for ``endpoint`` (``search``, or
-        ``click`` for clicks and rewards)."""
-        limiter = self.searches if endpoint == "search" else self.clicks
-        if limiter is None or client is None:
-            return
-        wait = limiter.take(client)
-        if wait:
-            per = "searches_per_minute" if endpoint == "search" else "clicks_per_minute"
-            raise rejection(TooManyRequestsError(
-                f"too many requests from this client: at most {int(limiter.capacity)} a "
-                f"minute (security.{per}); retry in "
-                f"{TooManyRequestsError.whole_seconds(wait)} s", retry_after=wait),
-                "rate_limited")
-        if self.shared is not None:
-            self.shared.note(endpoint, client)
+        ``click`` for clicks and rewards), or its network ``address`` is over the
+        address's rate, whatever ids its requests claim (a script minting a new session id
+        for every request is one address)."""
+        search = endpoint == "search"
+        for limiter, key, scope, per, who in (
+                (self.searches if search else self.clicks, client, endpoint,
+                 "searches_per_minute" if search else "clicks_per_minute", "this client"),
+                (self.address_searches if search else self.address_clicks,
+                 None if address is None else f"address:{address}", f"address_{endpoint}",
+                 f"address_{'searches' if search else 'clicks'}_per_minute",
+                 "this network address")):
+            if limiter is None or key is None:
+                continue
+            wait = limiter.take(key)
+            if wait:
+                raise rejection(TooManyRequestsError(
+                    f"too many requests from {who}: at most {int(limiter.capacity)} a minute "
+                    f"(security.{per}); retry in "
+                    f"{TooManyRequestsError.whole_seconds(wait)} s", retry_after=wait),
+                    "rate_limited")
+            if self.shared is not None:
+                self.shared.note(scope, key)
 
     def limit_impression(self, impression_id: str) -> None:
         wait = self.per_impression.take(impression_id)
@@ -395,13 +411,22 @@ class TrustGuard:
 
 
 
+#: Separates the parts of a logged client: its id, and the key of its network address.
+CLIENT_PARTS = "\x1f"
+
+
 class ClientBudget:
-    """The per-client bound on what training learns (``security.client_budget``): of each
-    client's impressions with clicks, at most ``budget`` per window of ``window`` seconds
-    (fixed windows of the impressions' times) are learned from; the rest are passed over.
+    """The per-client and per-address bound on what training learns
+    (``security.client_budget``, ``security.address_budget``): of each client's
+    impressions with clicks, at most ``budget`` per window of ``window`` seconds (fixed
+    windows of the impressions' times) are learned from, and of each network address's at
+    most ``address_budget``, whatever ids its requests claimed; the rest are passed over.
+    This is contribution bounding (docs/algorithms.md, "Bounded influence"): what one
+    source can teach is capped however much traffic it sends.
 
     A client is who the impression was logged as served to (its ``user_id``: the user, the
-    session or a keyed hash of the address, :meth:`RerankerService._logged_client
+    session or a keyed hash of the address, followed by the address's key when the ids are
+    the client's word, :meth:`RerankerService._logged_client
     <reranker.service.RerankerService._logged_client>`); impressions of none (in-process
     searches without a user or session) are not bounded. Passing over whole impressions,
     rather than scaling their updates, works the same for every learner: a client's
@@ -412,8 +437,9 @@ class ClientBudget:
     the same way. The counts live in the trainer's process: a trainer that starts anew
     (a restart, another process taking the lead) counts the current window from zero."""
 
-    def __init__(self, budget: int, window: float):
+    def __init__(self, budget: int, window: float, address_budget: int = 0):
         self.budget = budget
+        self.address_budget = address_budget
         self.window = window
         self._counts: dict[str, tuple[int, int]] = {}  # client -> (window number, count)
         self._denied: set[int] = set()  # closed_seq of impressions passed over
@@ -422,21 +448,31 @@ class ClientBudget:
     def allows(self, client: str | None, closed_seq: int, created: float,
                clicked: bool) -> bool:
         """Whether training may learn from this impression."""
-        if not self.budget or client is None or not clicked:
+        if not (self.budget or self.address_budget) or client is None or not clicked:
             return True
         if closed_seq <= self._through:  # decided before: the same answer
             return closed_seq not in self._denied
         self._through = closed_seq
         window = int(created // self.window)
-        start, count = self._counts.get(client, (window, 0))
-        if window > start:
-            start, count = window, 0
-        if count >= self.budget:
-            self._denied.add(closed_seq)
-            return False
-        if len(self._counts) >= 100_000 and client not in self._counts:
+        who, _, address = client.partition(CLIENT_PARTS)
+        if not address and who.startswith("address:"):
+            address = who
+        bounds = [(key, limit) for key, limit in ((who, self.budget),
+                                                  (address, self.address_budget))
+                  if key and limit]
+        counts = []
+        for key, limit in bounds:
+            start, count = self._counts.get(key, (window, 0))
+            if window > start:
+                start, count = window, 0
+            if count >= limit:
+                self._denied.add(closed_seq)
+                return False
+            counts.append((key, start, count))
+        if len(self._counts) >= 100_000:
             self._counts = {c: v for c, v in self._counts.items() if v[0] >= window}
-        self._counts[client] = (start, count + 1)
+        for key, start, count in counts:
+            self._counts[key] = (start, count + 1)
         return True
 
     def forget_through(self, cursor: int) -> None:

@@ -36,7 +36,9 @@ def corpus():
 #: The tests simulate many users from one address, faster than any person: without limits
 #: per client, nor the per-client budget of training, unless a test sets them (or passes
 #: ``security=None`` for the defaults).
-UNLIMITED = {"searches_per_minute": 0, "clicks_per_minute": 0, "client_budget": 0}
+UNLIMITED = {"searches_per_minute": 0, "clicks_per_minute": 0, "client_budget": 0,
+             "address_searches_per_minute": 0, "address_clicks_per_minute": 0,
+             "address_budget": 0}
 
 
 def write_config(folder: Path, **sections) -> Path:

@@ -395,6 +395,62 @@ def test_the_budget_decides_each_impression_once():
     assert budget.allows("c", 8, created=150.0, clicked=False)  # no clicks: nothing to bound
 
 
+def test_the_budget_bounds_an_address_whatever_ids_it_claims():
+    """Ids that are the client's word carry their address's key: each id has its budget,
+    and the address one of its own over all of them."""
+    budget = ClientBudget(2, window=100.0, address_budget=3)
+    minted = [f"session:s{seq}\x1faddress:A" for seq in range(1, 6)]
+    assert [budget.allows(c, seq, seq, True) for seq, c in enumerate(minted, 1)] == \
+        [True, True, True, False, False]
+    assert budget.allows("session:x\x1faddress:B", 6, 6.0, True)  # another address
+    # an id over its own budget is passed over even when its address has room
+    assert budget.allows("user:u\x1faddress:C", 7, 7.0, True)
+    assert budget.allows("user:u\x1faddress:C", 8, 8.0, True)
+    assert not budget.allows("user:u\x1faddress:C", 9, 9.0, True)
+    # a client known by its address alone counts against that address
+    only = ClientBudget(0, window=100.0, address_budget=1)
+    assert only.allows("address:D", 10, 10.0, True)
+    assert not only.allows("session:y\x1faddress:D", 11, 11.0, True)
+    assert only.allows("user:vouched", 12, 12.0, True)  # no address: an API key vouched
+
+
+def test_an_address_is_limited_whatever_session_ids_it_sends(server_for, monkeypatch):
+    proxy = {"searches_per_minute": 0, "clicks_per_minute": 0,
+             "address_searches_per_minute": 5, "address_clicks_per_minute": 5,
+             "trusted_proxy_header": "X-Forwarded-For"}
+    live = server_for(security=proxy)
+    one = {"X-Forwarded-For": "203.0.113.9"}
+    answers = [live.post("/search", {"query": "tea", "session_id": f"s{i}"}, headers=one)
+               for i in range(6)]
+    assert [a.status_code for a in answers] == [200] * 5 + [429]
+    error = error_of(answers[-1], 429)
+    assert "this network address" in error["message"]
+    assert "security.address_searches_per_minute" in error["message"]
+    assert live.post("/search", {"query": "tea", "session_id": "new"},
+                     headers={"X-Forwarded-For": "203.0.113.10"}).status_code == 200
+    clicks = [live.post("/click", {"impression_id": a.json()["impression_id"],
+                                   "doc_id": a.json()["hits"][0]["id"], "session_id": f"s{i}"},
+                        headers=one).status_code for i, a in enumerate(answers[:5])]
+    assert clicks == [202] * 5
+    refused = live.post("/click", {"impression_id": answers[0].json()["impression_id"],
+                                   "doc_id": answers[0].json()["hits"][1]["id"],
+                                   "session_id": "s0"}, headers=one)
+    assert "security.address_clicks_per_minute" in error_of(refused, 429)["message"]
+    # the pages are logged with the address's key after the session's
+    imp = live.service.events.get_impression(answers[0].json()["impression_id"])
+    assert imp.user_id.startswith("session:s0\x1faddress:")
+    # with API keys the site's servers search for their users: no address limit on searches
+    monkeypatch.setenv("SHOP_RERANKER_KEYS", "key-one")
+    keyed = server_for(security={**proxy, "api_keys_env": "SHOP_RERANKER_KEYS"})
+    statuses = {keyed.post("/search", {"query": "tea", "user_id": f"u{i}"},
+                           headers={**one, "X-API-Key": "key-one"}).status_code
+                for i in range(8)}
+    assert statuses == {200}
+    page = keyed.post("/search", {"query": "tea", "user_id": "u1"},
+                      headers={**one, "X-API-Key": "key-one"}).json()
+    assert keyed.service.events.get_impression(page["impression_id"]).user_id == "u1"
+
+
 def test_the_trainer_passes_over_a_clients_impressions_beyond_its_budget(workdir):
     config = load_config(write_config(workdir, security={"client_budget": 3},
                                       trainer={"enabled": False, "feedback_window": 0.0}))
