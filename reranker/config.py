@@ -354,6 +354,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
                               "client_window that training learns from, whatever user or "
                               "session ids its requests claim (without API keys: the ids are "
                               "the client's word); 0: no bound.", minimum=0),
+        "query_budget": Key("int", 0, "Clicked impressions of one query (normalised as the "
+                            "click features normalise it) per client_window that training "
+                            "learns from, whoever sent them: bounds what many addresses "
+                            "together can teach through one query; 0: no bound.", minimum=0),
         "address_searches_per_minute": Key("int", 1200, "Searches one network address may "
                                            "make per minute whatever ids it sends (without "
                                            "API keys; with them the site's servers search); "

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .clicks import query_key
 from .errors import ModelStoreError, RerankerError, StoreError
 from .events import Impression
 from .model import RankingModel
@@ -94,7 +95,7 @@ class Trainer:
     def __init__(self, arms: list[Arm], events: EventStore, *, feedback_window: float,
                  batch_size: int = 500, clock: Callable[[], float] = time.time,
                  client_budget: int = 0, client_window: float = 3600.0,
-                 address_budget: int = 0,
+                 address_budget: int = 0, query_budget: int = 0,
                  retention: float | None = None, retention_interval: float = 600.0,
                  keep_experiment: str | None = None):
         self.arms = list(arms)
@@ -110,6 +111,8 @@ class Trainer:
         self.client_window = client_window
         #: Clicked impressions of one network address per window learned from (0: no bound).
         self.address_budget = address_budget
+        #: Clicked impressions of one query per window learned from (0: no bound).
+        self.query_budget = query_budget
         #: Per arm id, the per-client bound on what it learns (:class:`ClientBudget`).
         self.budgets: dict[str, ClientBudget] = {}
         self.events = events
@@ -148,6 +151,7 @@ class Trainer:
                    batch_size=config.trainer.batch_size,
                    client_budget=config.security.client_budget,
                    address_budget=config.security.address_budget,
+                   query_budget=config.security.query_budget,
                    client_window=config.security.client_window,
                    retention=config.store.retention,
                    retention_interval=config.store.retention_interval,
@@ -234,7 +238,7 @@ class Trainer:
             model.progress.store_id = self.events.store_id
             budget = self.budgets.setdefault(
                 arm.id, ClientBudget(self.client_budget, self.client_window,
-                                     self.address_budget))
+                                     self.address_budget, self.query_budget))
             budget.forget_through(model.progress.cursor)
             names = arm.names()
             updates, skipped, read = 0, 0, 0  # since the last save
@@ -292,7 +296,8 @@ class Trainer:
         # (a specialised page teaches judgments, not its clicks: count the clicks it had)
         clicked = len(imp.clicked or []) if SPECIALISED in (imp.context or {}) \
             else len(feedback.clicked)
-        if not budget.allows(imp.user_id, imp.closed_seq, imp.created, clicked > 0):
+        if not budget.allows(imp.user_id, imp.closed_seq, imp.created, clicked > 0,
+                             query_key(imp.query) if budget.query_budget else None):
             progress.impressions += 1
             report.applied += 1
             report.bounded += 1

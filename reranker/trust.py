@@ -437,29 +437,36 @@ class ClientBudget:
     the same way. The counts live in the trainer's process: a trainer that starts anew
     (a restart, another process taking the lead) counts the current window from zero."""
 
-    def __init__(self, budget: int, window: float, address_budget: int = 0):
+    def __init__(self, budget: int, window: float, address_budget: int = 0,
+                 query_budget: int = 0):
         self.budget = budget
         self.address_budget = address_budget
+        self.query_budget = query_budget
         self.window = window
         self._counts: dict[str, tuple[int, int]] = {}  # client -> (window number, count)
         self._denied: set[int] = set()  # closed_seq of impressions passed over
         self._through = 0  # the highest closed_seq decided
 
     def allows(self, client: str | None, closed_seq: int, created: float,
-               clicked: bool) -> bool:
-        """Whether training may learn from this impression."""
-        if not (self.budget or self.address_budget) or client is None or not clicked:
+               clicked: bool, query: str | None = None) -> bool:
+        """Whether training may learn from this impression (of ``query``, normalised, which
+        ``security.query_budget`` bounds whoever sent it)."""
+        if not clicked:
+            return True
+        if client is None and not (self.query_budget and query is not None):
+            return True
+        if not (self.budget or self.address_budget or self.query_budget):
             return True
         if closed_seq <= self._through:  # decided before: the same answer
             return closed_seq not in self._denied
         self._through = closed_seq
         window = int(created // self.window)
-        who, _, address = client.partition(CLIENT_PARTS)
+        who, _, address = (client or "").partition(CLIENT_PARTS)
         if not address and who.startswith("address:"):
             address = who
-        bounds = [(key, limit) for key, limit in ((who, self.budget),
-                                                  (address, self.address_budget))
-                  if key and limit]
+        bounds = [(key, limit) for key, limit in (
+            (who, self.budget), (address, self.address_budget),
+            (None if query is None else f"query:{query}", self.query_budget)) if key and limit]
         counts = []
         for key, limit in bounds:
             start, count = self._counts.get(key, (window, 0))

@@ -414,6 +414,17 @@ def test_the_budget_bounds_an_address_whatever_ids_it_claims():
     assert only.allows("user:vouched", 12, 12.0, True)  # no address: an API key vouched
 
 
+def test_the_query_budget_bounds_one_query_whoever_sends_it():
+    budget = ClientBudget(0, window=100.0, query_budget=2)
+    decisions = [budget.allows(f"address:{i}", i, float(i), True, query="tea kettle")
+                 for i in range(1, 5)]
+    assert decisions == [True, True, False, False]  # four addresses, one query
+    assert budget.allows("address:9", 5, 5.0, True, query="green tea")
+    assert budget.allows(None, 6, 6.0, True, query="green tea")  # no client: still counted
+    assert not budget.allows(None, 7, 7.0, True, query="green tea")
+    assert budget.allows("address:9", 8, 150.0, True, query="tea kettle")  # a new window
+
+
 def test_an_address_is_limited_whatever_session_ids_it_sends(server_for, monkeypatch):
     proxy = {"searches_per_minute": 0, "clicks_per_minute": 0,
              "address_searches_per_minute": 5, "address_clicks_per_minute": 5,
