@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
+from .clicks.position_bias import PAIR_DEPTH, PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import did_you_mean
 from .errors import (
     ConfigError,
@@ -639,7 +639,8 @@ class Arm:
         # A mixed list it took part in: the page as shown, with every click, and the pairs
         # the experiment randomised on it (the arms' own perturbations are not what was
         # shown), as if the arm had shown it.
-        context = {key: imp.context[key] for key in (PAIR_OFFSET, SWAPPED, SWAP_PROBABILITY_KEY)
+        context = {key: imp.context[key]
+                   for key in (PAIR_OFFSET, SWAPPED, SWAP_PROBABILITY_KEY, PAIR_DEPTH)
                    if key in imp.context}
         return X, feedback_from_clicks(imp.ranking, imp.n_shown, clicked, context=context)
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .clicks.position_bias import PAIR_DEPTH
+
 
 def improved_ranking(ranking: np.ndarray, clicked: np.ndarray) -> np.ndarray:
     """The coactive improved ranking ``ybar``.
@@ -151,8 +153,11 @@ def pair_swapped_ranking(feedback: Feedback, offset: int = 0) -> np.ndarray | No
     positions = click_positions(feedback).tolist()  # a few clicks: plain Python is fastest
     clicked = set(positions)
     # a lower position of a pair: offset + 1, offset + 3, ... (0-based), below the page's end
+    # (or the depth the pairs stay within, on an experiment's mixed page)
+    within = min(feedback.n_shown,
+                 int((feedback.context or {}).get(PAIR_DEPTH, feedback.n_shown)))
     upper = [pos - 1 for pos in positions
-             if (pos - offset) % 2 == 1 and pos > offset and pos < feedback.n_shown
+             if (pos - offset) % 2 == 1 and pos > offset and pos < within
              and pos - 1 not in clicked]
     if not upper:
         return None

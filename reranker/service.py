@@ -28,7 +28,7 @@ from .backends import Candidates
 from .backends.application import candidates_from
 from .backends.filters import filters_key, parse_facets, parse_filters
 from .clicks import lifts_from_counts, query_key
-from .clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
+from .clicks.position_bias import PAIR_DEPTH, PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from .config import Config
 from .errors import (
     BadRequestError,
@@ -40,7 +40,12 @@ from .errors import (
 )
 from .events import SHOWN_PROPENSITIES, ClickResult, Impression, RewardResult
 from .experiments.experiment import Decision, Experiment, experiment_from_config
-from .experiments.interleaving import perturb_pairs, perturbed_list_log_probability, team_draft
+from .experiments.interleaving import (
+    MIXED_PAIR_DEPTH,
+    perturb_pairs,
+    perturbed_list_log_probability,
+    team_draft,
+)
 from .features import FeatureSpec, kernels
 from .learner import RankResult
 from .model import ModelFactory, RankingModel
@@ -476,7 +481,8 @@ class RerankerService:
                 "propensities": None,
                 "context": {"arms": logged, "interleaving": "team_draft",
                             PAIR_OFFSET: offset, SWAPPED: swapped,
-                            SWAP_PROBABILITY_KEY: MIXED_SWAP_PROBABILITY}}
+                            SWAP_PROBABILITY_KEY: MIXED_SWAP_PROBABILITY,
+                            PAIR_DEPTH: MIXED_PAIR_DEPTH}}
 
     def _check_search(self, query: Any, size: Any, user_id: Any, session_id: Any
                       ) -> tuple[str, int, str | None, str | None]:

@@ -323,7 +323,8 @@ def test_mixed_lists_give_every_arm_the_page_with_its_randomised_pairs(workdir, 
                 assert feedback.ranking.tolist() == imp.ranking.tolist()  # the page shown
                 assert [imp.doc_ids[i] for i in feedback.clicked] == [ids[3]]
                 assert feedback.context == {key: imp.context[key] for key in
-                                            ("pair_offset", "swapped", "swap_probability")}
+                                            ("pair_offset", "swapped", "swap_probability",
+                                             "pair_depth")}
         # a fair coin picks the pairing, and about half of the pairs inside the page swap
         assert offsets == {0, 1} and 0.35 < swaps / (40 * 4.5) < 0.65
         # a learner whose update needs the whole list's probability takes none of it
@@ -999,5 +1000,20 @@ def test_a_dry_run_records_what_the_guard_would_promote_and_changes_nothing(work
                    for note in status["notes"])
         page = server.post("/search", {"query": "tea"}).json()
         assert page["experiment"] == "trial"  # still the mixed page
+    finally:
+        server.stop()
+
+
+def test_a_mixed_page_of_the_largest_size_is_answered(workdir):
+    """A search of size 100 on an interleaved experiment: its page's probability sums the
+    swap patterns of the top's pairs only (it used to enumerate 2^50 and hold the process)."""
+    server = LiveServer(write_config(workdir, experiment={
+        "mode": "interleave", "name": "trial",
+        "arms": {"perceptron": PERCEPTRON, "random": RANDOM}}, server={"search_timeout": 30.0}))
+    try:
+        page = server.post("/search", {"query": "tea", "size": 100})
+        assert page.status_code == 200 and page.json()["learner"] == "interleave"
+        imp = server.service.events.get_impression(page.json()["impression_id"])
+        assert imp.context["pair_depth"] == 10 and -np.inf < imp.log_prob < 0
     finally:
         server.stop()

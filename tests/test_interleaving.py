@@ -249,3 +249,34 @@ def test_invalid_rankings_are_rejected():
         team_draft([np.array([0, 0, 2])], rng)
     with pytest.raises(ValueError):
         list_log_probability([np.array([1, 2, 3])], np.array([1]))
+
+
+def test_a_long_mixed_page_pairs_only_its_top_and_its_probability_is_exact_and_cheap():
+    """A mixed page of 100 results (the largest size) randomises the pairs of its top
+    MIXED_PAIR_DEPTH positions only, so its probability sums 2^5 swap patterns per pairing,
+    not 2^50; the logged probability is that of the policy: the empirical frequency of a
+    shown top over many draws matches it."""
+    from reranker.experiments.interleaving import (
+        MIXED_PAIR_DEPTH,
+        perturb_pairs,
+        perturbed_list_log_probability,
+    )
+
+    rng = np.random.default_rng(4)
+    rankings = [rng.permutation(120), rng.permutation(120)]
+    ranking, teams = team_draft(rankings, rng, length=100)
+    perturbed, _, offset, swapped = perturb_pairs(ranking, teams, 100, rng)
+    assert all(u + 1 < MIXED_PAIR_DEPTH for u in swapped)
+    assert (perturbed[MIXED_PAIR_DEPTH:] == ranking[MIXED_PAIR_DEPTH:]).all()
+    log_p = perturbed_list_log_probability(rankings, perturbed[:100])  # returns at once
+    assert -math.inf < log_p < 0
+    # exact: the frequency of the shown top 6 over many draws, against its probability
+    small = [np.array([0, 1, 2, 3, 4, 5, 6, 7]), np.array([1, 0, 3, 2, 5, 4, 7, 6])]
+    draws = Counter()
+    for _ in range(20000):
+        shown, mixed_teams = team_draft(small, rng, length=6)
+        shown, _, _, _ = perturb_pairs(shown, mixed_teams, 6, rng, depth=4)
+        draws[tuple(shown[:6].tolist())] += 1
+    for top, count in draws.most_common(5):
+        expected = math.exp(perturbed_list_log_probability(small, np.array(top), depth=4))
+        assert count / 20000 == pytest.approx(expected, abs=0.01)

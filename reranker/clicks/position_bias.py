@@ -31,6 +31,9 @@ import numpy as np
 #: 1: (2, 3), (4, 5), ...), the 0-based upper positions of the swapped pairs, and the swap
 #: probability.
 PAIR_OFFSET, SWAPPED, SWAP_PROBABILITY_KEY = "pair_offset", "swapped", "swap_probability"
+#: The positions a page's randomised pairs stay within, when fewer than the page's (a mixed
+#: page of an experiment: :data:`reranker.experiments.interleaving.MIXED_PAIR_DEPTH`).
+PAIR_DEPTH = "pair_depth"
 
 
 def randomized_pairs(context: dict | None, n_shown: int
@@ -45,7 +48,8 @@ def randomized_pairs(context: dict | None, n_shown: int
         return [], 0.0
     offset = int(context[PAIR_OFFSET])
     swapped = set(context.get(SWAPPED, ()))
-    return [(upper, upper in swapped) for upper in range(offset, n_shown - 1, 2)], p
+    within = min(n_shown, int(context.get(PAIR_DEPTH, n_shown)))
+    return [(upper, upper in swapped) for upper in range(offset, within - 1, 2)], p
 
 
 def one_click_pairs(context: dict | None, n_shown: int, ranking: np.ndarray,
