@@ -682,15 +682,18 @@ def _is_panic(exc: BaseException) -> bool:
 
 
 def _index_files(path: Path) -> dict[str, tuple[int, int]]:
-    """The index's files (Tantivy's lock files and its list of files aside): name -> (size,
+    """The files of the index's committed segments (those meta.json lists; a segment being
+    written by an indexer meanwhile grows, and is not one of them): name -> (size,
     modification time)."""
-    files = {}
+    files: dict[str, tuple[int, int]] = {}
     try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        segments = {str(s["segment_id"]).replace("-", "") for s in meta["segments"]}
         entries = list(os.scandir(path))
-    except OSError:
+    except (OSError, ValueError, KeyError, TypeError):
         return files
     for entry in entries:
-        if entry.name.startswith("."):
+        if entry.name.split(".")[0] not in segments:
             continue
         try:
             stat = entry.stat()
