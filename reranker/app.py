@@ -585,9 +585,13 @@ def credential_given() -> str | None:
     """An API key or token the request sends: as :func:`api_key_given` reads it, else the
     password of HTTP Basic authentication (what a browser sends after asking)."""
     key = api_key_given()
-    if key is None and request.authorization is not None \
-            and request.authorization.type == "basic":
-        key = request.authorization.password
+    if key is None:
+        try:
+            authorization = request.authorization
+        except ValueError:  # a Basic header that is not base64 of ASCII: no credential
+            authorization = None
+        if authorization is not None and authorization.type == "basic":
+            key = authorization.password
     return key
 
 

@@ -299,7 +299,7 @@ def training(service: RerankerService, arm: Arm, imp: Impression) -> dict[str, A
                     "over_rank": p + 1}
                    for p in np.flatnonzero(improved[:imp.n_shown + 1]
                                            != ranking[:imp.n_shown + 1]).tolist()
-                   if improved[p] != ranking[p] and ranking[p] == improved[p + 1]
-                   and p + 1 < len(ranking)]
+                   if p + 1 < len(ranking) and improved[p] != ranking[p]
+                   and ranking[p] == improved[p + 1]]
     return {"learns": True, "why": "the clicked result of a randomised pair is preferred to "
                                    "the one shown above it", "preferences": preferences}

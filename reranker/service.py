@@ -600,6 +600,8 @@ class RerankerService:
             if value is not None and not isinstance(value, str):
                 raise BadRequestError(f"'{field}' must be a string, got {shorten(value)}",
                                       field=field)
+            if value is not None:
+                _check_text(field, value)  # (a lone surrogate cannot be signed over)
         self.trust.signer.verify(impression_id, user_id, session_id)
 
     def _feedback(self, write, impression_id: str, *args):
