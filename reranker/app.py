@@ -451,6 +451,8 @@ def _channel_class(read_timeout: float):
                 message = body_too_large(self.channel.adj.max_request_body_size)
             elif error.code == 408:
                 message = error.body
+            elif error.code == 501:  # a transfer coding waitress does not implement
+                message = f"not implemented: {shorten(error.body)}"
             elif error.code >= 500:
                 message = "internal error; the server log has the details"
             else:

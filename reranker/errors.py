@@ -169,6 +169,9 @@ class StoreError(RerankerError):
 
     status = 503
     permanent = False
+    #: The store's files are damaged (not a lock or a server that is away): what to run is
+    #: in the message.
+    damaged = False
 
 
 class ModelStoreError(StoreError):

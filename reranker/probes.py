@@ -3,14 +3,16 @@ or the event store is doing, and say what is stuck; a search that cannot be answ
 ``server.search_timeout`` is answered 503 (:class:`Deadline`).
 
 Each named check (the backend's health, the event store's state, a test write) runs in a
-thread of its own. The checks of one probe run together, and the answer waits for them up to
-one deadline: a check that has not returned by then is reported stuck, with how long it has
-been waiting, and it is not started again while it still runs (a store frozen for a minute
-holds one thread, not one per probe).
+thread of its own, the same thread at every probe (what a check opens for its thread, such as
+a database connection, serves the next probe too). The checks of one probe run together, and
+the answer waits for them up to one deadline: a check that has not returned by then is
+reported stuck, with how long it has been waiting, and it is not started again while it
+still runs (a store frozen for a minute holds one thread, not one per probe).
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -27,7 +29,7 @@ PROBE_DEADLINE = 0.8
 
 @dataclass
 class _Run:
-    """One run of a check, in a thread of its own."""
+    """One run of a check, in its check's thread."""
 
     call: Callable[[], Any]
     started: float = field(default_factory=time.monotonic)
@@ -35,17 +37,26 @@ class _Run:
     value: Any = None
     error: BaseException | None = None
 
-    def start(self, name: str) -> _Run:
-        threading.Thread(target=self._run, name=f"health check {name}", daemon=True).start()
-        return self
-
-    def _run(self) -> None:
+    def __call__(self) -> None:
         try:
             self.value = self.call()
         except BaseException as exc:  # handed to the probe that waits for it
             self.error = exc
         finally:
             self.done.set()
+
+
+class _Thread:
+    """A daemon thread that runs the calls put in its queue, one after the other (a check
+    stuck for good never holds up the interpreter's exit)."""
+
+    def __init__(self, name: str):
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self.jobs.get()()
 
 
 @dataclass(frozen=True)
@@ -80,8 +91,13 @@ class Probes:
 
     def __init__(self, deadline: float = PROBE_DEADLINE):
         self.deadline = deadline
+        self._reset()
+        renew_in_child(self._reset)
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
         self._running: dict[str, _Run] = {}
+        self._threads: dict[str, _Thread] = {}  # one thread per check, kept
 
     def run(self, checks: Mapping[str, Callable[[], Any]]) -> dict[str, Outcome]:
         """Run ``checks`` together (a check still running from an earlier probe is waited
@@ -91,7 +107,10 @@ class Probes:
             for name, call in checks.items():
                 run = self._running.get(name)
                 if run is None or run.done.is_set():
-                    run = self._running[name] = _Run(call).start(name)
+                    run = self._running[name] = _Run(call)
+                    if name not in self._threads:
+                        self._threads[name] = _Thread(f"health check {name}")
+                    self._threads[name].jobs.put(run)
                 runs[name] = run
         until = time.monotonic() + self.deadline
         outcomes = {}

@@ -686,6 +686,7 @@ class RerankerService:
         """A durable write to the event store now (of the store alone: a backend that is
         down says nothing about it), remembered for :meth:`store_writable`."""
         try:
+            self.events.check_damage()
             self.events.check_writable()
             writable = True
         except RerankerError as exc:
@@ -716,6 +717,7 @@ class RerankerService:
 
     def _events_state(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """The store trainer's shared status and the event store's state (a health check)."""
+        self.events.check_damage()
         shared = self.shared_trainer()
         return shared, self.events.pending(min(self.applied_cursor(arm, shared)
                                                for arm in self.arms))
@@ -807,7 +809,8 @@ class RerankerService:
             events = {"status": "stuck", "error": f"the event store gave {exc}"}
             problems.append("events")
         except RerankerError as exc:
-            events = {"status": "unavailable", "error": exc.message}
+            events = {"status": "damaged" if getattr(exc, "damaged", False) else "unavailable",
+                      "error": exc.message}
             problems.append("events")
         events.update(self._queued())
         if self._trainer_troubles(trainer, shared, events) or trainer["last_error"]:

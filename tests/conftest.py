@@ -91,6 +91,14 @@ def wait_for_version(search, version: int, log_path: Path, timeout: float = 60) 
         time.sleep(0.2)
 
 
+def wait_until(check, timeout: float = 30.0) -> None:
+    """Call ``check`` every 0.1 s until it is true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
 def write_docs(folder: Path, documents) -> Path:
     path = folder / "docs.jsonl"
     with open(path, "w", encoding="utf-8") as handle:
@@ -160,6 +168,9 @@ class ServeProcess(testing.ServeProcess):
 
     def post(self, path: str, body: dict) -> requests.Response:
         return requests.post(self.url + path, json=body, timeout=30)
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.url + path, timeout=30)
 
 
 # -- event stores: every store test runs on SQLite and on a real PostgreSQL server ------------

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import LiveServer, write_config
 
+from reranker.config import load_config
+from reranker.plugins import backend_class, get_plugin_manager
 from reranker.trust import Binding
 
 
@@ -169,3 +172,35 @@ def test_the_trainer_counts_clicks_that_taught_nothing_with_the_reason(live, cap
         "not on the lower result of a randomised pair with its upper unclicked": 4}
     assert report.updates == 1
     assert "clicks that taught nothing: 4 not on the lower result" in caplog.text
+
+
+def test_explain_a_click_on_the_last_candidate_in_a_randomised_pair(tmp_path):
+    """A query with two candidates whose pair was randomised, the second clicked: the
+    improved ranking moves the last candidate, and the explanation names that preference
+    (an explanation once looked past the end of the ranking here)."""
+    config = load_config(write_config(tmp_path))
+    backend = backend_class(get_plugin_manager(), "embedded")(config)
+    backend.index_documents(iter([("a", {"id": "a", "title": "tea kettle", "body": "steel"}),
+                                  ("b", {"id": "b", "title": "tea pot", "body": "kettle"})]),
+                            recreate=True)
+    backend.close()
+    live = LiveServer(tmp_path / "config.yaml")
+    try:
+        for _ in range(50):  # a page whose randomised pair is its two results
+            page = live.post("/search", {"query": "tea kettle"}).json()
+            if live.service.events.get_impression(page["impression_id"]).context[
+                    "pair_offset"] == 0:
+                break
+        else:
+            pytest.fail("no page randomised the pair of its two results")
+        assert [hit["rank"] for hit in page["hits"]] == [1, 2]
+        live.post("/click", {"impression_id": page["impression_id"],
+                             "doc_id": page["hits"][1]["id"]})
+        answer = live.post("/explain", {"impression_id": page["impression_id"]})
+        assert answer.status_code == 200, answer.text
+        training = answer.json()["training"]
+        assert training["learns"] is True
+        assert training["preferences"] == [{"preferred": page["hits"][1]["id"],
+                                            "over": page["hits"][0]["id"], "over_rank": 1}]
+    finally:
+        live.stop()

@@ -164,6 +164,8 @@ def check_answer(failures: Failures, summary: str, status: int, content_type: st
                  body: bytes, *, head: bool = False, allow_501: bool = False) -> None:
     if status >= 500 and not (allow_501 and status == 501):
         failures.add(f"{status}", summary, status, body)
+    if status == 501 and b"not implemented: " not in body:  # it names what is not
+        failures.add("501 without its reason", summary, status, body)
     if status >= 400 and not head:
         problem = error_problem(status, content_type, body)
         if problem:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import pytest
-from conftest import LiveServer, write_config
+from conftest import LiveServer, wait_until, write_config
 
 from reranker.config import load_config
 from reranker.plugins import backend_class, get_plugin_manager
@@ -18,12 +17,6 @@ from reranker.plugins import backend_class, get_plugin_manager
 def segment_files(index):
     return sorted(p for p in index.iterdir() if p.suffix in (".idx", ".term", ".store"))
 
-
-def wait_until(check, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def damage(index, how):

@@ -541,6 +541,22 @@ def test_health_probes_answer_within_a_second_and_name_what_is_stuck(workdir, mo
         server.stop()
 
 
+def test_health_probes_reuse_their_threads_and_connections(live):
+    """Every probe runs its checks in the same threads, so a load balancer probing for
+    days does not open a database connection (three files) per probe."""
+    def open_files():
+        return len(os.listdir("/proc/self/fd"))
+
+    for _ in range(5):
+        assert live.get("/healthz").status_code == 200
+        assert live.get("/readyz").status_code == 200
+    before = open_files()
+    for _ in range(150):
+        live.get("/healthz")
+        live.get("/readyz")
+    assert open_files() - before < 10
+
+
 def test_a_search_stuck_on_a_frozen_store_is_answered_503_in_time_and_not_logged(
         workdir, monkeypatch):
     """The event store stops answering the searches' reads (as a frozen database does):

@@ -262,6 +262,12 @@ class EventStore(abc.ABC):
         """What :meth:`record_trainer` kept last, or None."""
         return None
 
+    def check_damage(self) -> None:
+        """Raise :class:`~reranker.errors.StoreError` (``damaged``) while the store is known
+        to be damaged (its files corrupt or truncated), saying what to run; the health
+        checks call it. The default knows of no damage."""
+        return None
+
     @abc.abstractmethod
     def check_writable(self) -> None:
         """Write and commit durably a change that changes nothing; raise

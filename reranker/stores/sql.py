@@ -131,9 +131,69 @@ class SQLEventStore(EventStore):
         try:
             yield
         except self.DB_ERRORS as exc:
+            if self._is_damage(exc):
+                raise self._damaged(self._error_text(exc)) from exc
             error = StoreError(f"event store {self.location} failed: {self._error_text(exc)}")
             error.permanent = isinstance(exc, self.DATA_ERRORS)
             raise error from exc
+
+    # -- damage: files corrupt or truncated -----------------------------------------------------
+
+    #: Seconds between two checks of a store found damaged (:meth:`check_damage`; a check
+    #: may read the whole database).
+    DAMAGE_RECHECK = 5.0
+    _damage: str | None = None
+    _damage_checked = 0.0
+
+    def _is_damage(self, exc: BaseException) -> bool:
+        """Whether a driver's error says the database's files are damaged."""
+        return False
+
+    def _verify(self) -> str | None:
+        """Check the whole database; what is wrong, or None when it is sound."""
+        return None
+
+    def _damage_note(self) -> str | None:
+        """What another process found damaged in this store, when they can say (a file
+        beside an SQLite database)."""
+        return None
+
+    def _note_damage(self, text: str | None) -> None:
+        """Tell this store's other processes that it is damaged (``text``) or sound
+        (None)."""
+
+    def _repair_advice(self) -> str:
+        return "restore it from a backup"
+
+    def _damaged(self, text: str) -> StoreError:
+        """The error of a store found damaged (``text``: the driver's words), noted so that
+        the health checks report it until a check finds the store sound."""
+        if self._damage is None:
+            log.error("event store %s is damaged: %s", self.location, text)
+            self._damage_checked = time.monotonic()
+        self._damage = text
+        self._note_damage(text)
+        error = StoreError(f"event store {self.location} is damaged ({text}): "
+                           f"{self._repair_advice()}")
+        error.damaged = True
+        return error
+
+    def check_damage(self) -> None:
+        damage = self._damage or self._damage_note()
+        if damage is None:
+            return
+        if time.monotonic() - self._damage_checked >= self.DAMAGE_RECHECK:
+            self._damage_checked = time.monotonic()
+            try:
+                damage = self._verify()
+            except self.DB_ERRORS as exc:
+                damage = self._error_text(exc)
+            if damage is None:
+                log.warning("event store %s is sound again", self.location)
+                self._damage = None
+                self._note_damage(None)
+                return
+        raise self._damaged(damage)
 
     def _error_text(self, exc: BaseException) -> str:
         """What a database error says, fit for a message (no secrets)."""

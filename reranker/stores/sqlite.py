@@ -213,7 +213,10 @@ class SQLiteStore(SQLEventStore):
         self.location = str(self.path)
         self.timeout = busy_timeout  # store.timeout: every wait of the store
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        #: Every connection this object opened, with the thread it serves: a connection is
+        #: closed once its thread has ended (:meth:`_conn`), so threads that come and go
+        #: (a server's, a caller's) do not hold files open.
+        self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
         self._connections_lock = threading.Lock()
         self._writer_lock = threading.Lock()
         self._writer_handle: int | None = None
@@ -247,6 +250,7 @@ class SQLiteStore(SQLEventStore):
                              f"newer reranker: upgrade reranker, or point store.path at a new "
                              f"file to start a new event log")
         self.store_id: str = meta["store_id"]
+        self._opened = True
 
     def check_writable(self) -> None:
         """The database takes a write, and its folder has room for more: SQLite writes into
@@ -323,6 +327,51 @@ class SQLiteStore(SQLEventStore):
         conn.execute("ALTER TABLE impressions ADD COLUMN page_key TEXT")
         conn.execute("UPDATE impressions SET arm = learner")
 
+    # -- damage -----------------------------------------------------------------------------
+
+    _opened = False
+
+    def _is_damage(self, exc: BaseException) -> bool:
+        code = getattr(exc, "sqlite_errorcode", None)  # (Python 3.11 and newer)
+        if code is not None:
+            return code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+        return isinstance(exc, sqlite3.DatabaseError) and any(
+            words in str(exc) for words in ("malformed", "not a database"))
+
+    def _verify(self) -> str | None:
+        """``PRAGMA quick_check`` on a connection of its own (it reads every page)."""
+        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        try:
+            rows = conn.execute("PRAGMA quick_check(3)").fetchall()
+        finally:
+            conn.close()
+        problems = [row[0] for row in rows]
+        return None if problems == ["ok"] else "; ".join(problems)
+
+    def _damage_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".damaged")
+
+    def _damage_note(self) -> str | None:
+        try:
+            return self._damage_path().read_text(encoding="utf-8") or "damaged"
+        except OSError:  # none: no process found it damaged
+            return None
+
+    def _note_damage(self, text: str | None) -> None:
+        path = self._damage_path()
+        with contextlib.suppress(OSError):  # (a full or read-only disk: this process knows)
+            if text is None:
+                path.unlink(missing_ok=True)
+            elif self._damage_note() != text:
+                path.write_text(text, encoding="utf-8")
+
+    def _repair_advice(self) -> str:
+        name = self.path.name
+        return (f"restore it from a backup while the service runs with `sqlite3 {name} "
+                f"\".restore BACKUP\"`, or save what it still holds with `sqlite3 {name} "
+                f".recover | sqlite3 NEW` and point store.path at NEW; the health checks look "
+                f"at it again every {self.DAMAGE_RECHECK:g} s")
+
     # -- connections ------------------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
@@ -339,11 +388,18 @@ class SQLiteStore(SQLEventStore):
                 conn.execute("PRAGMA foreign_keys=ON")
                 conn.execute(f"PRAGMA wal_autocheckpoint={self.autocheckpoint_pages}")
             except sqlite3.Error as exc:
+                if self._is_damage(exc) and self._opened:  # (damaged since it opened)
+                    raise self._damaged(str(exc)) from exc
                 raise StoreError(f"store.path: {self.path} is not a usable SQLite database: "
                                  f"{exc}") from exc
             self._local.conn = conn
             with self._connections_lock:
-                self._connections.append(conn)
+                ended = [conn for thread, conn in self._connections if not thread.is_alive()]
+                self._connections = [(thread, conn) for thread, conn in self._connections
+                                     if thread.is_alive()]
+                self._connections.append((threading.current_thread(), conn))
+            for old in ended:
+                old.close()
         return conn
 
     @contextlib.contextmanager
@@ -458,7 +514,7 @@ class SQLiteStore(SQLEventStore):
         self._stop_writers()
         self._checkpoints.stop()  # (closing the last connection checkpoints what is left)
         with self._connections_lock:
-            for conn in self._connections:
+            for _, conn in self._connections:
                 conn.close()
             self._connections.clear()
         self._local = threading.local()

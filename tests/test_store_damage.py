@@ -1,0 +1,94 @@
+"""A damaged SQLite event store never ends the process: with its file truncated or its pages
+overwritten while the service runs (one process, or gunicorn workers), a click is answered 503
+saying what to run, /healthz reports the store damaged and /readyz 503 from any worker, the
+searches go on, and once the file is restored (online, through SQLite's backup API, as
+`sqlite3 events.sqlite ".restore BACKUP"` does) every answer is as before, the clicks
+acknowledged before the damage among them."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import pytest
+from conftest import ServeProcess, wait_until, write_config
+
+
+def copy_database(source, target):
+    """``source`` copied into ``target`` page by page, with SQLite's locks."""
+    src, dst = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+
+
+def damage(path, how):
+    """Damage the database file (first moving every page the write-ahead log holds into
+    it, as the service's checkpoints do)."""
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+    finally:
+        conn.close()
+    if how == "truncated":
+        os.truncate(path, 100)
+    else:  # every page after the first (the header and the schema) overwritten
+        size = path.stat().st_size
+        with open(path, "r+b") as handle:
+            handle.seek(8192)
+            handle.write(os.urandom(size - 8192))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("how", ["truncated", "overwritten"])
+def test_a_damaged_store_is_503_and_reported_and_used_again_once_restored(workdir, how,
+                                                                         workers):
+    # (pages stay open to clicks for the whole test)
+    server = ServeProcess(write_config(workdir, trainer={"feedback_window": 600}),
+                          "--workers", str(workers))
+    store = workdir / "events.sqlite"
+    try:
+        server.wait_ready()
+        pages = [server.post("/search", {"query": f"tea kettle {i}"}).json()
+                 for i in range(30)]
+        first = pages[0]
+        assert server.post("/click", {"impression_id": first["impression_id"],
+                                      "doc_id": first["hits"][1]["id"]}).status_code == 202
+        backup = workdir / "backup.sqlite"
+        copy_database(store, backup)
+        damage(store, how)
+
+        clicked = pages[1]
+        answer = server.post("/click", {"impression_id": clicked["impression_id"],
+                                        "doc_id": clicked["hits"][0]["id"]})
+        assert answer.status_code == 503, answer.text
+        message = answer.json()["error"]["message"]
+        assert "event store events.sqlite is damaged" in message
+        assert '`sqlite3 events.sqlite ".restore BACKUP"`' in message
+        assert str(workdir) not in message  # where it is stays in the log
+        for _ in range(4):  # every worker, whichever met the damage, reports it
+            health = server.get("/healthz").json()
+            assert "events" in health["problems"], health
+            assert health["events"]["status"] == "damaged", health["events"]
+            assert "is damaged" in health["events"]["error"]
+            ready = server.get("/readyz")
+            assert ready.status_code == 503 and "events" in ready.json()["problems"]
+        # the engine still answers: searches go on, their pages wait to be written
+        assert server.post("/search", {"query": "green tea"}).status_code == 200
+
+        copy_database(backup, store)  # restored while the service runs
+        wait_until(lambda: server.get("/readyz").status_code == 200)
+        wait_until(lambda: all(server.get("/healthz").json()["events"]["status"] == "ok"
+                               for _ in range(4)))
+        answer = server.post("/click", {"impression_id": clicked["impression_id"],
+                                        "doc_id": clicked["hits"][0]["id"]})
+        assert answer.status_code == 202, answer.text
+        again = server.post("/click", {"impression_id": first["impression_id"],
+                                       "doc_id": first["hits"][1]["id"]})
+        assert again.status_code == 202 and again.json()["duplicate"] is True
+        assert not (workdir / "events.sqlite.damaged").exists()
+    finally:
+        server.stop()
+    assert server.proc.returncode in (0, -15), server.log_path.read_text()
