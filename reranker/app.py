@@ -168,8 +168,9 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         try:
             body = json_body("click")
             limit("click", body, client_address(service))
-            result = service.click(body.get("impression_id"), body.get("doc_id"),
-                                   body.get("user_id"), body.get("session_id"))
+            result = service.in_time("click", service.click, body.get("impression_id"),
+                                     body.get("doc_id"), body.get("user_id"),
+                                     body.get("session_id"))
         except RerankerError as exc:
             service.metrics.click_rejected(exc)
             raise
@@ -205,8 +206,8 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
                 allowed.append(i)
             except RerankerError as exc:
                 outcomes[i] = exc
-        for i, outcome in zip(allowed, service.click_many([items[i] for i in allowed]),
-                              strict=True):
+        done = service.in_time("clicks", service.click_many, [items[i] for i in allowed])
+        for i, outcome in zip(allowed, done, strict=True):
             outcomes[i] = outcome
         results = []
         for outcome in outcomes:
@@ -223,8 +224,8 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
     def reward():
         body = json_body("reward")
         limit("reward", body, client_address(service))
-        result = service.reward(body.get("impression_id"), body.get("value"),
-                                body.get("user_id"), body.get("session_id"))
+        result = service.in_time("reward", service.reward, body.get("impression_id"),
+                                 body.get("value"), body.get("user_id"), body.get("session_id"))
         return jsonify({"accepted": True, "impression_id": result.impression_id,
                         "value": result.value, "replaced": result.replaced}), 202
 
@@ -237,10 +238,11 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         # Either of two bodies: the one with an impression_id explains that page.
         if isinstance(body, dict) and "impression_id" in body:
             validator.check("explain_impression", body)
-            return jsonify(explain_impression(service, body.get("impression_id")))
+            return jsonify(service.in_time("explain", explain_impression, service,
+                                           body.get("impression_id")))
         validator.check("explain_search", body)
-        return jsonify(explain_search(service, body.get("query"), body.get("size"),
-                                      body.get("filter")))
+        return jsonify(service.in_time("explain", explain_search, service, body.get("query"),
+                                       body.get("size"), body.get("filter")))
 
     @bp.get("/healthz")
     def healthz():
@@ -270,7 +272,8 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
 
     @bp.get("/experiments")
     def experiments():
-        return reports_allowed() or jsonify(service.experiment_status())
+        return reports_allowed() or jsonify(service.in_time("experiments",
+                                                            service.experiment_status))
 
     @bp.get("/dashboard")
     def dashboard():

@@ -76,6 +76,11 @@ class Metrics:
                                           "server.search_timeout (or every search thread "
                                           "still waited on one that did).",
                                           registry=self.registry)
+        self.store_calls_timed_out = Counter(
+            "reranker_store_calls_timed_out", "Clicks, rewards, explanations and reports "
+            "answered 503 because the event store gave no answer within store.timeout and "
+            "a grace (or every thread for them still waited on one that did).", ["endpoint"],
+            registry=self.registry)
         self.backend_errors = Counter("reranker_backend_errors", "Searches the backend "
                                       "failed or could not be reached for.",
                                       registry=self.registry)

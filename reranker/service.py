@@ -67,6 +67,9 @@ FEATURE_WATCH = 100
 BACKEND_ORDER = "backend_order"
 #: Seconds a check that the event store takes writes stands for (``/metrics`` reads it).
 WRITABLE_CHECK_EVERY = 5.0
+#: Seconds a request that waits on the event store is given beyond ``store.timeout`` (the
+#: store's own timeouts answer first when the database answers at all).
+STORE_CALL_GRACE = 2.0
 
 #: Seconds a first page's ranking is continued by later pages of the same query, filters and
 #: user or session.
@@ -134,6 +137,11 @@ class RerankerService:
         #: The threads HTTP searches run in, each answered within server.search_timeout.
         self.searches = Deadline(config.server.threads, config.server.search_timeout,
                                  "search")
+        #: The threads the other requests that wait on the event store run in (clicks,
+        #: rewards, explanations, reports), each answered within store.timeout and a grace:
+        #: a server-side timeout cannot end a wait on a database that is frozen.
+        self.store_calls = Deadline(config.server.threads,
+                                    config.store.timeout + STORE_CALL_GRACE, "store call")
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -312,6 +320,29 @@ class RerankerService:
                                 f"that took longer than {timeout:g} s "
                                 f"(server.search_timeout): the search engine or the event "
                                 f"store is stuck (/healthz says which)") from None
+
+    def in_time(self, endpoint: str, call: Callable[..., Any], *args: Any,
+                **kwargs: Any) -> Any:
+        """``call(*args, **kwargs)`` (a request's work that waits on the event store)
+        within ``store.timeout`` and :data:`STORE_CALL_GRACE` seconds, in one of
+        ``server.threads`` threads: a :class:`DeadlineError` (503) when it takes longer
+        (nothing it answers would be acknowledged: a click sent again is counted once), or
+        at once when every such thread still waits on one that took longer."""
+        timeout = self.store_calls.timeout
+        try:
+            return self.store_calls.run(lambda deadline: call(*args, **kwargs))
+        except TimeoutError:
+            self.metrics.store_calls_timed_out.labels(endpoint).inc()
+            raise DeadlineError(f"no answer within {timeout:g} s (store.timeout and "
+                                f"{STORE_CALL_GRACE:g} s): the event store is slow or stuck "
+                                f"(/healthz says so); not acknowledged: send it again "
+                                f"later (a click sent twice counts once)") from None
+        except OverflowError:
+            self.metrics.store_calls_timed_out.labels(endpoint).inc()
+            raise DeadlineError(f"every thread of this process for the event store waits "
+                                f"on a call that took longer than {timeout:g} s: the event "
+                                f"store is stuck (/healthz says so); send it again "
+                                f"later") from None
 
     def _from_backend(self, call: Callable[..., Any], *args: Any) -> Any:
         """``call(*args)``, a request to the search backend: its failures (5xx) counted."""
