@@ -307,19 +307,13 @@ class RerankerService:
         at once when every thread still waits on a search that took longer (a stuck engine
         or event store holds those threads, not every request of the process)."""
         timeout = self.config.server.search_timeout
-        try:
-            return self.searches.run(self.search, *args, **kwargs)
-        except TimeoutError:
-            self.metrics.searches_timed_out.inc()
-            raise DeadlineError(f"no answer within {timeout:g} s (server.search_timeout): the "
-                                f"search engine or the event store is slow or stuck "
-                                f"(/healthz says which)") from None
-        except OverflowError:
-            self.metrics.searches_timed_out.inc()
-            raise DeadlineError(f"every search thread of this process waits on a search "
-                                f"that took longer than {timeout:g} s "
-                                f"(server.search_timeout): the search engine or the event "
-                                f"store is stuck (/healthz says which)") from None
+        return _within(
+            self.searches, self.metrics.searches_timed_out,
+            f"no answer within {timeout:g} s (server.search_timeout): the search engine or "
+            f"the event store is slow or stuck (/healthz says which)",
+            f"every search thread of this process waits on a search that took longer than "
+            f"{timeout:g} s (server.search_timeout): the search engine or the event store is "
+            f"stuck (/healthz says which)", self.search, *args, **kwargs)
 
     def in_time(self, endpoint: str, call: Callable[..., Any], *args: Any,
                 **kwargs: Any) -> Any:
@@ -329,20 +323,14 @@ class RerankerService:
         (nothing it answers would be acknowledged: a click sent again is counted once), or
         at once when every such thread still waits on one that took longer."""
         timeout = self.store_calls.timeout
-        try:
-            return self.store_calls.run(lambda deadline: call(*args, **kwargs))
-        except TimeoutError:
-            self.metrics.store_calls_timed_out.labels(endpoint).inc()
-            raise DeadlineError(f"no answer within {timeout:g} s (store.timeout and "
-                                f"{STORE_CALL_GRACE:g} s): the event store is slow or stuck "
-                                f"(/healthz says so); not acknowledged: send it again "
-                                f"later (a click sent twice counts once)") from None
-        except OverflowError:
-            self.metrics.store_calls_timed_out.labels(endpoint).inc()
-            raise DeadlineError(f"every thread of this process for the event store waits "
-                                f"on a call that took longer than {timeout:g} s: the event "
-                                f"store is stuck (/healthz says so); send it again "
-                                f"later") from None
+        return _within(
+            self.store_calls, self.metrics.store_calls_timed_out.labels(endpoint),
+            f"no answer within {timeout:g} s (store.timeout and {STORE_CALL_GRACE:g} s): the "
+            f"event store is slow or stuck (/healthz says so); not acknowledged: send it "
+            f"again later (a click sent twice counts once)",
+            f"every thread of this process for the event store waits on a call that took "
+            f"longer than {timeout:g} s: the event store is stuck (/healthz says so); send it "
+            f"again later", lambda deadline: call(*args, **kwargs))
 
     def _from_backend(self, call: Callable[..., Any], *args: Any) -> Any:
         """``call(*args)``, a request to the search backend: its failures (5xx) counted."""
@@ -862,6 +850,21 @@ class RerankerService:
                                       **arm.model.progress.to_dict()}
                               for arm in self.arms for label in arm.labels}
         return answer
+
+
+def _within(pool: Deadline, timed_out: Any, late: str, busy: str, call: Callable[..., Any],
+            *args: Any, **kwargs: Any) -> Any:
+    """``pool.run(call, ...)``; a :class:`DeadlineError` saying ``late`` when the call took
+    longer than the pool's timeout, or ``busy`` when every thread of the pool still waits on
+    such a call; each counted in the counter ``timed_out``."""
+    try:
+        return pool.run(call, *args, **kwargs)
+    except TimeoutError:
+        timed_out.inc()
+        raise DeadlineError(late) from None
+    except OverflowError:
+        timed_out.inc()
+        raise DeadlineError(busy) from None
 
 
 def check_impression_id(impression_id: Any) -> str:
