@@ -445,6 +445,39 @@ def fill(folder: Path) -> Path:
     return filler
 
 
+def test_a_read_only_folder_is_told_alike_by_healthz_and_readyz_before_during_and_after(
+        workdir, small_disk):
+    """The store's folder turns read-only (bound read-only over itself, as a file system
+    remounted read-only on an error is seen by every new file the store opens): /healthz
+    and /readyz both say the store cannot take writes while it lasts, searches still
+    answer, and both say all is well once it is writable again."""
+    server = LiveServer(write_config(workdir, trainer={"enabled": False},
+                                     store={"path": str(small_disk / "events.sqlite")}))
+    bound = False
+    try:
+        def story():
+            health, ready = server.get("/healthz").json(), server.get("/readyz")
+            return health["events"]["status"], ready.status_code, ready.json()["problems"]
+
+        assert server.post("/search", {"query": "tea kettle"}).status_code == 200
+        assert story() == ("ok", 200, [])
+        done = subprocess.run(["mount", "--bind", "-o", "ro", str(small_disk),
+                               str(small_disk)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot bind a folder read-only here: {done.stderr.strip()}")
+        bound = True
+        for _ in range(3):  # the same story from both, at every probe
+            assert story() == ("unwritable", 503, ["events"])
+        assert server.post("/search", {"query": "tea kettle"}).status_code == 200
+        subprocess.run(["umount", str(small_disk)], check=True)
+        bound = False
+        assert story() == ("ok", 200, [])
+    finally:
+        if bound:
+            subprocess.run(["umount", "-l", str(small_disk)], capture_output=True)
+        server.stop()
+
+
 def test_on_a_full_disk_readiness_fails_clicks_answer_503_and_nothing_is_lost(workdir,
                                                                               small_disk):
     server = LiveServer(write_config(workdir, trainer={"enabled": False},
