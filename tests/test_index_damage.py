@@ -8,7 +8,7 @@ import os
 import shutil
 
 import pytest
-from conftest import LiveServer, wait_until, write_config
+from conftest import LiveServer, ServeProcess, wait_until, write_config
 
 from reranker.config import load_config
 from reranker.plugins import backend_class, get_plugin_manager
@@ -42,14 +42,21 @@ def damage(index, how):
         (other / "index").rename(index)
 
 
-@pytest.mark.parametrize("how", ["truncated", "overwritten", "swapped"])
-def test_a_damaged_index_is_503_and_reported_and_searched_again_once_restored(workdir, how):
+@pytest.mark.parametrize("how, workers", [("truncated", 0), ("overwritten", 0),
+                                          ("swapped", 0), ("truncated", 2)])
+def test_a_damaged_index_is_503_and_reported_and_searched_again_once_restored(workdir, how,
+                                                                             workers):
     index = workdir / "index"
     good = workdir / "good-copy"
     shutil.copytree(index, good)
-    live = LiveServer(workdir / "config.yaml")
+    if workers:  # gunicorn's worker processes, each with the index open
+        live = ServeProcess(workdir / "config.yaml", "--workers", str(workers), "--no-trainer")
+        live.wait_ready()
+    else:
+        live = LiveServer(workdir / "config.yaml")
     try:
-        assert live.post("/search", {"query": "tea kettle"}).status_code == 200
+        for _ in range(2 * workers + 1):
+            assert live.post("/search", {"query": "tea kettle"}).status_code == 200
         damage(index, how)
         # a query never searched before: nothing is answered from the caches
         answer = live.post("/search", {"query": "espresso grinder"})
@@ -57,18 +64,24 @@ def test_a_damaged_index_is_503_and_reported_and_searched_again_once_restored(wo
         message = answer.json()["error"]["message"]
         assert "embedded index" in message and "reranker index --recreate" in message
         assert str(workdir) not in message  # where it is stays in the log
-        health = live.get("/healthz").json()
-        assert health["status"] == "degraded" and "backend" in health["problems"]
-        assert health["backend"]["status"] == "unavailable"
-        ready = live.get("/readyz")
-        assert ready.status_code == 503 and ready.json()["problems"] == ["backend"]
-        for _ in range(3):  # the process stays up and keeps answering
+        for _ in range(1 + 2 * workers):  # whichever process answers
+            health = live.get("/healthz").json()
+            assert health["status"] == "degraded" and "backend" in health["problems"]
+            assert health["backend"]["status"] == "unavailable"
+            ready = live.get("/readyz")
+            assert ready.status_code == 503 and ready.json()["problems"] == ["backend"]
+        for _ in range(3 + 2 * workers):  # every process stays up and keeps answering
             assert live.post("/search", {"query": "green tea"}).status_code == 503
         # restored: a check in a child process finds it sound, and searches go on
         shutil.rmtree(index)
         shutil.copytree(good, index)
         wait_until(lambda: live.post("/search", {"query": "green tea"}).status_code == 200)
-        assert live.get("/healthz").json()["status"] == "ok"
-        assert live.get("/readyz").status_code == 200
+        wait_until(lambda: all(live.get("/healthz").json()["status"] == "ok"
+                               and live.get("/readyz").status_code == 200
+                               and live.post("/search", {"query": "green tea"}).status_code
+                               == 200 for _ in range(1 + 2 * workers)))
     finally:
         live.stop()
+    if workers:  # no worker ended and was replaced meanwhile
+        log = live.log_path.read_text(encoding="utf-8")
+        assert log.count("Booting worker") == workers, log
