@@ -33,8 +33,8 @@ from pathlib import Path
 
 from http_load import Served, demo_queries, prepare_workdir, run_load
 
-from reranker.config import load_config
-from reranker.service import RerankerService
+from reranker.core.config import load_config
+from reranker.serving.service import RerankerService
 
 
 def log_pages(config_path: Path, pages: int) -> list[tuple[str, str]]:

@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 from timing import median_p99_us, time_calls
 
-from reranker.config import config_from_dict
-from reranker.events import Impression
-from reranker.features import FeatureSpec
-from reranker.model import ModelFactory
-from reranker.plugins import backend_class, get_plugin_manager
+from reranker.core.config import config_from_dict
+from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.features.extraction import FeatureSpec
+from reranker.models.model import ModelFactory
+from reranker.stores.events import Impression
 from reranker.stores.sqlite import SQLiteStore
 
 

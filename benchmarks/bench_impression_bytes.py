@@ -30,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from reranker.config import config_from_dict
-from reranker.demo import demo_config
-from reranker.democorpus import generate_corpus
-from reranker.events import Impression
-from reranker.plugins import backend_class, get_plugin_manager
-from reranker.service import RerankerService
+from reranker.commands.demo import demo_config
+from reranker.core.config import config_from_dict
+from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.offline.democorpus import generate_corpus
+from reranker.serving.service import RerankerService
 from reranker.stores import encoding
+from reranker.stores.events import Impression
 from reranker.stores.sqlite import SQLiteStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 from timing import mq2008_benchmark_args, simulation_speeds
 
-from reranker.simulation import LearnerSpec, Settings, best_single_feature
+from reranker.offline.simulation import LearnerSpec, Settings, best_single_feature
 
 REFERENCE = 1500.0  # impressions per CPU-second of the reference implementation
 

@@ -23,10 +23,10 @@ import numpy as np
 from timing import median_p99_us, time_calls
 
 from reranker.backends import Candidates
-from reranker.config import config_from_dict
-from reranker.features import FeatureSpec
-from reranker.model import ModelFactory
-from reranker.plugins import get_plugin_manager
+from reranker.core.config import config_from_dict
+from reranker.core.plugins import get_plugin_manager
+from reranker.features.extraction import FeatureSpec
+from reranker.models.model import ModelFactory
 
 
 def fake_candidates(rng: np.random.Generator, n: int, fields: int, numeric: int) -> Candidates:
@@ -91,9 +91,9 @@ def service_search(folder: Path, rng: np.random.Generator, n: int,
     """Whole searches: Tantivy retrieval with per-field scores, features, ranking, logging,
     after 1,000 searches with a click on every other one (untimed, so that the click counts
     are those of a store in use); and the event store's click-feature read alone."""
-    from reranker.democorpus import generate_corpus
-    from reranker.plugins import backend_class
-    from reranker.service import RerankerService
+    from reranker.core.plugins import backend_class
+    from reranker.offline.democorpus import generate_corpus
+    from reranker.serving.service import RerankerService
 
     folder.mkdir()
     corpus = generate_corpus(7)

@@ -38,12 +38,12 @@ from pathlib import Path
 
 import requests
 
-from reranker.app import BackgroundServer, create_app
-from reranker.config import config_from_dict
-from reranker.democorpus import generate_corpus
-from reranker.errors import RerankerError
-from reranker.plugins import backend_class, get_plugin_manager
-from reranker.service import RerankerService
+from reranker.api.app import BackgroundServer, create_app
+from reranker.core.config import config_from_dict
+from reranker.core.errors import RerankerError
+from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.offline.democorpus import generate_corpus
+from reranker.serving.service import RerankerService
 
 PAGE = 4096  # bytes per page of /proc/self/statm
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 from bench_impression_bytes import hundred_candidates
 
-from reranker.app import start_trainer
-from reranker.config import config_from_dict
-from reranker.demo import demo_config
-from reranker.service import RerankerService
+from reranker.api.app import start_trainer
+from reranker.commands.demo import demo_config
+from reranker.core.config import config_from_dict
+from reranker.serving.service import RerankerService
 
 
 def run(folder: Path, retention: float | None, seconds: float, rate: float,

@@ -43,9 +43,9 @@ from pathlib import Path
 import numpy as np
 from timing import median_p99_us, time_calls, time_interleaved
 
-from reranker.config import config_from_dict
-from reranker.plugins import backend_class, get_plugin_manager
-from reranker.service import RerankerService
+from reranker.core.config import config_from_dict
+from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.serving.service import RerankerService
 
 ROOT = Path(__file__).resolve().parents[1]
 CRANFIELD = ROOT.parent / "shared" / "data" / "cranfield"
@@ -59,7 +59,7 @@ def load_collection(folder: Path) -> tuple[str, list[dict], list[str]]:
 
         cranfield = load_cranfield(folder)
         return "Cranfield", cranfield.documents, [q.text for q in cranfield.queries]
-    from reranker.democorpus import generate_corpus
+    from reranker.offline.democorpus import generate_corpus
 
     corpus = generate_corpus(7)
     return (f"the demo corpus ({folder} has no Cranfield collection)", corpus.documents,
@@ -285,8 +285,8 @@ def in_process_part(folder: Path, n: int, rng: np.random.Generator) -> dict:
     default learner's ranking with its perturbed pairs and logged chances, as the service
     runs them, against the bare numpy floor on the same matrix."""
     from reranker.backends import Candidates
-    from reranker.features import FeatureSpec
-    from reranker.model import ModelFactory
+    from reranker.features.extraction import FeatureSpec
+    from reranker.models.model import ModelFactory
 
     config = config_from_dict({"features": {"numeric_fields": ["popularity"]}}, folder)
     spec = FeatureSpec.from_config(config)

@@ -2,7 +2,7 @@
 candidates (features normalised, ranked, its randomised pairs) against the same search of a
 query whose clicks judge a result (the judgment against the query's other results, the
 specialised page and the judgments on the general model's adjacent pairs,
-:func:`reranker.specialization.specialise`), and of a query with clicks that judge nothing
+:func:`reranker.learners.specialization.specialise`), and of a query with clicks that judge nothing
 yet (the judgment looked for, the general model's page kept), timed side by side in
 alternating blocks.
 
@@ -16,11 +16,11 @@ import argparse
 import numpy as np
 from timing import median_p99_us, time_interleaved
 
-from reranker.featuremap import FeatureMap
-from reranker.features import engine_prior, kernels
-from reranker.model import ModelFactory
-from reranker.plugins import get_plugin_manager, learner_class
-from reranker.specialization import QueryEvidence, specialise
+from reranker.core.plugins import get_plugin_manager, learner_class
+from reranker.features.extraction import engine_prior, kernels
+from reranker.learners.featuremap import FeatureMap
+from reranker.learners.specialization import QueryEvidence, specialise
+from reranker.models.model import ModelFactory
 
 N, K = 100, 10
 

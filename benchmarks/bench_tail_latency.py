@@ -2,7 +2,7 @@
 the way it was before in one run:
 
   (a) Python's cycle collector, with and without the start-up objects frozen
-      (``reranker.app.freeze_startup_objects``, which ``reranker serve`` and every gunicorn
+      (``reranker.api.app.freeze_startup_objects``, which ``reranker serve`` and every gunicorn
       worker call once their service is open): searches of repeated queries and of new ones
       (each a known query without a word or two), in alternating blocks, with the
       collector's pauses timed by ``gc.callbacks``;

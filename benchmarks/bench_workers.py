@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 from http_load import Served, demo_queries, prepare_workdir, run_load
 
-from reranker.config import load_config
-from reranker.plugins import backend_class, get_plugin_manager
+from reranker.core.config import load_config
+from reranker.core.plugins import backend_class, get_plugin_manager
 
 
 def bare_engine(config_path: Path, queries: list[str], threads: int, seconds: float

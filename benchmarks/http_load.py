@@ -123,9 +123,9 @@ def run_load(url: str, path: str, next_body: NextBody, *, clients: int, seconds:
 def prepare_workdir(folder: Path, store: dict | None = None, **sections) -> Path:
     """The generated demo corpus indexed in ``folder/index`` and a config file beside it (the
     event store in ``folder``, or the ``store`` section given); returns the config's path."""
-    from reranker.config import load_config
-    from reranker.democorpus import generate_corpus
-    from reranker.plugins import backend_class, get_plugin_manager
+    from reranker.core.config import load_config
+    from reranker.core.plugins import backend_class, get_plugin_manager
+    from reranker.offline.democorpus import generate_corpus
 
     data = {"backend": {"type": "embedded", "path": "index", "fields": ["title", "body"]},
             "features": {"numeric_fields": ["popularity"]},
@@ -149,7 +149,7 @@ def prepare_workdir(folder: Path, store: dict | None = None, **sections) -> Path
 
 
 def demo_queries() -> list[str]:
-    from reranker.democorpus import generate_corpus
+    from reranker.offline.democorpus import generate_corpus
 
     return [query for query, _ in generate_corpus(seed=7).queries]
 

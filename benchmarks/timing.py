@@ -62,7 +62,7 @@ def mq2008_benchmark_args(description: str, impressions: int, click_model: str):
     import sys
     from pathlib import Path
 
-    from reranker.simulation import prepare
+    from reranker.offline.simulation import prepare
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--data", type=Path,
@@ -84,7 +84,7 @@ def simulation_speeds(data, cases: dict, settings, repeats: int) -> dict[str, di
     impressions per second and the median share of time in learner code."""
     import statistics
 
-    from reranker.simulation import run_one
+    from reranker.offline.simulation import run_one
 
     timings: dict[str, list[dict]] = {name: [] for name in cases}
     for repeat in range(repeats):

@@ -46,12 +46,12 @@ from cranfield import Cranfield, Query, load_cranfield
 from rich.console import Console
 from rich.table import Table
 
-from reranker.click_models import cascade_model
-from reranker.config import load_config
-from reranker.console import progress_bar
-from reranker.demo import HttpClient
-from reranker.metrics import ndcg
-from reranker.plugins import backend_class, get_plugin_manager
+from reranker.commands.console import progress_bar
+from reranker.commands.demo import HttpClient
+from reranker.core.config import load_config
+from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.offline.click_models import cascade_model
+from reranker.offline.metrics import ndcg
 from reranker.testing import ServeProcess, cli_env, reranker_command
 
 K = 10
@@ -175,7 +175,7 @@ def new_deployment_ndcg(config_path: Path, queries: list[Query]) -> float:
     ``queries``: the same index and learner on an empty event store and model folder."""
     from tempfile import TemporaryDirectory
 
-    from reranker.service import RerankerService
+    from reranker.serving.service import RerankerService
 
     with TemporaryDirectory() as scratch:
         config = load_config(config_path, {"store.path": str(Path(scratch) / "events.sqlite"),

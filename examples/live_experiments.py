@@ -38,14 +38,14 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from reranker.app import BackgroundServer, create_app, start_trainer
-from reranker.click_models import cascade_model
-from reranker.config import load_config
-from reranker.console import progress_bar
-from reranker.demo import HttpClient, demo_config
-from reranker.democorpus import generate_corpus
-from reranker.plugins import backend_class, get_plugin_manager
-from reranker.service import RerankerService
+from reranker.api.app import BackgroundServer, create_app, start_trainer
+from reranker.commands.console import progress_bar
+from reranker.commands.demo import HttpClient, demo_config
+from reranker.core.config import load_config
+from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.offline.click_models import cascade_model
+from reranker.offline.democorpus import generate_corpus
+from reranker.serving.service import RerankerService
 
 PERCEPTRON = {"name": "preference_perceptron", "params": {}}
 ENGINE = {"name": "backend_order"}

@@ -16,9 +16,9 @@ import argparse
 import json
 from pathlib import Path
 
-from reranker.console import progress_bar
-from reranker.plotting import learning_curve_panels
-from reranker.simulation import (
+from reranker.commands.console import progress_bar
+from reranker.offline.plotting import learning_curve_panels
+from reranker.offline.simulation import (
     WINDOW_METRIC,
     Settings,
     best_single_feature,

@@ -18,9 +18,9 @@ import json
 import math
 from pathlib import Path
 
-from reranker.console import progress_bar
-from reranker.plugins import get_plugin_manager, learner_classes
-from reranker.simulation import (
+from reranker.commands.console import progress_bar
+from reranker.core.plugins import get_plugin_manager, learner_classes
+from reranker.offline.simulation import (
     Settings,
     best_single_feature,
     learner_specs,

@@ -20,10 +20,10 @@ import csv
 import json
 from pathlib import Path
 
-from reranker.console import progress_bar
-from reranker.plotting import learning_curve_panels
-from reranker.semibandit_simulation import SemibanditSettings, simulate_semibandits
-from reranker.simulation import LearnerSpec, prepare
+from reranker.commands.console import progress_bar
+from reranker.offline.plotting import learning_curve_panels
+from reranker.offline.semibandit import SemibanditSettings, simulate_semibandits
+from reranker.offline.simulation import LearnerSpec, prepare
 
 #: The exploration parameter of each learner and the values tried (the paper tried ten
 #: logarithmically spaced values each; four keep the example's run time reasonable).

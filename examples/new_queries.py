@@ -28,8 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from reranker.console import progress_bar
-from reranker.simulation import LearnerSpec, Settings, best_single_feature, prepare, simulate
+from reranker.commands.console import progress_bar
+from reranker.offline.simulation import (
+    LearnerSpec,
+    Settings,
+    best_single_feature,
+    prepare,
+    simulate,
+)
 
 #: The collections: folder under --data, training files, held-out file.
 COLLECTIONS = {

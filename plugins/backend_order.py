@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.feedback import Feedback
-from reranker.learner import Learner, Param, RankResult
+from reranker.learners import Learner, Param, RankResult
+from reranker.learners.feedback import Feedback
 
 
 class BackendOrder(Learner):

@@ -7,9 +7,9 @@ import math
 import numpy as np
 
 from reranker import hookimpl
-from reranker.coactive import CoactiveLearner
-from reranker.feedback import Feedback
-from reranker.learner import Param
+from reranker.learners import Param
+from reranker.learners.coactive import CoactiveLearner
+from reranker.learners.feedback import Feedback
 
 
 class ConvexPreferencePerceptron(CoactiveLearner):

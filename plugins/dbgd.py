@@ -9,10 +9,9 @@ import hashlib
 import numpy as np
 
 from reranker import hookimpl
-from reranker.clicks.position_bias import PAIR_OFFSET, one_click_pairs
 from reranker.experiments.interleaving import team_draft
-from reranker.feedback import Feedback, click_positions
-from reranker.learner import (
+from reranker.features.clicks.position_bias import PAIR_OFFSET, one_click_pairs
+from reranker.learners import (
     GradientStepLearner,
     Param,
     RankResult,
@@ -20,6 +19,7 @@ from reranker.learner import (
     learning_rate_params,
     prior_steps_param,
 )
+from reranker.learners.feedback import Feedback, click_positions
 
 #: The context key of the exploration direction and the teams of the shown list.
 CONTEXT_KEY = "dbgd"

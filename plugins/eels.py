@@ -9,9 +9,9 @@ import math
 import numpy as np
 
 from reranker import hookimpl
-from reranker.feedback import Feedback, item_feedback
-from reranker.learner import Learner, Param, RankResult, argmax_ranking
-from reranker.policies import uniform_log_prob
+from reranker.learners import Learner, Param, RankResult, argmax_ranking
+from reranker.learners.feedback import Feedback, item_feedback
+from reranker.learners.policies import uniform_log_prob
 
 
 class EELS(Learner):

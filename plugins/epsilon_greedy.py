@@ -9,10 +9,10 @@ import math
 import numpy as np
 
 from reranker import hookimpl
-from reranker.feedback import Feedback
-from reranker.learner import Param, RankResult, argmax_ranking
-from reranker.oracles import OracleLearner, oracle_params
-from reranker.policies import uniform_log_prob
+from reranker.learners import Param, RankResult, argmax_ranking
+from reranker.learners.feedback import Feedback
+from reranker.learners.oracles import OracleLearner, oracle_params
+from reranker.learners.policies import uniform_log_prob
 
 
 class EpsilonGreedy(OracleLearner):
@@ -20,7 +20,7 @@ class EpsilonGreedy(OracleLearner):
     regression oracle's leader: items ranked by ``f(x)``, ``f`` a regression of each shown
     item's feedback on its features, weighted by the inverse of its chance of being shown (an
     unbiased estimate of every item's reward), refitted at doubling epochs
-    (:class:`reranker.oracles.OracleLearner`)."""
+    (:class:`reranker.learners.oracles.OracleLearner`)."""
 
     name = "epsilon_greedy"
     description = ("epsilon-Greedy (Krishnamurthy et al. 2016): a uniformly random list with "

@@ -7,8 +7,8 @@ import math
 import numpy as np
 
 from reranker import hookimpl
-from reranker.coactive import CoactiveLearner
-from reranker.feedback import Feedback
+from reranker.learners.coactive import CoactiveLearner
+from reranker.learners.feedback import Feedback
 
 
 class ExponentiatedPreferencePerceptron(CoactiveLearner):

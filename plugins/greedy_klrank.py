@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.gper import ARGMAX_PARAMS, GPERLearner, kl_cost_gradient
+from reranker.learners.gper import ARGMAX_PARAMS, GPERLearner, kl_cost_gradient
 
 
 class GreedyKLRank(GPERLearner):

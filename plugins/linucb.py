@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.feedback import Feedback, item_feedback
-from reranker.learner import Learner, Param, RankResult, argmax_ranking
+from reranker.learners import Learner, Param, RankResult, argmax_ranking
+from reranker.learners.feedback import Feedback, item_feedback
 
 
 class LinUCB(Learner):

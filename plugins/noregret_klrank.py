@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.gper import GPERLearner, kl_cost_gradient
-from reranker.learner import RankResult
-from reranker.policies import PlackettLucePolicy
+from reranker.learners import RankResult
+from reranker.learners.gper import GPERLearner, kl_cost_gradient
+from reranker.learners.policies import PlackettLucePolicy
 
 
 class NoRegretKLRank(PlackettLucePolicy, GPERLearner):

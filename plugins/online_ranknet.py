@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.gper import ARGMAX_PARAMS, GPERLearner
+from reranker.learners.gper import ARGMAX_PARAMS, GPERLearner
 
 
 class OnlineRankNet(GPERLearner):

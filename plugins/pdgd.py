@@ -8,15 +8,15 @@ from typing import NamedTuple
 import numpy as np
 
 from reranker import hookimpl
-from reranker.clicks.position_bias import PAIR_OFFSET, one_click_pairs
-from reranker.feedback import Feedback, click_positions
-from reranker.learner import (
+from reranker.features.clicks.position_bias import PAIR_OFFSET, one_click_pairs
+from reranker.learners import (
     GradientStepLearner,
     RankResult,
     learning_rate_params,
     prior_steps_param,
 )
-from reranker.policies import PlackettLucePolicy, RankedScores, gumbel_top_k
+from reranker.learners.feedback import Feedback, click_positions
+from reranker.learners.policies import PlackettLucePolicy, RankedScores, gumbel_top_k
 
 _EXP_MINUS_700 = math.exp(-700.0)  # the floor of a pair's logistic weight term, e^-|d|
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.coactive import CoactiveLearner
-from reranker.feedback import Feedback
+from reranker.learners.coactive import CoactiveLearner
+from reranker.learners.feedback import Feedback
 
 
 class PreferencePerceptron(CoactiveLearner):

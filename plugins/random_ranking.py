@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.feedback import Feedback
-from reranker.learner import Learner, RankResult
-from reranker.policies import uniform_log_prob
+from reranker.learners import Learner, RankResult
+from reranker.learners.feedback import Feedback
+from reranker.learners.policies import uniform_log_prob
 
 
 class RandomRanking(Learner):

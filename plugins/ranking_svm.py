@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from reranker import hookimpl
-from reranker.coactive import CoactiveLearner
-from reranker.feedback import Feedback
-from reranker.learner import Param
+from reranker.learners import Param
+from reranker.learners.coactive import CoactiveLearner
+from reranker.learners.feedback import Feedback
 
 #: The regularisation constants cross-validation chooses from.
 C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.coactive import CoactiveLearner
-from reranker.feedback import Feedback
-from reranker.learner import Param
+from reranker.learners import Param
+from reranker.learners.coactive import CoactiveLearner
+from reranker.learners.feedback import Feedback
 
 
 def project_in_metric(A: np.ndarray, wbar: np.ndarray, radius: float) -> np.ndarray:

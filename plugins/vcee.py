@@ -9,9 +9,9 @@ import math
 import numpy as np
 
 from reranker import hookimpl
-from reranker.feedback import Feedback
-from reranker.learner import Param, RankResult, argmax_ranking
-from reranker.oracles import (
+from reranker.learners import Param, RankResult, argmax_ranking
+from reranker.learners.feedback import Feedback
+from reranker.learners.oracles import (
     POSITION_WEIGHTS,
     OracleLearner,
     oracle_params,
@@ -19,7 +19,7 @@ from reranker.oracles import (
     position_weights,
     smoothing,
 )
-from reranker.policies import uniform_log_prob
+from reranker.learners.policies import uniform_log_prob
 
 #: Algorithm 1's psi, which the paper's experiments set to 1 (appendix C.1)
 PSI = 1.0

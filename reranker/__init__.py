@@ -8,3 +8,9 @@ __version__ = "0.1.0"
 hookimpl = pluggy.HookimplMarker("reranker")
 
 __all__ = ["__version__", "hookimpl"]
+
+# The modules' paths before the sub-packages (reranker.learner, reranker.service, ...) still
+# import, with a DeprecationWarning, for one release.
+from reranker import moved as _moved  # noqa: E402
+
+_moved.install()

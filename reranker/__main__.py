@@ -1,5 +1,5 @@
 """``python -m reranker`` runs the command line."""
 
-from .cli import main
+from reranker.commands.main import main
 
 main()

@@ -21,16 +21,16 @@ from typing import Any
 
 from flask import Blueprint, Flask
 
-from .config import Config, config_from_dict, load_config
-from .events import ClickResult, RewardResult
-from .service import RerankerService
-from .trainer import TrainReport
+from reranker.core.config import Config, config_from_dict, load_config
+from reranker.models.trainer import TrainReport
+from reranker.serving.service import RerankerService
+from reranker.stores.events import ClickResult, RewardResult
 
 
 class Reranker:
     """One configuration's service, for use in-process.
 
-    ``config`` is a YAML file's path, a :class:`reranker.config.Config` or a dict of
+    ``config`` is a YAML file's path, a :class:`reranker.core.config.Config` or a dict of
     sections. With ``train_in_background`` a daemon thread runs the trainer every
     ``trainer.interval`` seconds (as ``reranker serve`` does); otherwise call
     :meth:`train`. Close it (or use it as a context manager) to stop the trainer and release
@@ -46,7 +46,7 @@ class Reranker:
         self.service = RerankerService(config).open()
         self._stop: threading.Event | None = None
         if train_in_background:
-            from .app import start_trainer
+            from reranker.api.app import start_trainer
 
             _, self._stop = start_trainer(self.service, config.trainer.interval)
 
@@ -88,14 +88,14 @@ class Reranker:
 
     def blueprint(self, name: str = "reranker") -> Blueprint:
         """The HTTP endpoints, to mount in an existing Flask app."""
-        from .app import blueprint
+        from reranker.api.app import blueprint
 
         return blueprint(self.service, name)
 
     def wsgi_app(self) -> Flask:
         """A WSGI app of the endpoints, to mount in a non-Flask framework (for FastAPI:
         ``app.mount("/rr", WSGIMiddleware(reranker.wsgi_app()))`` with ``a2wsgi``)."""
-        from .app import create_app
+        from reranker.api.app import create_app
 
         return create_app(service=self.service)
 

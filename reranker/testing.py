@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from .featuremap import FeatureMap
-from .feedback import Feedback, feedback_from_clicks
-from .learner import Learner
-from .model import check_saveable, state_for_file
+from reranker.learners.base import Learner
+from reranker.learners.featuremap import FeatureMap
+from reranker.learners.feedback import Feedback, feedback_from_clicks
+from reranker.models.model import check_saveable, state_for_file
 
 N_FEATURES = 4
 
@@ -369,7 +369,7 @@ def check_starts_from_the_prior(cls: type[Learner], params: dict | None = None) 
 
 def check_carries_over_to_another_feature_set(cls: type[Learner], params: dict | None = None
                                                ) -> None:
-    """A learner with :attr:`~reranker.learner.Learner.supports_growth` carries its learned
+    """A learner with :attr:`~reranker.learners.base.Learner.supports_growth` carries its learned
     state onto a feature set that reorders, drops and adds features: it scores as before on
     the features both sets share (a dropped feature as if it were 0, a new one without
     influence), and keeps learning; a learner without it refuses with ``ValueError``."""
@@ -410,11 +410,11 @@ def check_carries_over_to_another_feature_set(cls: type[Learner], params: dict |
 
 def check_learns_judgments(cls: type[Learner], params: dict | None = None) -> None:
     """A learner that learns from lists it did not draw (``learns_from_mixed_lists``) learns
-    the judgments of a specialised page (:func:`reranker.specialization.judgment_feedback`:
+    the judgments of a specialised page (:func:`reranker.learners.specialization.judgment_feedback`:
     its own ranking, a randomised pair whose better result was clicked): taught again and
     again that the result it ranks just below another is the better one, it ends ranking it
     above. Floors and learners that learn only from their own lists are not taught them."""
-    from .specialization import general_ranking, judgment_feedback
+    from reranker.learners.specialization import general_ranking, judgment_feedback
 
     if cls.floor or not cls.learns_from_mixed_lists:
         return
@@ -467,9 +467,9 @@ def check_learner(cls: type[Learner], params: dict | None = None) -> None:
 
 def reranker_command() -> list[str]:
     """The installed ``reranker`` console script next to this Python, else ``python -m
-    reranker.cli``."""
+    reranker.commands.main``."""
     script = Path(sys.executable).parent / "reranker"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "reranker.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "reranker.commands.main"]
 
 
 def cli_env() -> dict[str, str]:

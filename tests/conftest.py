@@ -17,11 +17,11 @@ import yaml
 from postgres_server import ENV_DSN, Databases, ThrowawayCluster, server_binaries
 
 from reranker import testing
-from reranker.app import BackgroundServer, create_app
-from reranker.config import config_from_dict, load_config
-from reranker.democorpus import generate_corpus
-from reranker.plugins import backend_class, get_plugin_manager
-from reranker.service import RerankerService
+from reranker.api.app import BackgroundServer, create_app
+from reranker.core.config import config_from_dict, load_config
+from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.offline.democorpus import generate_corpus
+from reranker.serving.service import RerankerService
 from reranker.stores import open_event_store
 from reranker.testing import cli_env, reranker_command
 

@@ -10,10 +10,10 @@ import pytest
 import requests
 from conftest import ServeProcess, run_cli, write_config, write_docs
 
-from reranker.config import load_config
-from reranker.errors import BackendError
-from reranker.plugins import backend_class, get_plugin_manager
-from reranker.service import RerankerService
+from reranker.core.config import load_config
+from reranker.core.errors import BackendError
+from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.serving.service import RerankerService
 
 
 def es_config(folder, url, index, sections=None, **backend):

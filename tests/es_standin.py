@@ -31,8 +31,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import tantivy
 
+from reranker.backends.documents import field_value as _dotted
 from reranker.backends.embedded import _analyzer
-from reranker.documents import field_value as _dotted
 
 ANALYZER = _analyzer()
 

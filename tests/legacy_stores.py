@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reranker.events import Impression
+from reranker.stores.events import Impression
 from reranker.stores.postgres import PostgresStore
 from reranker.stores.sqlite import SQLiteStore
 

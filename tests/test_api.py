@@ -186,8 +186,8 @@ def test_a_trainer_waiting_for_the_lead_says_so_once(live, caplog):
     over when the other stops."""
     import threading
 
+    from reranker.models.trainer import Trainer
     from reranker.stores import open_event_store
-    from reranker.trainer import Trainer
 
     held = live.service.events.trainer_leadership()
     events = open_event_store(live.config)
@@ -196,7 +196,7 @@ def test_a_trainer_waiting_for_the_lead_says_so_once(live, caplog):
     thread = threading.Thread(target=waiting.run_forever, args=(stop, 0.02),
                               kwargs={"lead": True})
     try:
-        with caplog.at_level("INFO", logger="reranker.trainer"):
+        with caplog.at_level("INFO", logger="reranker.models.trainer"):
             thread.start()
             time.sleep(0.3)
             said = [r.getMessage() for r in caplog.records]
@@ -218,8 +218,8 @@ def test_a_trainer_that_cannot_reach_the_store_does_not_say_another_leads(live, 
                                                                           monkeypatch):
     import threading
 
-    from reranker.errors import StoreError
-    from reranker.trainer import Trainer
+    from reranker.core.errors import StoreError
+    from reranker.models.trainer import Trainer
 
     def unreachable():
         raise StoreError("the event store is unreachable")
@@ -229,7 +229,7 @@ def test_a_trainer_that_cannot_reach_the_store_does_not_say_another_leads(live, 
     stop = threading.Event()
     thread = threading.Thread(target=trainer.run_forever, args=(stop, 0.02),
                               kwargs={"lead": True})
-    with caplog.at_level("INFO", logger="reranker.trainer"):
+    with caplog.at_level("INFO", logger="reranker.models.trainer"):
         thread.start()
         time.sleep(0.2)
         stop.set()
@@ -247,7 +247,7 @@ def test_background_server_stops_once_and_for_good():
     import requests
     from flask import Flask
 
-    from reranker.app import BackgroundServer
+    from reranker.api.app import BackgroundServer
 
     app = Flask("ping")
     app.get("/ping")(lambda: "pong")

@@ -21,12 +21,12 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from reranker.app import create_app
-from reranker.config import config_from_dict, load_config
-from reranker.errors import field_path
-from reranker.openapi import openapi_document
-from reranker.plugins import backend_class, get_plugin_manager
-from reranker.validation import RequestValidator
+from reranker.api.app import create_app
+from reranker.api.openapi import openapi_document
+from reranker.api.validation import RequestValidator
+from reranker.core.config import config_from_dict, load_config
+from reranker.core.errors import field_path
+from reranker.core.plugins import backend_class, get_plugin_manager
 
 #: Generated requests per operation and generation mode: the whole test stays within
 #: seconds, and derandomize=True makes it the same requests on every run.

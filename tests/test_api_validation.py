@@ -15,11 +15,11 @@ import requests
 from conftest import LiveServer, write_config
 from flask import Flask
 
-from reranker.app import blueprint, create_app
-from reranker.config import load_config
-from reranker.errors import ConfigError
-from reranker.service import RerankerService
-from reranker.validation import nesting_depth
+from reranker.api.app import blueprint, create_app
+from reranker.api.validation import nesting_depth
+from reranker.core.config import load_config
+from reranker.core.errors import ConfigError
+from reranker.serving.service import RerankerService
 
 MIB = 1024 * 1024
 

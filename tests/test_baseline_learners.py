@@ -11,9 +11,12 @@ import pytest
 from reranker_plugins.dbgd import DBGD
 from reranker_plugins.pdgd import PDGD, clicked_and_skipped, swap_log_ratio
 
-from reranker.featuremap import FeatureMap
-from reranker.feedback import feedback_from_clicks
-from reranker.policies import plackett_luce_position_marginals, plackett_luce_prefix_log_prob
+from reranker.learners.featuremap import FeatureMap
+from reranker.learners.feedback import feedback_from_clicks
+from reranker.learners.policies import (
+    plackett_luce_position_marginals,
+    plackett_luce_prefix_log_prob,
+)
 
 X = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
 
@@ -145,7 +148,7 @@ def test_pdgd_and_dbgd_reproduce_the_published_numbers(click_model):
     at every examined position: the mean over 10 runs is within 0.01 of the paper's."""
     from conftest import SHARED_DATA
 
-    from reranker.simulation import LearnerSpec, Settings, prepare, simulate, summarize
+    from reranker.offline.simulation import LearnerSpec, Settings, prepare, simulate, summarize
 
     folder = SHARED_DATA / "letor4-mq2008"
     if not folder.is_dir():
@@ -190,8 +193,8 @@ def test_the_baselines_serve_and_learn_through_the_service(workdir, name):
     and learns from the clicks in the trainer."""
     from conftest import write_config
 
-    from reranker.config import load_config
-    from reranker.service import RerankerService
+    from reranker.core.config import load_config
+    from reranker.serving.service import RerankerService
 
     path = write_config(workdir, learner={"name": name, "seed": 4})
     service = RerankerService(load_config(path)).open()

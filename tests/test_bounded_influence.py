@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 from conftest import write_config
 
-from reranker.config import load_config
-from reranker.service import RerankerService
-from reranker.trainer import Trainer
+from reranker.core.config import load_config
+from reranker.models.trainer import Trainer
+from reranker.serving.service import RerankerService
 
 
 def popularity(hit) -> float:
@@ -71,8 +71,8 @@ def learned(config, service, models: str, *, honest_only=False, **bound) -> np.n
     """The default learner's learned weights from the whole log (or only from the honest
     users' impressions), with the default per-client bound unless ``bound`` overrides it,
     trained into a model folder of its own."""
-    from reranker.arms import arms_from_config
-    from reranker.plugins import get_plugin_manager
+    from reranker.core.plugins import get_plugin_manager
+    from reranker.models.arms import arms_from_config
 
     overrides = {"store.models": str(config.source.parent / models)}
     config = load_config(config.source, overrides)
@@ -166,8 +166,8 @@ def test_a_script_minting_session_ids_from_one_address_cannot_steer_the_learner(
     fall; without the bounds the same log turns the weights away."""
     from conftest import LiveServer
 
-    from reranker.app import start_trainer
-    from reranker.metrics import ndcg
+    from reranker.api.app import start_trainer
+    from reranker.offline.metrics import ndcg
 
     security = {**DEFAULT_SECURITY, "trusted_proxy_header": "X-Forwarded-For"}
     path = write_config(workdir, trainer={"feedback_window": 0.0},

@@ -22,10 +22,10 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from reranker.app import create_app
-from reranker.config import config_from_dict, load_config
-from reranker.errors import ConfigError
-from reranker.service import RerankerService
+from reranker.api.app import create_app
+from reranker.core.config import config_from_dict, load_config
+from reranker.core.errors import ConfigError
+from reranker.serving.service import RerankerService
 
 require_browser()
 

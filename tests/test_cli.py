@@ -3,9 +3,9 @@
 import pytest
 from conftest import ServeProcess, run_cli, write_config, write_docs
 
-from reranker.cli import cli
-from reranker.config import load_config
-from reranker.service import RerankerService
+from reranker.commands.main import cli
+from reranker.core.config import load_config
+from reranker.serving.service import RerankerService
 
 
 @pytest.mark.parametrize("command", [[], *([name] for name in cli.commands)])

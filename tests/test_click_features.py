@@ -9,13 +9,13 @@ import pytest
 from conftest import store_rows
 from reranker_plugins.preference_perceptron import PreferencePerceptron
 
-from reranker.clicks import PositionBias, click_rates, lifts_from_counts, query_key
-from reranker.clicks.position_bias import randomized_pairs
-from reranker.config import load_config
-from reranker.errors import StoreError
-from reranker.events import Impression
-from reranker.featuremap import FeatureMap
-from reranker.service import RerankerService
+from reranker.core.config import load_config
+from reranker.core.errors import StoreError
+from reranker.features.clicks import PositionBias, click_rates, lifts_from_counts, query_key
+from reranker.features.clicks.position_bias import randomized_pairs
+from reranker.learners.featuremap import FeatureMap
+from reranker.serving.service import RerankerService
+from reranker.stores.events import Impression
 from reranker.stores.sql import SCHEMA_VERSION
 from reranker.stores.sqlite import SQLiteStore
 

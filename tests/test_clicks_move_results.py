@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from conftest import LiveServer, write_config
 
-from reranker.config import load_config
-from reranker.plugins import backend_class, get_plugin_manager
+from reranker.core.config import load_config
+from reranker.core.plugins import backend_class, get_plugin_manager
 
 COACTIVE = ["preference_perceptron", "batch_preference_perceptron",
             "exponentiated_preference_perceptron", "convex_preference_perceptron",

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reranker.config import SCHEMA, config_from_dict, defaults, load_config
-from reranker.errors import ConfigError
+from reranker.core.config import SCHEMA, config_from_dict, defaults, load_config
+from reranker.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,12 +84,12 @@ def test_missing_config_file_is_named(tmp_path):
 
 
 def test_a_misspelt_environment_key_is_said_once_and_ignored(caplog, monkeypatch):
-    import reranker.config
+    import reranker.core.config
 
-    monkeypatch.setattr(reranker.config, "_warned", set())
+    monkeypatch.setattr(reranker.core.config, "_warned", set())
     environ = {"RERANKER_SERVER_PROT": "9", "RERANKER_SIGNING_KEYS": "k1:secret",
                "RERANKER_TEST_ES_URL": "http://x"}
-    with caplog.at_level("WARNING", logger="reranker.config"):
+    with caplog.at_level("WARNING", logger="reranker.core.config"):
         config = load_config(None, environ=environ)
         load_config(None, environ=environ)  # loaded again in the process: not said again
     assert config.server.port == load_config(None, environ={}).server.port
@@ -107,8 +107,8 @@ def test_bad_environment_value_is_named(tmp_path):
 def test_a_learner_set_in_the_environment_is_named_as_the_environments(tmp_path):
     """The learner's name and parameters are checked where the arms are built, after the
     configuration: an error names the variable that gave them, not the file."""
-    from reranker.arms import arms_from_config
-    from reranker.plugins import get_plugin_manager
+    from reranker.core.plugins import get_plugin_manager
+    from reranker.models.arms import arms_from_config
 
     path = tmp_path / "c.yaml"
     path.write_text("learner: {name: preference_perceptron, params: {prior_steps: 5}}\n")
@@ -136,8 +136,8 @@ def test_a_learner_set_in_the_environment_is_named_as_the_environments(tmp_path)
      "experiment.arms.b: unknown key 'parms'; did you mean 'params'?"),
 ])
 def test_config_errors_suggest_the_closest_key(tmp_path, data, message):
-    from reranker.arms import arms_from_config
-    from reranker.plugins import get_plugin_manager
+    from reranker.core.plugins import get_plugin_manager
+    from reranker.models.arms import arms_from_config
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         arms_from_config(config_from_dict(data, tmp_path), get_plugin_manager())
@@ -154,7 +154,7 @@ def test_experiment_times_may_be_unquoted(tmp_path, written, expected):
     moment as the quoted text (UTC when it gives no offset)."""
     from datetime import datetime
 
-    from reranker.config import parse_time
+    from reranker.core.config import parse_time
 
     path = tmp_path / "c.yaml"
     path.write_text(f"experiment: {{mode: interleave, arms: {{a: {{}}, b: {{learner: random}}}}, "

@@ -2,7 +2,7 @@
 
 import pytest
 
-from reranker.plugins import get_plugin_manager, learner_classes
+from reranker.core.plugins import get_plugin_manager, learner_classes
 from reranker.testing import LEARNER_CHECKS, check_probabilities
 
 LEARNERS = learner_classes(get_plugin_manager())

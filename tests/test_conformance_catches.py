@@ -3,8 +3,12 @@
 import numpy as np
 import pytest
 
-from reranker.learner import Learner, LinearLearner, RankResult, argmax_ranking
-from reranker.policies import gumbel_top_k, plackett_luce_log_prob, plackett_luce_prefix_log_prob
+from reranker.learners.base import Learner, LinearLearner, RankResult, argmax_ranking
+from reranker.learners.policies import (
+    gumbel_top_k,
+    plackett_luce_log_prob,
+    plackett_luce_prefix_log_prob,
+)
 from reranker.testing import (
     check_bad_features_are_refused,
     check_carries_over_to_another_feature_set,
@@ -135,9 +139,9 @@ class KeepsASet(Good):
 def test_state_a_model_file_cannot_hold_is_named_by_the_check_and_by_the_save():
     with pytest.raises(AssertionError, match="learned state 'seen_' cannot be saved"):
         check_save_load_round_trip(KeepsASet)
-    from reranker.featuremap import FeatureMap
-    from reranker.features import make_normalizer
-    from reranker.model import RankingModel
+    from reranker.features.extraction import make_normalizer
+    from reranker.learners.featuremap import FeatureMap
+    from reranker.models.model import RankingModel
 
     learner = KeepsASet(feature_map=FeatureMap(depth=5))
     learner.initialize(3)

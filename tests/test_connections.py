@@ -238,7 +238,7 @@ def test_the_open_files_limit_is_raised_to_fit_the_connections():
         "import logging, resource, sys\n"
         "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (512, int(sys.argv[1])))\n"
-        "from reranker.app import fit_open_files\n"
+        "from reranker.api.app import fit_open_files\n"
         "print(fit_open_files(1000), resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n")
 
     def run(hard: int) -> list[str]:

@@ -408,7 +408,7 @@ def test_dashboard_of_a_running_experiment_reads_what_experiments_returns(driver
     from conftest import LiveServer
     from test_experiments import ENGINE, RANDOM, experiment_config, users_search
 
-    from reranker.app import start_trainer
+    from reranker.api.app import start_trainer
 
     server = LiveServer(experiment_config(workdir, arms={"engine": ENGINE, "random": RANDOM},
                                           window=20, trainer={"feedback_window": 0.5}))

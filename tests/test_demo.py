@@ -2,7 +2,7 @@ from io import StringIO
 
 from rich.console import Console
 
-from reranker.demo import run_demo
+from reranker.commands.demo import run_demo
 
 
 def test_demo_shows_the_ranking_improving(tmp_path):

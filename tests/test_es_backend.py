@@ -10,9 +10,9 @@ import requests
 from conftest import LiveServer, run_cli, write_config, write_docs
 from es_standin import Index, Standin
 
-from reranker.config import load_config
-from reranker.errors import BackendError, BackendUnavailableError
-from reranker.service import RerankerService
+from reranker.core.config import load_config
+from reranker.core.errors import BackendError, BackendUnavailableError
+from reranker.serving.service import RerankerService
 
 
 @pytest.fixture(params=["8.15.1", "9.1.0"])
@@ -389,8 +389,8 @@ def test_a_date_field_is_a_numeric_feature_in_days(es8, tmp_path):
         assert values["a"] == [19783.5, 4.5]  # 2024-03-01 at noon
         assert values["b"] == [19784.0, 3.0]
         assert all(v != v for v in values["c"])  # missing: NaN, then features.missing_value
-        from reranker.config import load_config
-        from reranker.features import FeatureSpec
+        from reranker.core.config import load_config
+        from reranker.features.extraction import FeatureSpec
 
         spec = FeatureSpec.from_config(load_config(path))
         column = spec.names.index("field_value:published")
@@ -521,7 +521,7 @@ def test_an_unreachable_cluster_is_named_without_its_connection_details(tmp_path
     message keeps the configured hosts without credentials, and says why in a few words."""
     import socket
 
-    from reranker.errors import BackendUnavailableError
+    from reranker.core.errors import BackendUnavailableError
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

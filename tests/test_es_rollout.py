@@ -21,7 +21,7 @@ from es_scenarios import backend_for, es_config, index_corpus, unique_index
 from es_standin import Standin
 
 from reranker.backends import elasticsearch as es_backend
-from reranker.config import load_config
+from reranker.core.config import load_config
 from reranker.testing import cli_env
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "elasticsearch"
@@ -289,7 +289,7 @@ def test_serve_logs_no_line_per_search_and_one_per_failure(tmp_path, corpus):
     assert "Traceback" not in log and "elastic_transport" not in log, log
     failures = [line for line in log.splitlines() if "is unreachable while searching" in line]
     assert len(failures) == 2, log
-    assert all(" WARNING reranker.app: " in line for line in failures)
+    assert all(" WARNING reranker.api.app: " in line for line in failures)
 
 
 def test_the_backend_leaves_levels_an_application_has_set(tmp_path):

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from reranker.errors import ConflictError, NotFoundError, StoreError, UnprocessableError
-from reranker.events import Impression
+from reranker.core.errors import ConflictError, NotFoundError, StoreError, UnprocessableError
+from reranker.stores.events import Impression
 from reranker.stores.sqlite import SQLiteStore
 
 

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from conftest import LiveServer, run_cli, write_config
 
-from reranker.arms import arms_from_config
-from reranker.click_models import cascade_model
-from reranker.config import load_config
-from reranker.errors import ConfigError, ModelLoadError
+from reranker.core.config import load_config
+from reranker.core.errors import ConfigError, ModelLoadError
+from reranker.core.plugins import get_plugin_manager
 from reranker.experiments.interleaving import perturbed_list_log_probability
-from reranker.metrics import ndcg
-from reranker.plugins import get_plugin_manager
-from reranker.service import RerankerService
+from reranker.models.arms import arms_from_config
+from reranker.offline.click_models import cascade_model
+from reranker.offline.metrics import ndcg
+from reranker.serving.service import RerankerService
 from reranker.stores.sql import SCHEMA_VERSION
 from reranker.stores.sqlite import SQLiteStore
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from conftest import LiveServer, write_config
 
-from reranker.config import load_config
-from reranker.plugins import backend_class, get_plugin_manager
-from reranker.trust import Binding
+from reranker.core.config import load_config
+from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.serving.trust import Binding
 
 
 def test_explain_a_search_gives_features_scores_and_parts(live):
@@ -154,7 +154,7 @@ def test_explain_numbers_are_finite(live):
 def test_the_trainer_counts_clicks_that_taught_nothing_with_the_reason(live, caplog):
     import logging
 
-    caplog.set_level(logging.INFO, logger="reranker.trainer")
+    caplog.set_level(logging.INFO, logger="reranker.models.trainer")
     # four queries, one click each: no query's clicks judge a result yet, so every page is
     # the general model's own
     for query in ("tea kettle", "green tea", "tea cup", "black tea"):

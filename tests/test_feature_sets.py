@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from conftest import LiveServer, learn, run_cli, write_config
 
-from reranker.config import load_config
-from reranker.service import RerankerService
+from reranker.core.config import load_config
+from reranker.serving.service import RerankerService
 
 NO_CLICK_FEATURES = {"numeric_fields": ["popularity"], "click_features": False}
 
@@ -45,7 +45,7 @@ def weights(model) -> dict[str, float]:
 
 def warnings_of(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.levelno == logging.WARNING and r.name == "reranker.arms"]
+            if r.levelno == logging.WARNING and r.name == "reranker.models.arms"]
 
 
 def test_a_changed_feature_set_starts_from_the_shared_weights_and_old_clicks_still_train(

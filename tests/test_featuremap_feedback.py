@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from reranker.featuremap import FeatureMap
-from reranker.feedback import (
+from reranker.learners.featuremap import FeatureMap
+from reranker.learners.feedback import (
     Feedback,
     feedback_from_clicks,
     improved_ranking,

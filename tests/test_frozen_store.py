@@ -15,7 +15,7 @@ import pytest
 from conftest import LiveServer, wait_until, write_config
 from postgres_server import Databases, ThrowawayCluster, server_binaries
 
-from reranker.service import STORE_CALL_GRACE
+from reranker.serving.service import STORE_CALL_GRACE
 
 STORE_TIMEOUT = 1.0
 SEARCH_TIMEOUT = 2.0

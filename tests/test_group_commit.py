@@ -8,8 +8,8 @@ import time
 import pytest
 from test_events import impression
 
-from reranker.errors import ConflictError, NotFoundError, StoreError, UnprocessableError
-from reranker.events import ClickResult
+from reranker.core.errors import ConflictError, NotFoundError, StoreError, UnprocessableError
+from reranker.stores.events import ClickResult
 from reranker.stores.group_commit import GroupCommit
 
 

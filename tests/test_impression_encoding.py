@@ -11,10 +11,10 @@ import numpy as np
 from conftest import store_rows, write_config
 from test_events import impression
 
-from reranker.config import load_config
-from reranker.events import Impression
-from reranker.service import RerankerService
+from reranker.core.config import load_config
+from reranker.serving.service import RerankerService
 from reranker.stores import encoding
+from reranker.stores.events import Impression
 from reranker.stores.sql import SCHEMA_VERSION
 
 
@@ -35,7 +35,8 @@ def served_like(n: int, rng: np.random.Generator, *, rank_column: bool = False) 
     X[:, 3] = np.round(rng.uniform(0, 100, n), 1)
     X[:, 4] = np.where(rng.random(n) < 0.9, 0.4836, rng.uniform(0.2, 3.0, n))
     X[:, 5] = np.where(rng.random(n) < 0.8, 0.5217, rng.uniform(0.2, 3.0, n))
-    X[:, 4:] = X[:, 4:].astype(np.float32)  # as reranker.clicks.lifts_from_counts rounds them
+    # as reranker.features.clicks.lifts_from_counts rounds them
+    X[:, 4:] = X[:, 4:].astype(np.float32)
     if rank_column:
         X = np.asfortranarray(np.insert(X, 1, 1.0 / np.arange(1, n + 1), axis=1))
     return X

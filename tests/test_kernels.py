@@ -1,4 +1,4 @@
-"""The compiled loops of the per-search path (reranker/kernels.py) give the values the
+"""The compiled loops of the per-search path (reranker/features/kernels.py) give the values the
 numpy expressions they replace give for float64 input, on random matrices and on the edge
 cases (NaN, infinities, constant columns, ties, scores out of order); the perturbed pairs'
 chances equal those counted by enumerating every pairing and coin; and bad shapes, page
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from reranker_plugins.preference_perceptron import PreferencePerceptron
 
-from reranker import kernels
 from reranker.backends import Candidates
-from reranker.features import FeatureSpec, PerQueryMinMax, engine_scores
+from reranker.features import kernels
+from reranker.features.extraction import FeatureSpec, PerQueryMinMax, engine_scores
 
 
 def numpy_minmax(X, keep):

@@ -10,8 +10,8 @@ from conftest import LiveServer, write_config
 from test_experiments import ENGINE, PERCEPTRON, users_search
 from test_operations import samples
 
-from reranker.app import start_trainer
-from reranker.config import load_config
+from reranker.api.app import start_trainer
+from reranker.core.config import load_config
 
 
 @pytest.mark.slow

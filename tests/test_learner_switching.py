@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from conftest import write_config
 
-from reranker.config import load_config
-from reranker.service import RerankerService
+from reranker.core.config import load_config
+from reranker.serving.service import RerankerService
 
 
 def serve(path):

@@ -16,9 +16,13 @@ from reranker_plugins.second_order_preference_perceptron import (
     project_in_metric,
 )
 
-from reranker.featuremap import FeatureMap
-from reranker.feedback import Feedback, feedback_from_clicks
-from reranker.policies import gumbel_top_k, plackett_luce_log_prob, plackett_luce_prefix_log_prob
+from reranker.learners.featuremap import FeatureMap
+from reranker.learners.feedback import Feedback, feedback_from_clicks
+from reranker.learners.policies import (
+    gumbel_top_k,
+    plackett_luce_log_prob,
+    plackett_luce_prefix_log_prob,
+)
 
 X = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
 G2 = 1 / math.log2(3)

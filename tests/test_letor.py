@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from conftest import SHARED_DATA
 
-from reranker.errors import DataError
-from reranker.letor import load_letor, load_many
+from reranker.core.errors import DataError
+from reranker.offline.letor import load_letor, load_many
 
 SAMPLE = """2 qid:7 1:0.5 3:1.0 # doc a
 0 qid:7 1:0.1 2:0.2
@@ -94,7 +94,7 @@ def test_lightgbm_query_file_data():
 
 
 def test_grades_above_four_are_refused_by_the_simulator_with_file_and_line(tmp_path):
-    from reranker.simulation import prepare
+    from reranker.offline.simulation import prepare
 
     (tmp_path / "train.txt").write_text("1 qid:1 1:0.5\n0 qid:1 1:0.2\n"
                                         "5 qid:2 1:0.9\n0 qid:2 1:0.1\n")

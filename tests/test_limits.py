@@ -1,5 +1,5 @@
 """Limits per client and per impression count the requests of every process sharing the
-event store (reranker/limits.py): each process exchanges its counts through the store, on
+event store (reranker/serving/limits.py): each process exchanges its counts through the store, on
 SQLite and on PostgreSQL, and two real servers limit one client together."""
 
 import json
@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import ServeProcess, store_rows, write_config
 
-from reranker.errors import StoreError
-from reranker.limits import ImpressionCounter, RateLimiter, SharedCounts
+from reranker.core.errors import StoreError
+from reranker.serving.limits import ImpressionCounter, RateLimiter, SharedCounts
 
 
 class Clock:
@@ -201,8 +201,8 @@ def test_counts_of_slots_gone_by_are_not_kept_for_a_store_that_failed(processes)
 
 
 def test_limits_exchange_is_0_or_at_least_a_twentieth_of_a_second(tmp_path):
-    from reranker.config import load_config
-    from reranker.errors import ConfigError
+    from reranker.core.config import load_config
+    from reranker.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="security.limits_exchange must be 0 .* at least "
                                           "0.05 seconds, got 0.01"):
@@ -298,8 +298,8 @@ def test_exchanges_running_together_lose_no_request(processes):
 
 
 def test_the_exchange_thread_runs_on_its_own_and_stops_with_the_service(workdir):
-    from reranker.config import load_config
-    from reranker.service import RerankerService
+    from reranker.core.config import load_config
+    from reranker.serving.service import RerankerService
 
     path = write_config(workdir, security={"searches_per_minute": 50, "limits_exchange": 0.05})
     service = RerankerService(load_config(path)).open()
@@ -325,8 +325,8 @@ def test_the_exchange_thread_runs_on_its_own_and_stops_with_the_service(workdir)
 
 
 def test_the_exchanges_are_counted_in_the_metrics_with_their_failures(workdir):
-    from reranker.config import load_config
-    from reranker.service import RerankerService
+    from reranker.core.config import load_config
+    from reranker.serving.service import RerankerService
 
     # the service's own thread exchanges a minute after it opens: only these are counted
     path = write_config(workdir, security={"searches_per_minute": 50, "limits_exchange": 60})
@@ -354,8 +354,8 @@ def test_the_exchanges_are_counted_in_the_metrics_with_their_failures(workdir):
 
 
 def test_limits_exchange_0_counts_in_each_process_alone(workdir):
-    from reranker.config import load_config
-    from reranker.service import RerankerService
+    from reranker.core.config import load_config
+    from reranker.serving.service import RerankerService
 
     path = write_config(workdir, security={"searches_per_minute": 50, "limits_exchange": 0})
     service = RerankerService(load_config(path)).open()
@@ -430,8 +430,8 @@ def test_an_opened_service_exchanges_before_its_first_request(workdir):
     """The first exchange does not take the others' counts (they may be a minute old): an
     opened service (a worker of `serve`, or the library's) makes it before any request, not
     after its first one, when the other workers may have served the client for a while."""
-    from reranker.config import load_config
-    from reranker.service import RerankerService
+    from reranker.core.config import load_config
+    from reranker.serving.service import RerankerService
 
     path = write_config(workdir, security={"searches_per_minute": 20, "limits_exchange": 0.05})
     service = RerankerService(load_config(path)).open()

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from reranker_plugins.preference_perceptron import PreferencePerceptron
 
-from reranker.errors import ModelLoadError
-from reranker.featuremap import FeatureMap
-from reranker.model import ModelFactory
-from reranker.model_store import ModelStore, VersionExistsError
+from reranker.core.errors import ModelLoadError
+from reranker.learners.featuremap import FeatureMap
+from reranker.models.model import ModelFactory
+from reranker.models.store import ModelStore, VersionExistsError
 
 
 def factory(names=("a", "b", "c"), normalization="per_query_minmax", depth=10):
@@ -82,7 +82,7 @@ def test_a_refused_version_is_logged_once_until_it_changes(tmp_path, caplog):
     store.save(trained_model(1))
     store.save(trained_model(2))
     corrupt(store.path(2), "truncated")
-    with caplog.at_level("ERROR", logger="reranker.model_store"):
+    with caplog.at_level("ERROR", logger="reranker.models.store"):
         for _ in range(3):
             model, errors = store.load_latest(factory())
             assert model.version == 1 and len(errors) == 1
@@ -109,7 +109,7 @@ def test_state_with_wrong_shape_is_refused(tmp_path):
     model = trained_model(1)
     data = model.to_dict()
     data["state"]["w_"] = [1.0, 2.0]
-    from reranker.model import checksum
+    from reranker.models.model import checksum
     data["checksum"] = checksum(data)
     with pytest.raises(ModelLoadError, match="shape"):
         factory().from_dict(data, "m.json")
@@ -118,7 +118,7 @@ def test_state_with_wrong_shape_is_refused(tmp_path):
 def test_a_model_saved_before_the_starting_ranking_loads_and_ranks_as_it_did(tmp_path):
     """A model file written before learners kept a starting ranking (no prior_, step_sum_,
     steps_ in its state) loads with none: it ranks by its weights alone, as it did."""
-    from reranker.model import checksum
+    from reranker.models.model import checksum
 
     store = ModelStore(tmp_path, "preference_perceptron")
     path = store.save(trained_model(1))
@@ -138,8 +138,8 @@ def test_a_page_logs_the_version_of_the_model_that_ranked_it(workdir, monkeypatc
     impression name the version of the model that ranked it, read once per search."""
     import copy
 
-    from reranker.config import load_config
-    from reranker.service import RerankerService
+    from reranker.core.config import load_config
+    from reranker.serving.service import RerankerService
 
     service = RerankerService(load_config(workdir / "config.yaml")).open()
     try:

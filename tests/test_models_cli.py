@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import LiveServer, learn, run_cli, write_config
 
-from reranker.config import load_config
-from reranker.service import RerankerService
-from reranker.trainer import Trainer
+from reranker.core.config import load_config
+from reranker.models.trainer import Trainer
+from reranker.serving.service import RerankerService
 
 LABEL = "preference_perceptron"
 
@@ -390,7 +390,7 @@ def test_a_long_run_of_passes_that_learn_nothing_still_moves_the_cursor(workdir,
     # saved once 10 batches (20 impressions) were read; the last 5 wait for the next version
     assert report.versions == [3] and report.updates == 0
     assert report.applied == 25 and report.unsaved == 5
-    from reranker.trainer import unsaved_note  # what the log and `reranker train` say
+    from reranker.models.trainer import unsaved_note  # what the log and `reranker train` say
     assert "all but the last 5" in unsaved_note(report.arms["preference_perceptron"])
     # later pages are not applied, so not left for the next version either
     learn_in(trained)

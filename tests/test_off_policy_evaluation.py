@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reranker.evaluation.estimators import LoggedPage, SupportError, evaluate
-from reranker.policies import gumbel_top_k, plackett_luce_position_marginals
+from reranker.learners.policies import gumbel_top_k, plackett_luce_position_marginals
 
 QUERIES, DOCS, FEATURES, DEPTH = 30, 12, 4, 10
 THETA = (1.0 / np.arange(1, DEPTH + 1)) ** 0.8  # position-based examination
@@ -97,8 +97,8 @@ def log_traffic(workdir, learner: str, searches: int, seed: int = 0):
     impressions closed; returns the config path and the pages' candidates per query."""
     from conftest import write_config
 
-    from reranker.config import load_config
-    from reranker.service import RerankerService
+    from reranker.core.config import load_config
+    from reranker.serving.service import RerankerService
 
     path = write_config(workdir, learner={"name": learner, "seed": seed},
                         features={"numeric_fields": ["popularity"], "click_features": False})
@@ -125,11 +125,11 @@ def test_reranker_evaluate_estimates_a_target_from_random_logs(workdir):
 
     from conftest import run_cli
 
-    from reranker.config import load_config
-    from reranker.featuremap import FeatureMap
-    from reranker.features import FeatureSpec
-    from reranker.model import ModelFactory
-    from reranker.plugins import get_plugin_manager, learner_classes
+    from reranker.core.config import load_config
+    from reranker.core.plugins import get_plugin_manager, learner_classes
+    from reranker.features.extraction import FeatureSpec
+    from reranker.learners.featuremap import FeatureMap
+    from reranker.models.model import ModelFactory
 
     learners = learner_classes(get_plugin_manager())
     path, candidates = log_traffic(workdir, "random", 900)

@@ -19,12 +19,12 @@ from conftest import LiveServer, learn, write_config
 from prometheus_client.parser import text_string_to_metric_families
 
 from reranker import hookimpl
-from reranker.app import BackgroundServer, create_app
-from reranker.config import load_config
-from reranker.learner import Learner, Param, RankResult
-from reranker.monitoring import JsonFormatter, redact
-from reranker.plugins import get_plugin_manager
-from reranker.service import BACKEND_ORDER, RerankerService
+from reranker.api.app import BackgroundServer, create_app
+from reranker.core.config import load_config
+from reranker.core.plugins import get_plugin_manager
+from reranker.learners.base import Learner, Param, RankResult
+from reranker.serving.monitoring import JsonFormatter, redact
+from reranker.serving.service import BACKEND_ORDER, RerankerService
 
 
 def samples(server) -> dict[tuple[str, tuple], float]:
@@ -339,14 +339,14 @@ def test_reranker_train_names_the_failing_arm_and_exits_1(workdir, monkeypatch):
         learn_through(server, 4)
     finally:
         server.stop()
-    import reranker.plugins
+    import reranker.core.plugins
 
     def with_the_plugin(load_entrypoints=True):
         pm = get_plugin_manager(load_entrypoints=False)
         pm.register(_Plugin())
         return pm
 
-    monkeypatch.setattr(reranker.plugins, "get_plugin_manager", with_the_plugin)
+    monkeypatch.setattr(reranker.core.plugins, "get_plugin_manager", with_the_plugin)
     result = CliRunner().invoke(cli_module.cli, ["train", "-c", str(config), "--close-all"])
     assert result.exit_code == 1, result.output
     assert "good: applied" in result.output and "saved model version 1" in result.output
@@ -669,9 +669,9 @@ def test_a_trainer_in_another_process_that_stops_or_fails_is_seen_by_healthz_and
     past their window (no trainer runs), a trainer whose last pass failed, or one that has
     stopped while impressions wait; and the lag counts from where the trainer applied, not
     from the served model."""
-    import reranker.service
+    import reranker.serving.service
 
-    monkeypatch.setattr(reranker.service, "TRAINER_GRACE", 0.3)
+    monkeypatch.setattr(reranker.serving.service, "TRAINER_GRACE", 0.3)
     server = LiveServer(write_config(workdir, trainer={"enabled": False, "interval": 0.01,
                                                        "feedback_window": 0.0}))
     try:
@@ -683,7 +683,7 @@ def test_a_trainer_in_another_process_that_stops_or_fails_is_seen_by_healthz_and
         assert "trainer" in health["problems"] and health["trainer"]["overdue_seconds"] >= 0
         assert samples(server)[("reranker_trainer_overdue_seconds", ())] > 0.3
         # a trainer runs (as `train --follow` would): closed, applied, recorded
-        trainer = reranker.service.Trainer.from_config(server.service.config, events)
+        trainer = reranker.serving.service.Trainer.from_config(server.service.config, events)
         trainer.interval = 0.01
         server.post("/click", {"impression_id": page["impression_id"],
                                "doc_id": page["hits"][3]["id"]})
@@ -721,7 +721,7 @@ def test_the_results_of_plugins_are_checked_and_those_of_built_in_learners_by_th
     by the conformance suite in the project's own tests instead (the check costs a tenth of
     the in-process ranking), and so are those of a plugin that subclasses one."""
     pm = get_plugin_manager(load_entrypoints=False)
-    from reranker.plugins import learner_classes
+    from reranker.core.plugins import learner_classes
 
     assert all(cls._built_in for cls in learner_classes(pm).values())
 

@@ -5,10 +5,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reranker import hookimpl, hookspecs
-from reranker.errors import ConfigError
-from reranker.learner import Learner, Param, RankResult
-from reranker.plugins import backend_classes, get_plugin_manager, learner_class, learner_classes
+from reranker import hookimpl
+from reranker.core import hookspecs
+from reranker.core.errors import ConfigError
+from reranker.core.plugins import (
+    backend_classes,
+    get_plugin_manager,
+    learner_class,
+    learner_classes,
+)
+from reranker.learners.base import Learner, Param, RankResult
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,7 +94,7 @@ def test_the_readme_plugin_example_works():
     cls = learner_class(pm, "scaled_perceptron")
     learner = cls(step=0.5)
     X = np.array([[1.0, 0.0], [0.0, 1.0]])
-    from reranker.feedback import feedback_from_clicks
+    from reranker.learners.feedback import feedback_from_clicks
     assert learner.update(X, feedback_from_clicks(learner.rank(X).ranking, 2, np.array([1])))
     np.testing.assert_array_equal(learner.rank(X).ranking, [1, 0])
 
@@ -98,8 +104,8 @@ def test_learners_command_lists_a_plugin_that_needs_arguments(monkeypatch):
     a third-party learner that needs constructor arguments is still listed."""
     from click.testing import CliRunner
 
-    import reranker.plugins
-    from reranker.cli import cli
+    import reranker.core.plugins
+    from reranker.commands.main import cli
 
     class NeedsIndex(Reverse):
         name = "needs_index_test"
@@ -114,7 +120,7 @@ def test_learners_command_lists_a_plugin_that_needs_arguments(monkeypatch):
         pm.register(plugin(NeedsIndex))
         return pm
 
-    monkeypatch.setattr(reranker.plugins, "get_plugin_manager", manager)
+    monkeypatch.setattr(reranker.core.plugins, "get_plugin_manager", manager)
     result = CliRunner().invoke(cli, ["learners"])
     assert result.exit_code == 0, result.output
     assert "needs_index_test  A test plugin built only with an index name." in result.output
@@ -155,14 +161,14 @@ def test_a_plugin_that_registers_something_else_than_a_learner_is_named(tmp_path
     pm = get_plugin_manager()
     with pytest.raises(ConfigError, match="registers <class 'odd_plugin_t.NotALearner'> as a "
                                           "learner, but it is not a subclass of "
-                                          "reranker.learner.Learner"):
+                                          "reranker.learners.base.Learner"):
         learner_classes(pm)
     from click.testing import CliRunner
 
-    from reranker.cli import cli
+    from reranker.commands.main import cli
 
     result = CliRunner().invoke(cli, ["learners"])  # a clean error, no traceback
-    assert result.exit_code == 1 and "not a subclass of reranker.learner.Learner" in \
+    assert result.exit_code == 1 and "not a subclass of reranker.learners.base.Learner" in \
         result.output and "Traceback" not in result.output
 
 
@@ -181,7 +187,7 @@ def test_a_hook_that_answers_wrongly_is_named_with_its_plugin(tmp_path, monkeypa
                                                               body, message):
     installed_plugin(tmp_path, monkeypatch, name, (
         "import numpy as np\nfrom reranker import hookimpl\n"
-        "from reranker.learner import Learner, RankResult\n\n"
+        "from reranker.learners.base import Learner, RankResult\n\n"
         "class Abstract(Learner):\n    name = 'abstract_t'\n    description = 'x'\n\n"
         "    def _initialize(self, n):\n        self.w_ = np.zeros(n)\n\n"
         "    def _rank(self, X, n_shown, rng):\n"
@@ -191,7 +197,7 @@ def test_a_hook_that_answers_wrongly_is_named_with_its_plugin(tmp_path, monkeypa
         "@hookimpl\ndef reranker_register_learners():\n" + body))
     from click.testing import CliRunner
 
-    from reranker.cli import cli
+    from reranker.commands.main import cli
 
     result = CliRunner().invoke(cli, ["learners"])  # every command: a clean error
     assert result.exit_code == 1 and message in result.output, result.output
@@ -210,8 +216,8 @@ def test_a_plugin_without_hookimpl_is_named_when_its_learner_is_asked_for(tmp_pa
 
 
 def test_a_duplicate_name_is_said_whole_where_a_config_asks_for_the_learner(tmp_path):
-    from reranker.arms import build_arm
-    from reranker.config import load_config
+    from reranker.core.config import load_config
+    from reranker.models.arms import build_arm
 
     config_path = tmp_path / "c.yaml"
     config_path.write_text("learner:\n  name: reverse_test\n")

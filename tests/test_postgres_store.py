@@ -14,15 +14,15 @@ import requests
 import yaml
 from conftest import LiveServer, ServeProcess, learn, run_cli, write_config
 
-from reranker.arms import Arm
-from reranker.config import load_config
-from reranker.errors import ConflictError, StoreError
-from reranker.events import Impression
-from reranker.featuremap import FeatureMap
-from reranker.learner import Learner, RankResult, argmax_ranking
-from reranker.model import ModelFactory
+from reranker.core.config import load_config
+from reranker.core.errors import ConflictError, StoreError
+from reranker.learners.base import Learner, RankResult, argmax_ranking
+from reranker.learners.featuremap import FeatureMap
+from reranker.models.arms import Arm
+from reranker.models.model import ModelFactory
+from reranker.models.trainer import Trainer
+from reranker.stores.events import Impression
 from reranker.stores.postgres import PostgresStore, describe
-from reranker.trainer import Trainer
 
 SECRET = "s3cret-Pw"
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from reranker_plugins.preference_perceptron import PreferencePerceptron
 
-from reranker.featuremap import FeatureMap
-from reranker.feedback import Feedback, feedback_from_clicks
-from reranker.metrics import ndcg
+from reranker.learners.featuremap import FeatureMap
+from reranker.learners.feedback import Feedback, feedback_from_clicks
+from reranker.offline.metrics import ndcg
 
 
 def test_update_rule_by_hand():

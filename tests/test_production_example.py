@@ -13,7 +13,7 @@ import requests
 import yaml
 from conftest import ServeProcess, learn, write_docs
 
-from reranker.config import load_config
+from reranker.core.config import load_config
 from reranker.testing import cli_env, reranker_command
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,13 +15,13 @@ from test_events import impression
 from test_experiments import experiment_config
 from test_impression_encoding import served_like
 
-from reranker.config import load_config
-from reranker.errors import GoneError, NotFoundError
+from reranker.core.config import load_config
+from reranker.core.errors import GoneError, NotFoundError
+from reranker.core.plugins import get_plugin_manager
 from reranker.evaluation.logs import pages_from_log
 from reranker.experiments.experiment import offline_status
-from reranker.explain import explain_impression
-from reranker.plugins import get_plugin_manager
-from reranker.service import RerankerService
+from reranker.serving.explain import explain_impression
+from reranker.serving.service import RerankerService
 from reranker.stores import Reader, open_event_store
 
 

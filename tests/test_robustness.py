@@ -10,17 +10,17 @@ import pytest
 import requests
 from conftest import run_cli, write_config, write_docs
 
-from reranker.arms import Arm
-from reranker.config import load_config
-from reranker.errors import ModelLoadError, StoreError
-from reranker.events import Impression
-from reranker.featuremap import FeatureMap
-from reranker.feedback import Feedback
-from reranker.learner import Learner, RankResult, argmax_ranking
-from reranker.model import ModelFactory, checksum
-from reranker.service import RerankerService
+from reranker.core.config import load_config
+from reranker.core.errors import ModelLoadError, StoreError
+from reranker.learners.base import Learner, RankResult, argmax_ranking
+from reranker.learners.featuremap import FeatureMap
+from reranker.learners.feedback import Feedback
+from reranker.models.arms import Arm
+from reranker.models.model import ModelFactory, checksum
+from reranker.models.trainer import Trainer
+from reranker.serving.service import RerankerService
+from reranker.stores.events import Impression
 from reranker.stores.sqlite import SQLiteStore
-from reranker.trainer import Trainer
 
 
 class Fragile(Learner):

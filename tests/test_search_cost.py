@@ -14,11 +14,11 @@ from es_scenarios import backend_for, es_config, index_corpus
 from es_standin import Standin
 
 from reranker.backends import Candidates, embedded
-from reranker.config import load_config
-from reranker.errors import BackendUnavailableError
-from reranker.features import FeatureSpec
-from reranker.plugins import backend_class, get_plugin_manager
-from reranker.service import RerankerService
+from reranker.core.config import load_config
+from reranker.core.errors import BackendUnavailableError
+from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.features.extraction import FeatureSpec
+from reranker.serving.service import RerankerService
 
 
 class CountingSearcher:

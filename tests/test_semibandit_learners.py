@@ -9,8 +9,8 @@ import pytest
 from reranker_plugins.epsilon_greedy import EpsilonGreedy
 from reranker_plugins.linucb import LinUCB
 
-from reranker.featuremap import FeatureMap
-from reranker.feedback import Feedback
+from reranker.learners.featuremap import FeatureMap
+from reranker.learners.feedback import Feedback
 
 X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 
@@ -114,7 +114,7 @@ def test_eels_learns_in_the_simulator_from_the_applications_reward():
     leaves its uniformly random exploration."""
     from conftest import SHARED_DATA
 
-    from reranker.simulation import LearnerSpec, Settings, prepare, simulate, summarize
+    from reranker.offline.simulation import LearnerSpec, Settings, prepare, simulate, summarize
 
     folder = SHARED_DATA / "letor4-mq2008"
     if not folder.is_dir():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import SHARED_DATA, run_cli
 
-from reranker.simulation import (
+from reranker.offline.simulation import (
     METRICS,
     LearnerSpec,
     Settings,
@@ -375,7 +375,7 @@ def test_a_plan_files_values_are_taken_as_the_options_take_them(tiny, tmp_path):
 def test_binary_labels_get_the_binary_users(tmp_path):
     """Labels 0-1 (the LETOR 3.0 web collections): a relevant document is the top grade, so
     the perfect user clicks every one and nothing else."""
-    from reranker.click_models import cascade_model
+    from reranker.offline.click_models import cascade_model
 
     rng = np.random.default_rng(0)
     lines = [f"{int(x[0] > 0.6)} qid:{q} " + " ".join(f"{i + 1}:{v:.3f}" for i, v in
@@ -429,7 +429,7 @@ def test_every_learner_learns_from_simulated_clicks(synthetic, name):
 
 
 def test_choice_user_clicks_one_item_by_gain_wherever_it_is(synthetic):
-    from reranker.users import make_user
+    from reranker.offline.users import make_user
 
     user = make_user("choice", 3)
     rng = np.random.default_rng(0)
@@ -447,7 +447,7 @@ def test_choice_user_clicks_one_item_by_gain_wherever_it_is(synthetic):
 
 
 def test_growing_library_reveals_queries_in_order():
-    from reranker.simulation import query_stream
+    from reranker.offline.simulation import query_stream
 
     settings = Settings(impressions=1000, library="growing", reveal=0.5)
     rng = np.random.default_rng(0)
@@ -492,7 +492,7 @@ def test_kl_cost_of_a_perturbed_presentation():
 
     from reranker_plugins.preference_perceptron import PreferencePerceptron
 
-    from reranker.simulation import _Metrics
+    from reranker.offline.simulation import _Metrics
 
     p = 0.25
     scores = np.array([3.0, 2.0, 1.0])  # argmax: candidate 0, then 1, then 2

@@ -7,14 +7,13 @@ import pytest
 from conftest import LiveServer, write_config
 from scipy import stats
 
-from reranker.clicks import lifts_from_counts
-from reranker.clicks.position_bias import PAIR_OFFSET, SWAPPED
-from reranker.featuremap import FeatureMap
-from reranker.feedback import pair_swapped_ranking
-from reranker.learner import RankResult
-from reranker.plugins import get_plugin_manager, learner_class
-from reranker.simulation import LearnerSpec, Settings, simulate, summarize
-from reranker.specialization import (
+from reranker.core.plugins import get_plugin_manager, learner_class
+from reranker.features.clicks import lifts_from_counts
+from reranker.features.clicks.position_bias import PAIR_OFFSET, SWAPPED
+from reranker.learners.base import RankResult
+from reranker.learners.featuremap import FeatureMap
+from reranker.learners.feedback import pair_swapped_ranking
+from reranker.learners.specialization import (
     GENERAL,
     JUDGED,
     SPECIALISED,
@@ -25,6 +24,7 @@ from reranker.specialization import (
     specialise,
     taught_by,
 )
+from reranker.offline.simulation import LearnerSpec, Settings, simulate, summarize
 
 THETA = 1.0 / np.log2(np.arange(2, 12))  # examination of positions 1..10 (DCG discounts)
 
@@ -40,7 +40,7 @@ def test_a_judgment_is_the_conditional_test_of_two_poisson_rates():
 
 
 def test_the_compiled_binomial_tail_is_scipys():
-    from reranker.kernels import binomial_upper_tail
+    from reranker.features.kernels import binomial_upper_tail
 
     rng = np.random.default_rng(2)
     for _ in range(3000):
@@ -156,7 +156,7 @@ def engine_is_right(tmp_path_factory):
     """Queries whose relevance is the engine's own score (its order is the best there is)
     and whose other features are noise: a general model users prefer to the engine does
     not exist."""
-    from reranker.simulation import prepare
+    from reranker.offline.simulation import prepare
 
     folder = tmp_path_factory.mktemp("letor")
     rng = np.random.default_rng(3)

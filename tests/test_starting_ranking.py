@@ -9,12 +9,12 @@ import pytest
 from conftest import LiveServer, write_config
 
 from reranker.backends.elasticsearch import ElasticsearchBackend
-from reranker.config import load_config
-from reranker.featuremap import FeatureMap
-from reranker.features import FeatureSpec, engine_prior, engine_scores
+from reranker.core.config import load_config
+from reranker.core.plugins import get_plugin_manager, learner_class
+from reranker.features.extraction import FeatureSpec, engine_prior, engine_scores
+from reranker.learners.featuremap import FeatureMap
 from reranker.library import Reranker
-from reranker.model import ModelFactory
-from reranker.plugins import get_plugin_manager, learner_class
+from reranker.models.model import ModelFactory
 
 
 def scores_in_order(page, ids):

@@ -8,10 +8,11 @@ import time
 import pytest
 from conftest import LiveServer, run_cli, write_config
 
-from reranker.config import load_config
-from reranker.errors import ConfigError
-from reranker.service import RerankerService
-from reranker.trust import Binding, ClientBudget, ImpressionSigner, parse_keys
+from reranker.core.config import load_config
+from reranker.core.errors import ConfigError
+from reranker.models.budget import ClientBudget
+from reranker.serving.service import RerankerService
+from reranker.serving.trust import Binding, ImpressionSigner, parse_keys
 
 KEYS = "RERANKER_SIGNING_KEYS"
 OLD = "old:" + "o" * 32

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from reranker.click_models import cascade_model
-from reranker.users import (
+from reranker.offline.click_models import cascade_model
+from reranker.offline.users import (
     USER_DEPTH,
     ExpectedAlphaInformativeUser,
     NoisyUser,

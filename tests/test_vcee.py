@@ -11,9 +11,15 @@ import pytest
 from reranker_plugins.epsilon_greedy import EpsilonGreedy
 from reranker_plugins.vcee import PSI, VCEE
 
-from reranker.featuremap import FeatureMap
-from reranker.feedback import Feedback, item_feedback
-from reranker.oracles import LinearOracle, TreeOracle, page_lists, position_weights, smoothing
+from reranker.learners.featuremap import FeatureMap
+from reranker.learners.feedback import Feedback, item_feedback
+from reranker.learners.oracles import (
+    LinearOracle,
+    TreeOracle,
+    page_lists,
+    position_weights,
+    smoothing,
+)
 
 MQ2008 = Path(__file__).resolve().parents[2] / "shared" / "data" / "letor4-mq2008"
 X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
@@ -191,8 +197,8 @@ def test_vcee_exploration_shrinks_as_it_learns():
 
 
 def labelled_protocol(rounds: int, runs: int, specs):
-    from reranker.semibandit_simulation import SemibanditSettings, simulate_semibandits
-    from reranker.simulation import LearnerSpec, prepare
+    from reranker.offline.semibandit import SemibanditSettings, simulate_semibandits
+    from reranker.offline.simulation import LearnerSpec, prepare
 
     if not MQ2008.is_dir():
         pytest.skip(f"MQ2008 is not at {MQ2008}")

@@ -12,7 +12,7 @@ import pytest
 import requests
 from conftest import ServeProcess, learn, run_cli, wait_for_version, write_config
 
-from reranker.config import load_config
+from reranker.core.config import load_config
 from reranker.stores import open_event_store
 from reranker.testing import cli_env, reranker_command
 
@@ -156,7 +156,7 @@ def test_json_logs_from_workers_are_json_lines_gunicorn_s_too(workdir):
     loggers = {record.get("logger") for record in records}
     assert "gunicorn.error" in loggers and "reranker.access" in loggers, loggers
     misspelt = [r for r in records if "RERANKER_SERVER_PROT" in r["message"]]
-    assert len(misspelt) == 1 and misspelt[0]["logger"] == "reranker.config"
+    assert len(misspelt) == 1 and misspelt[0]["logger"] == "reranker.core.config"
 
 
 def test_workers_out_of_range_is_an_error_naming_the_key(workdir):
@@ -244,7 +244,7 @@ def test_a_workers_app_leaves_its_start_up_objects_out_of_the_cycle_collector(wo
     Python's full collections no longer walk it (a pause of tens of milliseconds each)."""
     import gc
 
-    from reranker.wsgi import app
+    from reranker.api.wsgi import app
 
     gc.unfreeze()
     served = app(str(write_config(workdir, trainer={"enabled": False})))
@@ -262,7 +262,7 @@ def test_a_worker_that_cannot_start_again_is_retried_while_the_others_serve(work
     model loads: every file was overwritten) waits and exits to be started again: the others
     go on serving (gunicorn stops every worker when one fails to boot), and once the files
     are restored a new worker starts."""
-    from reranker.service import RerankerService
+    from reranker.serving.service import RerankerService
 
     path = write_config(workdir, trainer={"enabled": False, "feedback_window": 0.0})
     service = RerankerService(load_config(path)).open()
@@ -290,7 +290,7 @@ def test_a_worker_that_cannot_start_again_is_retried_while_the_others_serve(work
         model_file.write_bytes(kept)
         # then a new worker starts and stays: the same two workers, and no failure more, for
         # longer than a failing worker waits before it exits
-        from reranker.wsgi import WORKER_RETRY
+        from reranker.api.wsgi import WORKER_RETRY
 
         deadline, last, since = time.monotonic() + 60, None, time.monotonic()
         while True:

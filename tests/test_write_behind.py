@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from conftest import store_rows, write_config
 
-from reranker.clicks import lifts_from_counts, query_key
-from reranker.config import load_config
-from reranker.errors import StoreError
-from reranker.events import Impression
-from reranker.service import RerankerService
+from reranker.core.config import load_config
+from reranker.core.errors import StoreError
+from reranker.features.clicks import lifts_from_counts, query_key
+from reranker.serving.service import RerankerService
 from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, EXPOSURE, CountCache
+from reranker.stores.events import Impression
 from reranker.stores.write_behind import WriteBehind
 
 

@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from standin import start_standin  # noqa: E402
 
-from reranker.config import load_config  # noqa: E402
-from reranker.democorpus import generate_corpus  # noqa: E402
-from reranker.plugins import backend_class, get_plugin_manager  # noqa: E402
+from reranker.core.config import load_config  # noqa: E402
+from reranker.core.plugins import backend_class, get_plugin_manager  # noqa: E402
+from reranker.offline.democorpus import generate_corpus  # noqa: E402
 
 FIELDS = ["title", "body"]
 PAGE = 10  # results a page shows, whose documents the reranked search reads

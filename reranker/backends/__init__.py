@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import Config
-    from .filters import Clause
+    from reranker.backends.filters import Clause
+    from reranker.core.config import Config
 
 
 @dataclass(eq=False)
@@ -65,14 +65,14 @@ class Backend(ABC):
 
     @abstractmethod
     def open(self) -> None:
-        """Start-up checks; raise :class:`reranker.errors.BackendError` naming the problem."""
+        """Start-up checks; raise :class:`reranker.core.errors.BackendError` naming the problem."""
 
     @abstractmethod
     def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
                facets: tuple[str, ...] = ()) -> Candidates:
         """Top ``n`` candidates of ``query`` that pass every filter clause, with their
         feature inputs, and the counts of the ``facets`` fields' values over all matching
-        documents (:mod:`.filters`); raise :class:`reranker.errors.BackendUnavailableError`
+        documents (:mod:`.filters`); raise :class:`reranker.core.errors.BackendUnavailableError`
         when the backend cannot answer."""
 
     @abstractmethod
@@ -87,7 +87,7 @@ class Backend(ABC):
         (``features.numeric_fields``): a JSON number within a float's range, unless the
         engine reads more (Elasticsearch: numbers as text, and dates into a field its
         mapping maps as a date)."""
-        from ..documents import finite_number
+        from reranker.backends.documents import finite_number
 
         return finite_number(value)
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import hookimpl
-from ..documents import field_value
-from ..errors import BackendError, BadRequestError
-from . import Backend, Candidates, IndexReport, numeric_value
+from reranker import hookimpl
+from reranker.backends import Backend, Candidates, IndexReport, numeric_value
+from reranker.backends.documents import field_value
+from reranker.core.errors import BackendError, BadRequestError
 
 
 class ApplicationBackend(Backend):

@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import hookimpl
-from ..documents import field_value
-from ..errors import BackendError, BackendUnavailableError
-from . import Backend, Candidates, IndexReport, numeric_value
-from .filters import FACET_PREFIX, FACET_SIZE, Clause, filter_types
+from reranker import hookimpl
+from reranker.backends import Backend, Candidates, IndexReport, numeric_value
+from reranker.backends.documents import field_value
+from reranker.backends.filters import FACET_PREFIX, FACET_SIZE, Clause, filter_types
+from reranker.core.errors import BackendError, BackendUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -453,7 +453,7 @@ class ElasticsearchBackend(Backend):
         too."""
         from elasticsearch import NotFoundError
 
-        from ..config import did_you_mean
+        from reranker.core.config import did_you_mean
 
         es = self.es
 
@@ -868,7 +868,7 @@ def _prefixes(field: str) -> list[str]:
 #: Read as epoch milliseconds from doc values (:attr:`ElasticsearchBackend.date_fields`),
 #: and given as days since 1970-01-01 (a fraction for the time of day): in milliseconds, a
 #: date after 2001 would be beyond the features' bound of 1e12
-#: (:attr:`reranker.features.FeatureSpec.LIMIT`).
+#: (:attr:`reranker.features.extraction.FeatureSpec.LIMIT`).
 DATE_TYPES = {"date", "date_nanos"}
 MS_PER_DAY = 86_400_000.0
 

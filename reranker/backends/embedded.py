@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import tantivy
 
-from .. import hookimpl
-from ..errors import BackendError, BackendUnavailableError, BadRequestError, shorten
-from . import Backend, Candidates, IndexReport
-from .filters import FACET_SIZE, Clause, filter_kind, filter_types, filters_key
+from reranker import hookimpl
+from reranker.backends import Backend, Candidates, IndexReport
+from reranker.backends.filters import FACET_SIZE, Clause, filter_kind, filter_types, filters_key
+from reranker.core.errors import BackendError, BackendUnavailableError, BadRequestError, shorten
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BadRequestError, field_path, quoted_path, shorten
+from reranker.core.errors import BadRequestError, field_path, quoted_path, shorten
 
 #: The bounds a range clause takes.
 RANGE_BOUNDS = ("gte", "gt", "lte", "lt")

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..events import SHOWN_PROPENSITIES
-from ..features import feature_columns
-from ..model import RankingModel
-from ..stores import EventStore
-from .estimators import LoggedPage
+from reranker.evaluation.estimators import LoggedPage
+from reranker.features.extraction import feature_columns
+from reranker.models.model import RankingModel
+from reranker.stores import EventStore
+from reranker.stores.events import SHOWN_PROPENSITIES
 
 
 @dataclass

@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from .estimators import LoggedPage, SupportError, evaluate, mean_interval
+from reranker.evaluation.estimators import LoggedPage, SupportError, evaluate, mean_interval
 
 
 class OffPolicyCheck:
     """Collects one run's logged pages and the target's on-policy clicks on the same
     queries. ``target`` is a learner with a fixed model (it never learns here); ``user`` a
-    simulated user (:func:`reranker.users.make_user`) drawing its own random numbers."""
+    simulated user (:func:`reranker.offline.users.make_user`) drawing its own random numbers."""
 
     def __init__(self, target, user, rng: np.random.Generator, depth: int):
         self.target, self.user, self.rng, self.depth = target, user, rng, depth

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from ..config import parse_time
-from ..errors import ConfigError, NotFoundError, RerankerError, StoreError
-from ..stores import EventStore, open_event_store
-from .outcomes import Tally
+from reranker.core.config import parse_time
+from reranker.core.errors import ConfigError, NotFoundError, RerankerError, StoreError
+from reranker.experiments.outcomes import Tally
+from reranker.stores import EventStore, open_event_store
 
 log = logging.getLogger(__name__)
 
@@ -191,10 +191,11 @@ class Experiment:
         return state
 
     def start_arms(self, arms) -> None:
-        """Record where each arm (:class:`reranker.arms.Arm`) starts in this experiment, once,
+        """Record where each arm (:class:`reranker.models.arms.Arm`) starts in this experiment,
+        once,
         when the experiment first runs with it: its model version and what that model had
         learned. With ``experiment.even_start``, an arm whose model learned before starts
-        again from its initial model (:meth:`reranker.arms.Arm.restart`); without it, the
+        again from its initial model (:meth:`reranker.models.arms.Arm.restart`); without it, the
         results name such an arm. Processes that start together agree through the event
         store: the first to claim an arm records and restarts it."""
         started = self.state(fresh=True).get("arms_at_start") or {}
@@ -580,7 +581,7 @@ def require_experiment(config, events: EventStore) -> Experiment:
 def offline_status(config, pm) -> dict[str, Any]:
     """The experiment's results read from the event store and model folders, without a
     running service (``reranker report``)."""
-    from ..arms import arms_from_config
+    from reranker.models.arms import arms_from_config
 
     events = open_event_store(config, pm, existing=True)
     try:

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .stats import compare, difference_interval, mean_interval
+from reranker.experiments.stats import compare, difference_interval, mean_interval
 
 if TYPE_CHECKING:
-    from ..stores import EventStore
-    from .experiment import ExperimentSpec
+    from reranker.experiments.experiment import ExperimentSpec
+    from reranker.stores import EventStore
 
 
 #: A split's impressions of one arm that wait for a partner of another, at most: the latest

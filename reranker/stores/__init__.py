@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pluggy
 
-from .base import EventStore, Reader, Retained
+from reranker.stores.base import EventStore, Reader, Retained
 
 
 def open_event_store(config, pm: pluggy.PluginManager | None = None, *,
@@ -14,8 +14,8 @@ def open_event_store(config, pm: pluggy.PluginManager | None = None, *,
     """Open the event store the ``store`` section of ``config`` selects (``store.type``);
     with ``existing``, one that must be there already (a command that only reads what
     searches logged: a store it would create is a misspelt ``store.path``)."""
-    from ..errors import StoreError
-    from ..plugins import event_store_class, get_plugin_manager
+    from reranker.core.errors import StoreError
+    from reranker.core.plugins import event_store_class, get_plugin_manager
 
     cls = event_store_class(pm or get_plugin_manager(), config.store.type)
     missing = cls.missing(config) if existing else None

@@ -18,7 +18,7 @@ What every store must guarantee (the shared store tests check it for the built-i
 * Retention (:meth:`retain`) removes only impressions that every reader it is given has
   applied: an impression the trainer has yet to learn from is never deleted nor compacted.
 * Errors of the storage itself (unreachable, locked for too long, disk full) raise
-  :class:`reranker.errors.StoreError` (503: nothing was written, the client may retry),
+  :class:`reranker.core.errors.StoreError` (503: nothing was written, the client may retry),
   naming the store without secrets; errors of the request raise the errors each method names.
 """
 
@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from ..clicks import PositionBias, lifts_from_counts
-from ..errors import RerankerError, StoreError
-from ..events import ClickResult, Impression, RewardResult
+from reranker.core.errors import RerankerError, StoreError
+from reranker.features.clicks import PositionBias, lifts_from_counts
+from reranker.stores.events import ClickResult, Impression, RewardResult
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class EventStore(abc.ABC):
     @abc.abstractmethod
     def from_config(cls, config) -> EventStore:
         """Open (creating or migrating it when needed) the store a validated
-        :class:`reranker.config.Config` names in its ``store`` section; errors name the key
+        :class:`reranker.core.config.Config` names in its ``store`` section; errors name the key
         (``store.path``, ``store.dsn``) and never a password."""
 
     @abc.abstractmethod
@@ -120,9 +120,9 @@ class EventStore(abc.ABC):
                      now: float | None = None) -> ClickResult:
         """Store a click durably, with its click count and, when it fell in a pair the
         learner randomised, the position-bias counts, in one transaction. Unknown impression:
-        :class:`~reranker.errors.NotFoundError`; a document not shown in it:
-        :class:`~reranker.errors.UnprocessableError`; a closed impression:
-        :class:`~reranker.errors.ConflictError`. A repeated click is accepted and counted
+        :class:`~reranker.core.errors.NotFoundError`; a document not shown in it:
+        :class:`~reranker.core.errors.UnprocessableError`; a closed impression:
+        :class:`~reranker.core.errors.ConflictError`. A repeated click is accepted and counted
         once (``duplicate=True``), also after closing."""
 
     def record_clicks(self, clicks: Sequence[tuple[str, str, float]]
@@ -187,7 +187,7 @@ class EventStore(abc.ABC):
 
     def click_features(self, query: str, doc_ids: list[str], smoothing: float) -> np.ndarray:
         """The click features of candidates ``doc_ids`` for ``query``, shape ``(n, 2)``:
-        :func:`reranker.clicks.lifts_from_counts` of :meth:`click_counts`."""
+        :func:`reranker.features.clicks.lifts_from_counts` of :meth:`click_counts`."""
         counts, total = self.click_counts(query, doc_ids)
         return lifts_from_counts(counts, total[0], total[1], smoothing)
 
@@ -263,7 +263,7 @@ class EventStore(abc.ABC):
         return None
 
     def check_damage(self) -> None:
-        """Raise :class:`~reranker.errors.StoreError` (``damaged``) while the store is known
+        """Raise :class:`~reranker.core.errors.StoreError` (``damaged``) while the store is known
         to be damaged (its files corrupt or truncated), saying what to run; the health
         checks call it. The default knows of no damage."""
         return None
@@ -271,7 +271,7 @@ class EventStore(abc.ABC):
     @abc.abstractmethod
     def check_writable(self) -> None:
         """Write and commit durably a change that changes nothing; raise
-        :class:`~reranker.errors.StoreError` when the store cannot take a write (a full or
+        :class:`~reranker.core.errors.StoreError` when the store cannot take a write (a full or
         read-only disk, a lock held too long, a server gone): the readiness check."""
 
     @abc.abstractmethod
@@ -284,7 +284,7 @@ class EventStore(abc.ABC):
                           prune: Mapping[str, int]
                           ) -> tuple[list[tuple[str, str, int, int]], int] | None:
         """Share request counts between the processes of this store
-        (:class:`reranker.limits.SharedCounts`): add ``added`` (``{(scope, client, slot):
+        (:class:`reranker.serving.limits.SharedCounts`): add ``added`` (``{(scope, client, slot):
         requests}``, this process's since its last exchange) to the counts kept, delete
         each ``prune`` scope's slots before the one given, and return every count changed
         since mark ``since``, as ``(scope, client, slot, requests)`` of all processes
@@ -302,8 +302,8 @@ class EventStore(abc.ABC):
         (``features`` None when read) while the page as shown stays for the experiment's
         report. The counts the click features and the position-bias estimate read stay as
         they are. A store that cannot remove impressions raises
-        :class:`~reranker.errors.ConfigError`."""
-        from ..errors import ConfigError
+        :class:`~reranker.core.errors.ConfigError`."""
+        from reranker.core.errors import ConfigError
 
         raise ConfigError(f"the {self.name} event store cannot remove impressions: unset "
                           f"store.retention")
@@ -363,9 +363,9 @@ class Leadership:
     def signing_secret(self) -> str:
         """A secret made once for this store and kept in it, the same for every process that
         opens it: the default key that impression ids are signed with
-        (:mod:`reranker.trust`) when no key is configured. A store that cannot keep one
-        raises a :class:`reranker.errors.ConfigError` asking for a configured key."""
-        from ..errors import ConfigError
+        (:mod:`reranker.serving.trust`) when no key is configured. A store that cannot keep one
+        raises a :class:`reranker.core.errors.ConfigError` asking for a configured key."""
+        from reranker.core.errors import ConfigError
 
         raise ConfigError(f"the {self.name} event store keeps no signing secret: set the "
                           f"environment variable that security.signing_keys_env names")

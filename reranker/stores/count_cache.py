@@ -2,7 +2,7 @@
 
 Every search reads the click features of its candidates: per candidate, its clicks and
 exposures under the query and over all queries, and the total (``click_stats``, see
-:mod:`reranker.clicks`). Read from the database, that is some two hundred lookups of the
+:mod:`reranker.features.clicks`). Read from the database, that is some two hundred lookups of the
 primary key per search, about as much as the rest of a reranked search together. Most
 searches repeat queries and candidates, so a process keeps the cells it has read
 (:class:`CountCache`) and adds to them what it writes itself:
@@ -61,8 +61,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import StoreError
-from ..forks import renew_in_child
+from reranker.core.errors import StoreError
+from reranker.core.forks import renew_in_child
 
 #: ``click_stats.query_key`` of the counts over all queries (a normalised query never holds
 #: '*'), and ``doc_id`` of the counts over all documents.

@@ -61,7 +61,8 @@ _HEADER = struct.Struct("<BII")  # format, rows, columns (features); format, n, 
 
 @functools.lru_cache(maxsize=16)
 def _reciprocal_ranks(n: int) -> np.ndarray:
-    """``1/1 ... 1/n``, computed as :class:`reranker.features.FeatureSpec` computes them."""
+    """``1/1 ... 1/n``, computed as :class:`reranker.features.extraction.FeatureSpec` computes
+    them."""
     out = 1.0 / np.arange(1, n + 1)
     out.setflags(write=False)
     return out

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from ..errors import RerankerError
+from reranker.core.errors import RerankerError
 
 T = TypeVar("T")
 R = TypeVar("R")

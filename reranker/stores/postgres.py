@@ -27,10 +27,10 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 
-from .. import hookimpl
-from ..errors import ConfigError, StoreError
-from .base import Leadership
-from .sql import LATE_INDEXES, SCHEMA_VERSION, SQLEventStore
+from reranker import hookimpl
+from reranker.core.errors import ConfigError, StoreError
+from reranker.stores.base import Leadership
+from reranker.stores.sql import LATE_INDEXES, SCHEMA_VERSION, SQLEventStore
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ written once here, with ``?`` placeholders.
 An impression's candidates (ids, ranking, propensities) and their features are kept packed
 and compressed (:mod:`.encoding`), each feature set's names once in ``feature_sets``.
 
-The store also keeps what the click features are computed from (:mod:`reranker.clicks`):
+The store also keeps what the click features are computed from (:mod:`reranker.features.clicks`):
 every logged impression adds its shown documents' position-weighted exposures, and every
 click adds one click and, when it fell in a pair the learner randomised, the counts of the
 position-bias estimate. Both are written in the same transaction as the impression or the
@@ -31,15 +31,26 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..clicks import PositionBias, query_key
-from ..clicks.position_bias import randomized_pairs
-from ..errors import ConflictError, NotFoundError, RerankerError, StoreError, UnprocessableError
-from ..events import ClickResult, Impression, RewardResult
-from .base import EventStore, Reader, Retained
-from .count_cache import ALL_DOCS, ALL_QUERIES, CLICKS, EXPOSURE, CountCache
-from .encoding import pack_candidates, pack_features, unpack_candidates, unpack_features
-from .group_commit import GroupCommit
-from .write_behind import WriteBehind
+from reranker.core.errors import (
+    ConflictError,
+    NotFoundError,
+    RerankerError,
+    StoreError,
+    UnprocessableError,
+)
+from reranker.features.clicks import PositionBias, query_key
+from reranker.features.clicks.position_bias import randomized_pairs
+from reranker.stores.base import EventStore, Reader, Retained
+from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, CLICKS, EXPOSURE, CountCache
+from reranker.stores.encoding import (
+    pack_candidates,
+    pack_features,
+    unpack_candidates,
+    unpack_features,
+)
+from reranker.stores.events import ClickResult, Impression, RewardResult
+from reranker.stores.group_commit import GroupCommit
+from reranker.stores.write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
 

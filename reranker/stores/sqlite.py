@@ -24,12 +24,18 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import hookimpl
-from ..clicks import PositionBias, query_key
-from ..errors import StoreError
-from ..forks import renew_in_child
-from .base import Leadership
-from .sql import LATE_INDEXES, SCHEMA_VERSION, UPSERT_STATS, SQLEventStore, stat_cells
+from reranker import hookimpl
+from reranker.core.errors import StoreError
+from reranker.core.forks import renew_in_child
+from reranker.features.clicks import PositionBias, query_key
+from reranker.stores.base import Leadership
+from reranker.stores.sql import (
+    LATE_INDEXES,
+    SCHEMA_VERSION,
+    UPSERT_STATS,
+    SQLEventStore,
+    stat_cells,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -94,7 +100,7 @@ CREATE TABLE IF NOT EXISTS position_bias (
     lower REAL NOT NULL            -- and at the position below it
 );
 CREATE TABLE IF NOT EXISTS request_counts (
-    scope TEXT NOT NULL,           -- search, click or impression (reranker.limits)
+    scope TEXT NOT NULL,           -- search, click or impression (reranker.serving.limits)
     slot INTEGER NOT NULL,         -- the span of time counted in (minutes, or impression_ttl)
     client TEXT NOT NULL,          -- the client (user:, session:, address:) or impression id
     requests INTEGER NOT NULL,     -- accepted, by every process
@@ -319,7 +325,7 @@ class SQLiteStore(SQLEventStore):
     def _migrate_from_2(conn: sqlite3.Connection) -> None:
         """Schema 2 -> 3: which arm showed an impression (the impressions logged before arms
         existed keep their learner's name, which the arm that takes over that learner's model
-        folder answers to: :meth:`reranker.arms.Arm.prepare`), the experiment, and the
+        folder answers to: :meth:`reranker.models.arms.Arm.prepare`), the experiment, and the
         experiments' state."""
         conn.execute("ALTER TABLE impressions ADD COLUMN arm TEXT")
         conn.execute("ALTER TABLE impressions ADD COLUMN experiment TEXT")

@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from ..errors import StoreError
-from ..forks import renew_in_child
+from reranker.core.errors import StoreError
+from reranker.core.forks import renew_in_child
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,272 @@
+"""The general model and each query's own evidence, kept apart (docs/algorithms.md, "General
+model and query specialisation").
+
+Two kinds of knowledge come out of the clicks. What holds for any query -- which features make
+a result worth clicking -- is the *general model*: the learner, over the features that mean
+the same for every query (all but ``click_lift:query_doc``), ranking every query, and the only
+ranking a query never searched before gets. What holds for one query only -- which of its
+documents its users prefer -- is that query's own evidence: its documents' clicks per
+position-weighted exposure (the counts behind ``click_lift:query_doc``).
+
+A query's evidence *judges* a pair of its documents when their click rates differ
+significantly (:func:`judgment_p_values`: the conditional test of two Poisson rates), and
+judges one document against the query's other results when its click rate is significantly
+above or below theirs together. Where a query has such a judgment, its page is
+*specialised*: the general model's scores, min-max
+normalised over the candidates, plus the query's click lift minus one, then randomised
+adjacent pairs (:func:`specialised_page`); without one it is the general model's own page.
+Four pages without a click judge nothing, so they change nothing.
+
+The general model learns from every page, but never from the order a specialised page gave
+the results (that order was chosen by the clicks, and the pairs it puts side by side are
+exactly those where the features mislead: learning from them inverts the features). On its
+own pages it learns by its own rule; a specialised page with a click teaches it the query's
+judgments *at the positions where the general model itself ranks them*: a random pairing of
+its own ranking's adjacent positions, each pair a judgment covers fed to the learner as a
+randomised pair whose better result was clicked (:func:`judgment_feedback`). So the general
+model learns from every query what it would learn from its own pages, and a query's own
+clicks never explain away what it should learn.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from reranker.features.clicks import CLICK_FEATURES
+from reranker.features.clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
+from reranker.features.extraction import kernels
+from reranker.learners.base import RankResult
+from reranker.learners.coactive import perturbed_page
+from reranker.learners.feedback import Feedback, feedback_from_positions
+
+#: The feature a specialised page adds (minus one) to the general model's normalised scores,
+#: and that the general model does not see: a document's clicks for this very query.
+QUERY_FEATURE = CLICK_FEATURES[0]
+#: Default confidence of a judgment (``learner.confidence``).
+CONFIDENCE = 0.95
+#: Keys of the impression context: the general model's own top of a specialised page (its
+#: argmax, candidate indices) and the judgments on its adjacent pairs, ``[upper position,
+#: 1 if the lower result is the better]``, in the pairing ``JUDGED_OFFSET``.
+GENERAL, JUDGED, JUDGED_OFFSET = "general", "judged", "judged_offset"
+#: The context key that marks a specialised page, holding its strongest judgment.
+SPECIALISED = "specialised"
+
+
+def judgment_p_values(clicks_a: np.ndarray, exposure_a: np.ndarray, clicks_b: np.ndarray,
+                      exposure_b: np.ndarray) -> np.ndarray:
+    """One-sided p-values that document ``b`` is clicked more per unit of exposure than
+    ``a`` (elementwise; 1 where nothing can be said).
+
+    Under the position-based model a document's clicks are a Poisson count with mean
+    ``exposure * rate``. Given the ``m = c_a + c_b`` clicks the two got together, ``b``'s
+    share is Binomial(``m``, ``e_b / (e_a + e_b)``) when the two rates are equal (the
+    conditional test of two Poisson rates, Przyborowski & Wilenski 1940), and smaller when
+    ``b``'s rate is the lower: the p-value is ``P(X >= c_b)`` under equal rates. Counts are
+    rounded to whole clicks."""
+    ca, ea, cb, eb = (np.asarray(v, dtype=np.float64) for v in
+                      (clicks_a, exposure_a, clicks_b, exposure_b))
+    if not ca.shape == ea.shape == cb.shape == eb.shape:
+        ca, ea, cb, eb = np.broadcast_arrays(ca, ea, cb, eb)
+    out = np.empty(ca.shape)
+    kernels().rate_p_values(ca.ravel(), ea.ravel(), cb.ravel(), eb.ravel(), out.reshape(-1))
+    return out
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """A candidate that a query's users click significantly more (``above``) or less per
+    exposure than the query's other results together, with its clicks and exposure, theirs,
+    and the p-value of the test: the evidence that specialises the query's pages."""
+
+    doc: int
+    above: bool
+    clicks: float
+    exposure: float
+    rest_clicks: float
+    rest_exposure: float
+    p_value: float
+
+    def to_dict(self) -> dict:
+        return {"doc": self.doc, "clicked": "more" if self.above else "less",
+                "clicks": self.clicks, "exposure": round(self.exposure, 3),
+                "others_clicks": self.rest_clicks,
+                "others_exposure": round(self.rest_exposure, 3), "p_value": self.p_value}
+
+
+@dataclass(frozen=True)
+class QueryEvidence:
+    """One query's clicks and position-weighted exposures per candidate, shape ``(n,)``
+    each, as the event store counts them for ``click_lift:query_doc``."""
+
+    clicks: np.ndarray
+    exposure: np.ndarray
+
+    @classmethod
+    def from_counts(cls, counts: np.ndarray) -> QueryEvidence:
+        """From the per-candidate counts the click features are made of, ``(n, 4)``: clicks
+        and exposure for this query, then over all queries."""
+        counts = np.asarray(counts, dtype=np.float64)
+        return cls(clicks=counts[:, 0], exposure=counts[:, 1])
+
+    @property
+    def any_clicks(self) -> bool:
+        return bool(len(self.clicks)) and float(self.clicks.max()) > 0.0
+
+    def strongest(self, confidence: float = CONFIDENCE) -> Judgment | None:
+        """The candidate whose click rate the query's clicks judge, at the ``confidence``,
+        above or below that of the query's other candidates taken together (clicks against
+        position-weighted exposure, :func:`judgment_p_values` either way round), the most
+        significant one; None when none is: this query is then not specialised. Pages
+        without a click judge nothing, nor does a click or two where many results were
+        seen."""
+        if not self.any_clicks:
+            return None
+        p = np.empty((len(self.clicks), 2))  # (a search pays for this whenever its query
+        kernels().against_the_rest(self.clicks, self.exposure, p)  # has clicks: compiled)
+        best = int(np.argmin(p))
+        doc, below = divmod(best, 2)
+        if p[doc, below] > 1.0 - confidence:
+            return None
+        c, e = float(self.clicks[doc]), float(self.exposure[doc])
+        return Judgment(doc=doc, above=not below, clicks=c, exposure=e,
+                        rest_clicks=float(self.clicks.sum()) - c,
+                        rest_exposure=max(float(self.exposure.sum()) - e, 0.0),
+                        p_value=float(p[doc, below]))
+
+    def judged_pairs(self, ranking: np.ndarray, n_shown: int, offset: int,
+                     confidence: float = CONFIDENCE) -> list[tuple[int, bool]]:
+        """The judgments on the adjacent pairs of ``ranking`` in pairing ``offset`` (pairs
+        (1, 2), (3, 4), ... for 0; (2, 3), ... for 1) inside its first ``n_shown``:
+        ``(upper position, True when the lower result is the better)``."""
+        uppers = np.arange(offset, min(int(n_shown), len(ranking)) - 1, 2)
+        if not len(uppers) or not self.any_clicks:
+            return []
+        upper, lower = ranking[uppers], ranking[uppers + 1]
+        alpha = 1.0 - confidence
+        c, e = self.clicks, self.exposure
+        a, b = np.concatenate([upper, lower]), np.concatenate([lower, upper])
+        both = np.empty(len(a))
+        kernels().rate_p_values(c[a], e[a], c[b], e[b], both)
+        both = both <= alpha
+        lower_better, upper_better = both[:len(upper)], both[len(upper):]
+        return [(int(u), bool(lb)) for u, lb, ub in
+                zip(uppers.tolist(), lower_better.tolist(), upper_better.tolist(), strict=True)
+                if lb or ub]
+
+
+def minmax(scores: np.ndarray) -> np.ndarray:
+    """``scores`` scaled to [0, 1] over the candidates; all 0 when they are constant."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if not len(scores):
+        return scores.copy()
+    low, high = float(scores.min()), float(scores.max())
+    if not high > low or not math.isfinite(high - low):
+        return np.zeros(len(scores))
+    return (scores - low) / (high - low)
+
+
+def specialised_scores(general_scores: np.ndarray, lift: np.ndarray) -> np.ndarray:
+    """The scores of a specialised page: the general model's, min-max normalised over the
+    candidates, plus the query's click lift minus one, so that a result this query's users
+    clearly prefer rises past the ones the general model scored just above it, by as much
+    as the model's margin (docs/algorithms.md, "General model and query specialisation")."""
+    return minmax(general_scores) + (np.asarray(lift, dtype=np.float64) - 1.0)
+
+
+def specialised_ranking(general_scores: np.ndarray, lift: np.ndarray) -> np.ndarray:
+    """The order of a specialised page before its randomised pairs (what an arm contributes
+    to an experiment's mixed page for a query whose clicks judge a pair)."""
+    return general_ranking(specialised_scores(general_scores, lift))
+
+
+def general_ranking(scores: np.ndarray) -> np.ndarray:
+    """The general model's own order of the candidates: by score, ties in the engine's
+    order (the candidates' order)."""
+    return (-np.asarray(scores, dtype=np.float64)).argsort(kind="stable")
+
+
+def judgment_feedback(general_top: list[int] | np.ndarray, n: int, n_shown: int,
+                      offset: int, judged: list[tuple[int, bool]] | list[list[int]]
+                      ) -> Feedback | None:
+    """What a specialised page teaches the general model: its own ranking (``general_top``,
+    the first candidates of its argmax, then the rest in the candidates' order) shown with
+    the judged pairs randomised, pairing ``offset``, and in each the better result clicked
+    -- the feedback of a randomised pair shown in either order with probability 1/2
+    (Raman et al. 2013; FairPairs), swapped where the better one was the upper. None
+    without a judgment. Learners read it through their rule for randomised pairs."""
+    if not judged:
+        return None
+    top = [int(i) for i in general_top]
+    seen = set(top)
+    ranking = np.array(top + [i for i in range(n) if i not in seen], dtype=np.intp)
+    swapped, clicked = [], []
+    for upper, lower_better in judged:
+        upper = int(upper)
+        if upper + 1 >= len(ranking):
+            continue
+        if not lower_better:  # shown swapped: the better one, the upper, below
+            ranking[upper], ranking[upper + 1] = ranking[upper + 1], ranking[upper]
+            swapped.append(upper)
+        clicked.append(upper + 1)
+    if not clicked:
+        return None
+    feedback = feedback_from_positions(ranking, n_shown, np.array(sorted(clicked),
+                                                                  dtype=np.intp))
+    feedback.context = {PAIR_OFFSET: int(offset), SWAPPED: swapped, SWAP_PROBABILITY_KEY: 0.5}
+    return feedback
+
+
+#: The swap probability of a specialised page's randomised pairs: both orders of a pair equally
+#: often, so that its clicks compare the two without position bias at every weight.
+SWAP = 0.5
+
+
+def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_shown: int,
+               rng: np.random.Generator, confidence: float = CONFIDENCE
+               ) -> tuple[RankResult, Judgment | None]:
+    """The page of a search: the general model's own (``own``, as its learner ranked it)
+    when the query's clicks judge no pair of its candidates; else the specialised page
+    (:func:`specialised_scores` shown with randomised pairs), whose context also records the
+    general model's own top and the judgments on its adjacent pairs, which are what the page
+    will teach it (:func:`judgment_feedback`). Returns the page and the strongest judgment
+    (None: the general model's page)."""
+    judgment = evidence.strongest(confidence)
+    if judgment is None:
+        return own, None
+    page = perturbed_page(specialised_scores(own.scores, lift), n_shown, SWAP, rng)
+    general = general_ranking(own.scores)
+    offset = int(rng.random() < 0.5)
+    judged = evidence.judged_pairs(general, n_shown, offset, confidence)
+    page.context.update({
+        SPECIALISED: judgment.to_dict(),
+        GENERAL: general[: min(int(n_shown) + 1, len(general))].tolist(),
+        JUDGED_OFFSET: offset, JUDGED: [[upper, int(lower)] for upper, lower in judged]})
+    return page, judgment
+
+
+def specializes(learner_cls, specialize: bool = True) -> bool:
+    """Whether a learner's arm keeps its general model and each query's own clicks apart
+    (``learner.specialize``): never for a floor (a reference ranking shown as it is), nor
+    for a learner that learns only from the pages it drew itself
+    (``learns_from_mixed_lists`` false: EELS), which specialised pages would starve of the
+    pages it learns from and whose page is not an order of scores to refine."""
+    return bool(specialize) and not learner_cls.floor and learner_cls.learns_from_mixed_lists
+
+
+def general_features(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The features of the general model among a search's ``names``: all but the query's own
+    click lift (:data:`QUERY_FEATURE`)."""
+    return tuple(name for name in names if name != QUERY_FEATURE)
+
+
+def taught_by(context: dict, n: int, n_shown: int) -> Feedback | None:
+    """What a logged specialised page teaches the general model (:func:`judgment_feedback`
+    of the judgments its context records), or None when it records none."""
+    judged = context.get(JUDGED) or []
+    if not judged:
+        return None
+    return judgment_feedback(context[GENERAL], n, n_shown, int(context.get(JUDGED_OFFSET, 0)),
+                             [(int(u), bool(lower)) for u, lower in judged])

@@ -1,0 +1,58 @@
+"""The layout is the flow: no import runs back up it, and docs/architecture.md says what the
+code does (it is written from the code by docs/architecture.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("architecture", ROOT / "docs" / "architecture.py")
+architecture = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(architecture)
+
+
+def test_no_import_runs_back_up_the_flow():
+    assert architecture.upward_imports() == []
+
+
+def test_every_package_has_its_place_in_the_flow():
+    packages = {p.name for p in (ROOT / "reranker").iterdir()
+                if (p / "__init__.py").exists()}
+    placed = {name for names in architecture.FLOW for name in names}
+    assert packages == placed
+
+
+def test_the_architecture_page_is_written_from_the_code():
+    assert (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8") == \
+        architecture.page(), "run: python docs/architecture.py"
+
+
+def test_the_rule_catches_an_import_against_the_flow(tmp_path, monkeypatch):
+    fake = tmp_path / "reranker"
+    for package in ("core", "api"):
+        (fake / package).mkdir(parents=True)
+        (fake / package / "__init__.py").write_text('"""x."""\n')
+    (fake / "core" / "bad.py").write_text("from reranker.api.app import create_app\n")
+    monkeypatch.setattr(architecture, "PACKAGE", fake)
+    monkeypatch.setattr(architecture, "ROOT", tmp_path)
+    assert architecture.upward_imports() == ["reranker/core/bad.py:1 imports reranker.api"]
+
+
+@pytest.mark.parametrize("old, new", [("reranker.learner", "reranker.learners.base"),
+                                      ("reranker.service", "reranker.serving.service"),
+                                      ("reranker.clicks.position_bias",
+                                       "reranker.features.clicks.position_bias")])
+def test_a_moved_module_still_imports_from_its_old_path_with_a_warning(old, new):
+    code = (f"import warnings, importlib; warnings.simplefilter('error'); "
+            f"importlib.import_module('{old}')")
+    refused = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert refused.returncode != 0 and f"{old} moved to {new}" in refused.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert importlib.import_module(old) is importlib.import_module(new)
