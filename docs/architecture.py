@@ -47,7 +47,8 @@ def imported_packages(path: Path) -> list[tuple[str, int]]:
         for name in names:
             parts = name.split(".")
             if parts[0] == "reranker" and len(parts) > 1 and (
-                    stage(parts[1]) is not None or parts[1] in FACADES):
+                    stage(parts[1]) is not None or parts[1] in FACADES) and \
+                    (parts[1], node.lineno) not in found:
                 found.append((parts[1], node.lineno))
     return found
 
