@@ -31,7 +31,7 @@ require_browser()
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "browser"
-SNIPPET = ROOT / "reranker" / "static" / "reranker.js"
+SNIPPET = ROOT / "reranker" / "api" / "static" / "reranker.js"
 PAGE = "https://shop.example.com"  # an allowed origin in the HTTP tests
 OTHER = "https://evil.example.net"  # one that is not
 WAIT = 10  # seconds, at most, for the page or the event store to show something

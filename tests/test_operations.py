@@ -331,7 +331,7 @@ def test_reranker_train_names_the_failing_arm_and_exits_1(workdir, monkeypatch):
     names the failing one and exits 1."""
     from click.testing import CliRunner
 
-    from reranker import cli as cli_module
+    from reranker.commands import main as cli_module
 
     config = good_and_bad(workdir, "update_fails_test")
     server = serve_with(config)

@@ -129,7 +129,7 @@ def kernels():
     """:mod:`reranker.features.kernels`, imported on first use (numba's import is not free)."""
     global _KERNELS
     if _KERNELS is None:
-        from reranker import kernels as module
+        from reranker.features import kernels as module
         _KERNELS = module
     return _KERNELS
 
