@@ -33,7 +33,7 @@ def test_rerank_ranks_logs_and_learns_from_the_applications_candidates(tmp_path)
         assert [hit["rank"] for hit in page["hits"]] == [1, 2, 3, 4, 5]
         assert {hit["id"] for hit in page["hits"]} <= {c["id"] for c in CANDIDATES}
         assert page["hits"][0]["source"]["title"].startswith("item")
-        imp = reranker.serving.service.events.get_impression(page["impression_id"])
+        imp = reranker.service.events.get_impression(page["impression_id"])
         assert imp.doc_ids == [c["id"] for c in CANDIDATES]
         assert imp.features[:, 0].tolist() == [c["score"] for c in CANDIDATES]
         assert imp.features[:, 2].tolist() == [float(i) for i in range(12)]  # popularity
@@ -46,7 +46,7 @@ def test_rerank_ranks_logs_and_learns_from_the_applications_candidates(tmp_path)
         assert result.value == 12.5 and result.replaced is None
         report = reranker.train(close_all=True)
         assert report.applied == 4 and report.clicks == 6 and report.versions
-        assert reranker.serving.service.events.get_impression(page["impression_id"]).reward == 12.5
+        assert reranker.service.events.get_impression(page["impression_id"]).reward == 12.5
         page2 = reranker.rerank("tea", CANDIDATES, size=10, user_id="u1", offset=5)
         assert page2["hits"][0]["rank"] == 6
 
