@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-all bench setup browser postgres clean
+.PHONY: demo test test-fast test-all bench setup browser postgres clean
 
 setup: $(VENV)/.installed
 
@@ -24,6 +24,10 @@ demo: setup
 test: setup browser postgres
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n auto --dist loadfile
+
+# The inner loop: the tests that start no server, process or database (about a minute).
+test-fast: setup
+	$(BIN)/python -m pytest -n auto -m "not slow and not integration"
 
 # Also the long scenarios (marked slow): the A/A false-positive rates, the published PDGD
 # and DBGD numbers, an attacker against honest users, a click two minutes after its search.

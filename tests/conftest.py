@@ -237,3 +237,26 @@ def store_rows(store, sql: str, args=()) -> list[tuple]:
     """Rows of a query run on the store's own database (``?`` placeholders)."""
     with store._reading() as conn:
         return [tuple(row) for row in store._run(conn, sql, args).fetchall()]
+
+
+# -- the fast lane: `make test-fast` leaves out what starts a server, a process or a database --
+
+#: Fixtures that start the real parts: an index built on disk, a live server, PostgreSQL.
+HEAVY_FIXTURES = {"built_index", "workdir", "live", "postgres_databases", "postgres_dsn",
+                  "store_section", "open_store", "store"}
+#: What a test module calls to start a server or a process of its own.
+HEAVY_CALLS = ("LiveServer(", "ServeProcess(", "run_cli(", "subprocess.", "BackgroundServer(",
+               "Reranker(", "headless")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``integration`` every test that uses a heavy fixture, or whose module starts a
+    server or a process (``pytest -m "not slow and not integration"`` is the fast lane)."""
+    heavy_modules: dict[str, bool] = {}
+    for item in items:
+        path = str(item.path)
+        if path not in heavy_modules:
+            text = Path(path).read_text(encoding="utf-8")
+            heavy_modules[path] = any(call in text for call in HEAVY_CALLS)
+        if heavy_modules[path] or HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
