@@ -1,7 +1,8 @@
 # Two entry points: `make demo` (set up, then run the demo) and `make test` (set up, then test).
 # `make test` runs the test files in parallel, one process per core (pytest-xdist).
 # Both create a virtual environment in .venv and install the project with its test extras;
-# `make test` also installs Debian's chromium and chromium-driver for the dashboard's browser
+# `make test` also builds the documentation site (mkdocs.yml, docs/) in strict mode, and
+# installs Debian's chromium and chromium-driver for the dashboard's browser
 # tests when they are missing (as root, with apt-get; elsewhere those tests are skipped), and
 # Debian's postgresql for the event store tests, which start a throwaway cluster of it.
 PYTHON ?= python3
@@ -23,6 +24,7 @@ demo: setup
 
 test: setup browser postgres
 	$(BIN)/ruff check .
+	$(BIN)/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
 # The inner loop: the tests that start no server, process or database (about a minute).
@@ -33,6 +35,7 @@ test-fast: setup
 # and DBGD numbers, an attacker against honest users, a click two minutes after its search.
 test-all: setup browser postgres
 	$(BIN)/ruff check .
+	$(BIN)/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 	$(BIN)/python -m pytest -n auto --dist loadfile -m "slow or not slow"
 
 browser:

@@ -1,9 +1,10 @@
-"""The README's comparison: every learner on MQ2008 fold 1 under the three cascade click
-models, 10,000 impressions, 10 runs each, as configured by default (starting from the
-engine's order, with the click features), and the Preference Perceptron under the
-literature's protocol (all-zero start, no click features) for comparison. Prints, per click
-model, every learner's final offline NDCG@10 and its worst window of 200 impressions against
-the backend-order floor; writes the reports and panel figures.
+"""The documented comparison (docs/results/simulation.md): every learner on MQ2008 fold 1
+under the three cascade click models, 10,000 impressions, 10 runs each, as configured by
+default (starting from the engine's order, with the click features), and the Preference
+Perceptron under the literature's protocol (all-zero start, no click features) for
+comparison. Prints, per click model, every learner's final offline NDCG@10 and its worst
+window of 200 impressions against the backend-order floor; writes the reports and panel
+figures.
 
     python examples/mq2008_click_models.py --data ../shared/data/letor4-mq2008 --out mq2008
 
@@ -48,7 +49,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--specialize", action="store_true",
                         help="keep the queries' own clicks apart from the learners (today's "
-                             "default; the README's table was measured without it, with the "
+                             "default; the documented table was measured without it, with the "
                              "learners seeing both click features)")
     args = parser.parse_args()
     data = prepare([args.data / f"S{i}.txt.gz" for i in (1, 2, 3)], args.data / "S5.txt.gz")

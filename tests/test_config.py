@@ -15,11 +15,12 @@ def test_default_yaml_is_the_schema_defaults():
     assert data == defaults()
 
 
-def test_readme_documents_every_key():
-    readme = (ROOT / "README.md").read_text()
+def test_the_configuration_reference_documents_every_key():
+    page = (ROOT / "docs" / "reference" / "configuration.md").read_text(encoding="utf-8")
     for section, keys in SCHEMA.items():
         for key in keys:
-            assert f"`{section}.{key}`" in readme, f"README lacks {section}.{key}"
+            assert f"`{section}.{key}`" in page, \
+                f"docs/reference/configuration.md lacks {section}.{key}"
 
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path):

@@ -22,6 +22,7 @@ def test_demo_shows_the_ranking_improving(tmp_path):
     final = float(text.split("NDCG@10 over all queries: ")[2].split()[0])
     # the starting ranking follows BM25's scores, and the corpus's keyword-stuffed pages lead
     # by wide margins, which the clicks of 600 searches (15 per query, each query's pages
-    # refined by its clicks once they judge a result) overcome only in part (README, "What
-    # the demo shows"): the served ranking ends 0.1 to 0.15 above BM25 here
+    # refined by its clicks once they judge a result) overcome only in part
+    # (docs/tutorials/demo.md, "What the demo shows"): the served ranking ends 0.1 to 0.15
+    # above BM25 here
     assert final > baseline + 0.08, (baseline, final)

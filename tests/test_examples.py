@@ -1,4 +1,5 @@
-"""The README's example scripts run end to end (on a small scale here)."""
+"""The example scripts behind the documented results (docs/results/) run end to end (on a
+small scale here)."""
 
 import json
 import subprocess
@@ -67,8 +68,9 @@ def test_mq2008_semibandit_protocol(tmp_path):
 @pytest.mark.skipif(not MQ2008.is_dir(), reason="shared MQ2008 data not present beside the "
                                                 "project")
 def test_new_queries_table(tmp_path):
-    """A small run of the README's table of queries never seen and repeated ones: every
-    learner, variant and target is reported, with the engine's held-out figure."""
+    """A small run of the table of queries never seen and repeated ones
+    (docs/results/new-queries.md): every learner, variant and target is reported, with the
+    engine's held-out figure."""
     out = tmp_path / "new-queries"
     result = subprocess.run([sys.executable, str(EXAMPLES / "new_queries.py"),
                              "--data", str(SHARED_DATA), "--out", str(out), "--runs", "2",

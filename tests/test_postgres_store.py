@@ -27,16 +27,18 @@ from reranker.stores.postgres import PostgresStore, describe
 SECRET = "s3cret-Pw"
 
 
-def readme_postgres_config() -> dict:
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme.split("### The event store: SQLite or PostgreSQL")[1]
+def documented_postgres_config() -> dict:
+    page = (Path(__file__).parents[1] / "docs" / "how-to" / "event-store.md").read_text(
+        encoding="utf-8")
+    section = page.split("# The event store: SQLite or PostgreSQL")[1]
     return yaml.safe_load(section.split("```yaml")[1].split("```")[0])
 
 
-def test_the_readme_configuration_serves_learns_and_keeps_clicks(workdir, postgres_dsn):
-    """`reranker serve` on the README's PostgreSQL config: search, click (202, on the
-    server when it answers), train in the background, serve the new model version."""
-    config = readme_postgres_config()
+def test_the_documented_configuration_serves_learns_and_keeps_clicks(workdir, postgres_dsn):
+    """`reranker serve` on the documented PostgreSQL config (docs/how-to/event-store.md):
+    search, click (202, on the server when it answers), train in the background, serve the
+    new model version."""
+    config = documented_postgres_config()
     assert config["store"]["type"] == "postgresql"
     config["store"]["dsn"] = postgres_dsn
     path = write_config(workdir, store=config["store"], backend=config["backend"],

@@ -1,6 +1,6 @@
-"""The production set-up of the README, run as written: its configuration (PostgreSQL,
-keys and API keys from the environment, a trusted proxy header, JSON logs, retention, the
-trainer apart), `reranker index`, `reranker serve` with gunicorn workers and
+"""The production set-up (docs/how-to/production.md), run as written: its configuration
+(PostgreSQL, keys and API keys from the environment, a trusted proxy header, JSON logs,
+retention, the trainer apart), `reranker index`, `reranker serve` with gunicorn workers and
 `reranker train --follow` beside it, on a real PostgreSQL server."""
 
 import re
@@ -21,10 +21,10 @@ MARK = "<!-- production-example -->"
 
 
 def production_example() -> dict:
-    """The YAML block that follows the mark in the README."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = re.search(re.escape(MARK) + r"\s*```yaml\n(.*?)```", readme, re.S)
-    assert block, "the README's production example is gone"
+    """The YAML block that follows the mark in docs/how-to/production.md."""
+    page = (ROOT / "docs" / "how-to" / "production.md").read_text(encoding="utf-8")
+    block = re.search(re.escape(MARK) + r"\s*```yaml\n(.*?)```", page, re.S)
+    assert block, "the production example of docs/how-to/production.md is gone"
     return yaml.safe_load(block.group(1))
 
 

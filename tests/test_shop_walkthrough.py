@@ -1,6 +1,6 @@
-"""The README's walk-through "An online shop, end to end", step by step, through the real
-command line and a real `reranker serve` over HTTP, with the shop's own example catalogue
-and configuration."""
+"""The walk-through "An online shop, end to end" (docs/how-to/shop.md), step by step,
+through the real command line and a real `reranker serve` over HTTP, with the shop's own
+example catalogue and configuration."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_steps_2_to_6_serve_filter_page_click_train_and_change_the_features(shop
            if "the feature set changed" in line]
     assert len(log) == 1 and "(adds field_value:price)" in log[0], log
     assert f"starts from the weights of version {old_version}" in log[0]
-    # as the README shows it: the old feature set's 6 features carry over (the general
+    # as the walk-through shows it: the old feature set's 6 features carry over (the general
     # model's: the query's own click lift is not one of them)
-    readme = (ROOT / "README.md").read_text()
-    assert "on the 6 features both share" in log[0] and "on the 6 features both share" in readme
+    page = (ROOT / "docs" / "how-to" / "shop.md").read_text(encoding="utf-8")
+    assert "on the 6 features both share" in log[0] and "on the 6 features both share" in page

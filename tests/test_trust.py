@@ -1,5 +1,5 @@
-"""Trust no client (README, "Security"), through real HTTP against the real app on a real
-embedded index and event store: signed impression ids bound to whom they were served,
+"""Trust no client (docs/reference/security.md), through real HTTP against the real app on
+a real embedded index and event store: signed impression ids bound to whom they were served,
 refusals counted by reason, limits per client and per impression, API keys, the address
 behind a trusted proxy, key rotation, and the per-client budget of the trainer."""
 

@@ -1,5 +1,5 @@
-"""A generated catalogue of an online shop, for the README's walk-through ("An online shop,
-end to end").
+"""A generated catalogue of an online shop, for the walk-through "An online shop, end to
+end" (docs/how-to/shop.md).
 
     python examples/shop/catalog.py products.jsonl            # 1,000 products
     python examples/shop/catalog.py products.jsonl --count 5000 --seed 3
