@@ -15,7 +15,7 @@ from reranker.api.validation import ERROR_SCHEMA
 from reranker.core.config import Config
 from reranker.serving.trust import reports_access
 
-#: When each error status is answered, as the README's table says.
+#: When each error status is answered, as docs/reference/http-api.md ("Errors") says.
 ERROR_STATUSES = {
     400: "the body is not JSON or not an object, nests too deep, or a field is missing, "
          "unknown, of the wrong type or out of bounds (`field` names it)",

@@ -1,6 +1,6 @@
 """Trust no client: signed impression ids bound to whom they were served, limits per client
 and per impression (counted by :mod:`reranker.serving.limits`), API keys, the client's address
-behind a proxy (README, "Security"); the per-client bound on what training learns is
+behind a proxy (docs/reference/security.md); the per-client bound on what training learns is
 :mod:`reranker.models.budget`.
 
 An impression id is a token the service signs (:class:`ImpressionSigner`)::

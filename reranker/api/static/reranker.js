@@ -72,7 +72,7 @@
 
   // Feedback as a keepalive request, which outlives the page that sends it. Same origin: a
   // JSON body. Cross-origin: a text/plain body, which needs no preflight and carries this
-  // page's Origin (see the README).
+  // page's Origin (see docs/tutorials/front-end.md).
   const feedback = (path, fields, ids, what) => {
     const body = JSON.stringify(Object.assign({}, servedTo.get(fields.impression_id), ids,
                                               fields));
