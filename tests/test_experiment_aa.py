@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from reranker.experiments.experiment import ExperimentSpec
 from reranker.experiments.interleaving import perturb_pairs, team_draft
 from reranker.experiments.outcomes import Tally
+from reranker.experiments.spec import ExperimentSpec
 from reranker.offline.click_models import cascade_model
 
 EXPERIMENTS = 200

@@ -642,8 +642,8 @@ def test_an_experiment_of_two_learners_on_each_store(workdir, corpus, store_sect
 
 
 def split_tally(window: int = 100):
-    from reranker.experiments.experiment import ExperimentSpec
     from reranker.experiments.outcomes import Tally
+    from reranker.experiments.spec import ExperimentSpec
 
     return Tally(ExperimentSpec(name="split", mode="split", labels=("learner", "engine"),
                                 shares={"learner": 3.0, "engine": 1.0}, window=window))
@@ -681,8 +681,8 @@ def test_a_split_with_equal_shares_pairs_every_page():
 def test_a_split_of_three_arms_pairs_each_pair_on_its_own():
     """Three arms with shares 5:2:1: every pair is compared on its own pages, each page once
     per pair, and the order of the arms' quality comes out."""
-    from reranker.experiments.experiment import ExperimentSpec
     from reranker.experiments.outcomes import Tally
+    from reranker.experiments.spec import ExperimentSpec
 
     tally = Tally(ExperimentSpec(name="three", mode="split", labels=("a", "b", "c"),
                                  shares={"a": 5.0, "b": 2.0, "c": 1.0}))
@@ -727,8 +727,8 @@ def test_report_and_promote_name_a_store_that_is_not_there(workdir):
 def test_an_arm_removed_from_the_config_leaves_the_others_clicks_on_their_pages_as_they_were():
     """Multileaved pages of three arms, read again by the two that stay: each keeps the
     clicks of the pages it took part in, the removed arm's included."""
-    from reranker.experiments.experiment import ExperimentSpec
     from reranker.experiments.outcomes import Tally
+    from reranker.experiments.spec import ExperimentSpec
 
     def tally(labels):
         counted = Tally(ExperimentSpec(name="m", mode="multileave", labels=labels,
@@ -889,7 +889,8 @@ def test_a_winner_that_breaks_a_guardrail_is_held_back():
     users leave more pages without a click than the control's: abandonment is a guardrail
     (non-inferiority margin 0.02), so the guard does not promote it; without that
     guardrail, clicks@3 alone lets it through."""
-    from reranker.experiments.experiment import Experiment, ExperimentSpec
+    from reranker.experiments.experiment import Experiment
+    from reranker.experiments.spec import ExperimentSpec
 
     def experiment(guardrails):
         spec = ExperimentSpec(name="g", mode="interleave", labels=("a", "b"),

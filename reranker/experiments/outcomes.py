@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from reranker.experiments.spec import ExperimentSpec
 from reranker.experiments.stats import compare, difference_interval, mean_interval
 
 if TYPE_CHECKING:
-    from reranker.experiments.experiment import ExperimentSpec
     from reranker.stores import EventStore
 
 
