@@ -64,6 +64,7 @@ from reranker.models.model import ModelFactory, RankingModel
 from reranker.models.store import ModelStore
 from reranker.models.trainer import Trainer
 from reranker.serving.monitoring import LearnerBreaker, Metrics
+from reranker.serving.page import RankedPage
 from reranker.serving.probes import Deadline, Probes, StuckError
 from reranker.serving.trust import Binding, TrustGuard, rejection
 from reranker.stores import EventStore, open_event_store
@@ -268,7 +269,7 @@ class RerankerService:
             first = self.events.first_page(page_key, time.time() - PAGE_WINDOW)
         if first is not None:
             page = self._continued(first, candidates.ids)
-            decision = Decision((page["label"],), False, False)
+            decision = Decision((page.label,), False, False)
         else:
             if self.experiment is None:
                 decision = Decision((self.arms[0].label,), False, False)
@@ -278,31 +279,31 @@ class RerankerService:
                 page = self._mixed(X, n_shown, decision.labels, evidence)
             else:
                 page = self._single(X, offset + n_shown, decision.labels[0], evidence)
-        shown = page["ranking"][offset: offset + n_shown]
+        shown = page.ranking[offset: offset + n_shown]
         sources = self._from_backend(candidates.load_sources, shown.tolist())
         in_experiment = decision.counted and self.experiment is not None and not offset \
-            and page["arm"] != BACKEND_ORDER
+            and page.arm != BACKEND_ORDER
         impression = Impression(
             id=self.trust.signer.sign(Binding.of(user_id, session_id)), created=time.time(),
             query=query, user_id=self._logged_client(user_id, session_id, client_address),
-            learner=page["learner"], model_version=page["model_version"],
+            learner=page.learner, model_version=page.model_version,
             doc_ids=candidates.ids, feature_names=list(self.spec.names), features=X,
-            ranking=page["ranking"], n_shown=n_shown, log_prob=page["log_prob"],
-            propensities=page["propensities"], context=page["context"], arm=page["arm"],
-            teams=page["teams"] if in_experiment else None,
+            ranking=page.ranking, n_shown=n_shown, log_prob=page.log_prob,
+            propensities=page.propensities, context=page.context, arm=page.arm,
+            teams=page.teams if in_experiment else None,
             experiment=self.experiment.spec.name if in_experiment else None,
             offset=offset, page_key=page_key)
         if deadline is not None and time.monotonic() > deadline:
             raise DeadlineError("the search took longer than server.search_timeout: it was "
                                 "answered 503 and its page is not logged")
         self.events.log_impression(impression)
-        scores = page["scores"]
+        scores = page.scores
         hits = [{"id": candidates.ids[i], "rank": rank, "score": _finite(scores[i]),
                  "source": source}
                 for rank, (i, source)
                 in enumerate(zip(shown.tolist(), sources, strict=True), start=offset + 1)]
-        answer = {"impression_id": impression.id, "learner": page["learner"],
-                  "model_version": None if page["arm"] is None else page["model_version"],
+        answer = {"impression_id": impression.id, "learner": page.learner,
+                  "model_version": None if page.arm is None else page.model_version,
                   "total": candidates.total, "from": offset, "hits": hits}
         if facet_fields:
             answer["facets"] = candidates.facets
@@ -310,7 +311,7 @@ class RerankerService:
             answer["aggregations"] = candidates.aggregations
         if self.experiment is not None:
             answer["experiment"] = impression.experiment
-            answer["arm"] = page["label"]
+            answer["arm"] = page.label
         return answer
 
     def search_in_time(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -387,7 +388,7 @@ class RerankerService:
         return [name for name, seen in zip(self.spec.names, self._feature_seen.tolist(),
                                            strict=True) if not seen]
 
-    def _continued(self, first: Impression, ids: list[str]) -> dict[str, Any]:
+    def _continued(self, first: Impression, ids: list[str]) -> RankedPage:
         """A later page's ranking: the first page's, over this search's candidates (a hit
         gone from the index since is left out; a new one comes after the rest)."""
         where = {doc_id: i for i, doc_id in enumerate(ids)}
@@ -397,10 +398,9 @@ class RerankerService:
         order += [i for i in range(len(ids)) if i not in seen]
         ranking = np.array(order, dtype=np.intp)
         label = next((arm.labels[0] for arm in self.arms if first.arm in arm.names()), None)
-        return {"learner": first.learner, "model_version": first.model_version,
-                "arm": first.arm, "label": label, "teams": None, "ranking": ranking,
-                "scores": -np.argsort(ranking).astype(np.float64), "log_prob": None,
-                "propensities": None, "context": {"continues": first.id}}
+        return RankedPage(first.learner, first.model_version, first.arm, label, ranking,
+                          scores=-np.argsort(ranking).astype(np.float64),
+                          context={"continues": first.id})
 
     def _guarded_rank(self, arm: Arm, model: RankingModel, X: np.ndarray,
                       n_shown: int) -> RankResult | None:
@@ -429,14 +429,13 @@ class RerankerService:
             self.rank_failures.pop(arm.id, None)
         return result
 
-    def _backend_order(self, n: int, label: str, reason: str) -> dict[str, Any]:
+    def _backend_order(self, n: int, label: str, reason: str) -> RankedPage:
         """A page in the backend's order, logged under no arm so that no learner takes it
         for its own."""
         ranking = np.arange(n, dtype=np.intp)
-        return {"learner": BACKEND_ORDER, "model_version": -1, "arm": BACKEND_ORDER,
-                "label": label, "teams": None, "ranking": ranking,
-                "scores": -ranking.astype(np.float64), "log_prob": 0.0, "propensities": None,
-                "context": {"fallback": reason}}
+        return RankedPage(BACKEND_ORDER, -1, BACKEND_ORDER, label, ranking,
+                          scores=-ranking.astype(np.float64), log_prob=0.0,
+                          context={"fallback": reason})
 
     def _specialise(self, arm: Arm, result: RankResult, X: np.ndarray,
                     evidence: QueryEvidence | None, n_shown: int) -> RankResult:
@@ -450,13 +449,12 @@ class RerankerService:
         return page
 
     def _single(self, X: np.ndarray, n_shown: int, label: str,
-                evidence: QueryEvidence | None = None) -> dict[str, Any]:
+                evidence: QueryEvidence | None = None) -> RankedPage:
         """One arm ranks and is shown alone."""
         arm = self.by_label[label]
         model = arm.model
-        page = {"learner": model.learner_name, "model_version": model.version, "arm": arm.id,
-                "label": label, "teams": [label] * n_shown, "log_prob": None,
-                "propensities": None, "context": None}
+        page = RankedPage(model.learner_name, model.version, arm.id, label,
+                          teams=[label] * n_shown)
         if X.shape[0]:
             result = self._guarded_rank(arm, model, X, n_shown)
             if result is None:
@@ -469,14 +467,12 @@ class RerankerService:
             if result.shown_propensities is not None:
                 context = {**(context or {}),
                            SHOWN_PROPENSITIES: result.shown_propensities.tolist()}
-            page.update(ranking=result.ranking, scores=result.scores, log_prob=log_prob,
-                        propensities=result.propensities, context=context)
-        else:
-            page.update(ranking=np.empty(0, np.intp), scores=np.empty(0))
+            page.ranking, page.scores, page.log_prob = result.ranking, result.scores, log_prob
+            page.propensities, page.context = result.propensities, context
         return page
 
     def _mixed(self, X: np.ndarray, n_shown: int, labels: tuple[str, ...],
-               evidence: QueryEvidence | None = None) -> dict[str, Any]:
+               evidence: QueryEvidence | None = None) -> RankedPage:
         """Every arm ranks with its own policy; team-draft interleaving (two arms) or
         multileaving (more) mixes their rankings, and randomised pairs on the mixed page let
         every arm learn from it (:func:`reranker.experiments.interleaving.perturb_pairs`).
@@ -503,17 +499,15 @@ class RerankerService:
         ranking, teams = team_draft(rankings, self._rng, length=n_shown)
         ranking, teams, offset, swapped = perturb_pairs(ranking, teams, n_shown, self._rng,
                                                         MIXED_SWAP_PROBABILITY)
-        return {"learner": self.experiment.spec.mode, "model_version": -1, "arm": None,
-                "label": None, "ranking": ranking,
-                "teams": [labels[t] for t in teams[:n_shown].tolist()],
-                "scores": -np.argsort(ranking).astype(np.float64),
-                "log_prob": perturbed_list_log_probability(rankings, ranking[:n_shown],
-                                                           MIXED_SWAP_PROBABILITY),
-                "propensities": None,
-                "context": {"arms": logged, "interleaving": "team_draft",
-                            PAIR_OFFSET: offset, SWAPPED: swapped,
-                            SWAP_PROBABILITY_KEY: MIXED_SWAP_PROBABILITY,
-                            PAIR_DEPTH: MIXED_PAIR_DEPTH}}
+        return RankedPage(
+            self.experiment.spec.mode, -1, None, None, ranking,
+            scores=-np.argsort(ranking).astype(np.float64),
+            teams=[labels[t] for t in teams[:n_shown].tolist()],
+            log_prob=perturbed_list_log_probability(rankings, ranking[:n_shown],
+                                                    MIXED_SWAP_PROBABILITY),
+            context={"arms": logged, "interleaving": "team_draft", PAIR_OFFSET: offset,
+                     SWAPPED: swapped, SWAP_PROBABILITY_KEY: MIXED_SWAP_PROBABILITY,
+                     PAIR_DEPTH: MIXED_PAIR_DEPTH})
 
     def _check_search(self, query: Any, size: Any, user_id: Any, session_id: Any
                       ) -> tuple[str, int, str | None, str | None]:
