@@ -17,10 +17,15 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "frameworks"
 sys.path.insert(0, str(EXAMPLES))
 
 
-def no_engine(tmp_path):
+def no_engine(tmp_path, **sections):
     """A configuration without a search engine: the application brings the candidates."""
     return write_config(tmp_path, backend={"type": "none", "fields": ["title"]},
-                        features={"numeric_fields": ["popularity"]})
+                        features={"numeric_fields": ["popularity"]}, **sections)
+
+
+#: For the framework examples, whose trainer runs in the background: their pages stay open to
+#: the test's clicks, however busy the machine (the default of the tests closes them at once).
+OPEN_PAGES = {"trainer": {"feedback_window": 600.0}}
 
 
 CANDIDATES = [{"id": f"d{i}", "score": 10.0 - i, "field_scores": {"title": 1.0 + i % 2},
@@ -75,7 +80,7 @@ def test_without_an_engine_search_says_where_candidates_come_from(tmp_path):
 def test_the_blueprint_mounts_in_an_existing_flask_app(tmp_path):
     import flask_app
 
-    shop = flask_app.create_shop(no_engine(tmp_path))
+    shop = flask_app.create_shop(no_engine(tmp_path, **OPEN_PAGES))
     client = shop.test_client()
     try:
         assert client.get("/").status_code == 200  # the shop's own routes are untouched
@@ -103,7 +108,7 @@ def test_the_endpoints_mount_in_a_fastapi_app(tmp_path):
     import fastapi_app
     from fastapi.testclient import TestClient
 
-    app = fastapi_app.create_app(no_engine(tmp_path))
+    app = fastapi_app.create_app(no_engine(tmp_path, **OPEN_PAGES))
     try:
         with TestClient(app) as client:
             page = client.get("/products", params={"q": "tea", "uid": "u7"}).json()
@@ -112,7 +117,7 @@ def test_the_endpoints_mount_in_a_fastapi_app(tmp_path):
                                                    "doc_id": page["hits"][0]["id"],
                                                    "user_id": "u7"})
             assert click.status_code == 202
-            assert client.get("/rr/healthz").json()["status"] == "ok"
+            wait_until(lambda: client.get("/rr/healthz").json()["status"] == "ok")
     finally:
         app.state.reranker.close()
 
