@@ -34,22 +34,29 @@ def modules(package: str) -> list[Path]:
     return sorted(p for p in (PACKAGE / package).rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def imported_packages(path: Path) -> list[tuple[str, int]]:
-    """The sub-packages of reranker that ``path`` imports (any import, also inside a function
-    or for type checks only), with the line."""
+def imported_names(path: Path) -> list[tuple[str, int]]:
+    """Every dotted name ``path`` imports (a ``from`` import gives its module and each
+    ``module.name``; relative imports are left out), with the line: any import, also inside a
+    function or for type checks only."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names = []
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            found += [(node.module, node.lineno)] + [(f"{node.module}.{alias.name}", node.lineno)
+                                                     for alias in node.names]
         elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "reranker" and len(parts) > 1 and (
-                    stage(parts[1]) is not None or parts[1] in FACADES) and \
-                    (parts[1], node.lineno) not in found:
-                found.append((parts[1], node.lineno))
+            found += [(alias.name, node.lineno) for alias in node.names]
+    return found
+
+
+def imported_packages(path: Path) -> list[tuple[str, int]]:
+    """The sub-packages of reranker (and the facades) that ``path`` imports, with the line."""
+    found = []
+    for name, line in imported_names(path):
+        parts = name.split(".")
+        if parts[0] == "reranker" and len(parts) > 1 and (
+                stage(parts[1]) is not None or parts[1] in FACADES) and \
+                (parts[1], line) not in found:
+            found.append((parts[1], line))
     return found
 
 
