@@ -206,7 +206,7 @@ class store_sections:
     def __enter__(self):
         if self.store_type == "sqlite":
             return [{"type": "sqlite", "path": "events.sqlite", "models": "models"}] * 3
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
         from postgres_server import Databases, ThrowawayCluster, server_binaries
 
         dsn = self.args.postgres_dsn

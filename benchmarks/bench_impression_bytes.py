@@ -39,7 +39,7 @@ from reranker.stores import encoding
 from reranker.stores.events import Impression
 from reranker.stores.sqlite import SQLiteStore
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from legacy_stores import sqlite_store  # noqa: E402 -- the tests' schema-3 store
 
 COPIES = 6  # of the demo corpus: about 100 candidates per query

@@ -223,7 +223,7 @@ def embedded_part(folder: Path, documents: list[dict], queries: list[str], n: in
 
 def elasticsearch_part(folder: Path, documents: list[dict], queries: list[str], n: int,
                        rng: np.random.Generator) -> dict:
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from es_standin import Standin
 
     standin = Standin("8.15.1")

@@ -1,8 +1,8 @@
 """Write docs/architecture.md from the code: the sub-packages in the order the data flows,
 what each owns (its ``__init__`` docstring), its modules and the packages it imports, read from
 the import statements. ``python docs/architecture.py`` rewrites the page;
-tests/test_architecture.py checks that the page is current and that no import runs back up the
-flow."""
+tests/docs/test_architecture.py checks that the page is current and that no import runs back up
+the flow."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def page() -> str:
         "become features, are ranked by a learner, are logged in an event store, teach the "
         "models, are compared in experiments, and are served over HTTP or replayed offline. "
         "Read from the top, the table below is that flow; a package imports only packages "
-        "above it (`tests/test_architecture.py` checks every import). `reranker.library` and "
+        "above it (`tests/docs/test_architecture.py` checks every import). `reranker.library` and "
         "`reranker.testing` are the public facades over the whole flow, and the learners "
         "themselves are plugins in `plugins/` (`reranker_plugins`).",
         "",

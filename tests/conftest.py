@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from postgres_server import ENV_DSN, Databases, ThrowawayCluster, server_binaries
 
 from reranker import testing
 from reranker.api.app import BackgroundServer, create_app
@@ -24,6 +23,7 @@ from reranker.offline.democorpus import generate_corpus
 from reranker.serving.service import RerankerService
 from reranker.stores import open_event_store
 from reranker.testing import cli_env, reranker_command
+from tests.support.postgres_server import ENV_DSN, Databases, ThrowawayCluster, server_binaries
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -65,7 +65,7 @@ def write_config(folder: Path, **sections) -> Path:
 #: The queries :func:`learn` searches in turn: each is clicked on a page or two, so that no
 #: query's own clicks judge one of its results (its pages stay the general model's, which
 #: learns from their clicks; a query clicked again and again is specialised, and teaches
-#: the general model only the pairs its clicks judge: tests/test_specialization.py).
+#: the general model only the pairs its clicks judge: tests/learners/test_specialization.py).
 LEARNING_QUERIES = itertools.cycle([query for query, _ in generate_corpus(seed=7).queries])
 
 

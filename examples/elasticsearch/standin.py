@@ -1,6 +1,6 @@
 """Run the Elasticsearch stand-in in the foreground, to try the walkthrough without a cluster.
 
-The stand-in is the protocol-level server the project's tests use (``tests/es_standin.py``):
+The stand-in is the protocol-level server the project's tests use (``tests/support/es_standin.py``):
 it answers the part of the Elasticsearch REST API that reranker uses (version, index
 create/exists/delete, ``_bulk``, ``_search`` with named-query scores, ``_validate/query``,
 stored templates) from an in-memory index with real BM25 scores. It is not Elasticsearch:
@@ -24,11 +24,11 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-TESTS = Path(__file__).resolve().parents[2] / "tests"
+TESTS = Path(__file__).resolve().parents[2] / "tests" / "support"
 
 
 def load_standin_class() -> type:
-    """The ``Standin`` class from the repository's tests folder."""
+    """The ``Standin`` class from the repository's tests (``tests/support``)."""
     if not (TESTS / "es_standin.py").is_file():
         raise SystemExit(f"the stand-in is not here: {TESTS / 'es_standin.py'} (run this "
                          f"script from a checkout of the repository)")

@@ -26,7 +26,7 @@ from numba import njit
 
 def _compiled(function):
     """Compiled with plain IEEE arithmetic (no fastmath), so that the results equal those of
-    the numpy expressions they replace (tests/test_kernels.py compares them); cached on
+    the numpy expressions they replace (tests/features/test_kernels.py compares them); cached on
     disk when numba finds a writable place (beside this file, or the user's cache folder)."""
     try:
         return njit(cache=True)(function)

@@ -4,7 +4,8 @@ import shutil
 import time
 
 import pytest
-from conftest import run_cli
+
+from tests.conftest import run_cli
 
 
 def search(live, query="espresso grinder", **extra):

@@ -12,7 +12,6 @@ import jsonschema
 import numpy as np
 import pytest
 import requests
-from conftest import LiveServer, write_config
 from flask import Flask
 
 from reranker.api.app import blueprint, create_app
@@ -20,6 +19,7 @@ from reranker.api.validation import nesting_depth
 from reranker.core.config import load_config
 from reranker.core.errors import ConfigError
 from reranker.serving.service import RerankerService
+from tests.conftest import LiveServer, write_config
 
 MIB = 1024 * 1024
 

@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import LiveServer, write_config
-from headless import chromium, require_browser
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -26,10 +24,12 @@ from reranker.api.app import create_app
 from reranker.core.config import config_from_dict, load_config
 from reranker.core.errors import ConfigError
 from reranker.serving.service import RerankerService
+from tests.conftest import LiveServer, write_config
+from tests.support.headless import chromium, require_browser
 
 require_browser()
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "browser"
 SNIPPET = ROOT / "reranker" / "api" / "static" / "reranker.js"
 PAGE = "https://shop.example.com"  # an allowed origin in the HTTP tests

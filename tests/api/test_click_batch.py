@@ -3,7 +3,8 @@ limited, counted and refused alone, and every accepted one is durable when answe
 event stores."""
 
 import pytest
-from conftest import LiveServer, write_config
+
+from tests.conftest import LiveServer, write_config
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ import time
 
 import pytest
 import requests
-from conftest import ServeProcess, run_cli, write_config
+
+from tests.conftest import ServeProcess, run_cli, write_config
 
 READ_TIMEOUT = 5.0  # server.request_read_timeout in these tests
 IDLE_TIMEOUT = 7  # server.idle_timeout

@@ -41,11 +41,11 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import UNLIMITED, LiveServer, write_config
 
 from reranker.core.config import load_config
 from reranker.core.errors import field_path
 from reranker.core.plugins import backend_class, get_plugin_manager
+from tests.conftest import UNLIMITED, LiveServer, write_config
 
 #: The seed of every random choice: the same requests on every run (the impression ids the
 #: server signs differ, the choices among them do not).

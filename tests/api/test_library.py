@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import wait_until, write_config
 
 from reranker.core.errors import BadRequestError
 from reranker.library import Reranker
+from tests.conftest import wait_until, write_config
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "frameworks"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "frameworks"
 sys.path.insert(0, str(EXAMPLES))
 
 

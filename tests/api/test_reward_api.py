@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import LiveServer, write_config
+
+from tests.conftest import LiveServer, write_config
 
 
 @pytest.fixture

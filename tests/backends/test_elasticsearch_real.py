@@ -10,8 +10,9 @@ Without the variable these tests are skipped.
 
 import os
 
-import es_scenarios as scenarios
 import pytest
+
+from tests.support import es_scenarios as scenarios
 
 URL = os.environ.get("RERANKER_TEST_ES_URL")
 

@@ -3,16 +3,16 @@ stand-in (8.x and 9.x answers, errors, timeouts, dropped connections)."""
 
 import time
 
-import es_scenarios as scenarios
 import numpy as np
 import pytest
 import requests
-from conftest import LiveServer, run_cli, write_config, write_docs
-from es_standin import Index, Standin
 
 from reranker.core.config import load_config
 from reranker.core.errors import BackendError, BackendUnavailableError
 from reranker.serving.service import RerankerService
+from tests.conftest import LiveServer, run_cli, write_config, write_docs
+from tests.support import es_scenarios as scenarios
+from tests.support.es_standin import Index, Standin
 
 
 @pytest.fixture(params=["8.15.1", "9.1.0"])
@@ -238,7 +238,7 @@ def test_the_walkthrough_example_is_valid():
 
     from reranker.backends.elasticsearch import TemplateQuery
 
-    folder = Path(__file__).resolve().parents[1] / "examples" / "elasticsearch"
+    folder = Path(__file__).resolve().parents[2] / "examples" / "elasticsearch"
     config = load_config(folder / "config.yaml", environ={})
     assert config.backend.type == "elasticsearch" and config.backend.template_id
     template = TemplateQuery((folder / "products-search.mustache").read_text(),

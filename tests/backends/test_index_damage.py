@@ -8,10 +8,10 @@ import os
 import shutil
 
 import pytest
-from conftest import LiveServer, ServeProcess, wait_until, write_config
 
 from reranker.core.config import load_config
 from reranker.core.plugins import backend_class, get_plugin_manager
+from tests.conftest import LiveServer, ServeProcess, wait_until, write_config
 
 
 def segment_files(index):

@@ -7,9 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from conftest import LiveServer, run_cli, write_config, write_docs
-from es_scenarios import unique_index
-from es_standin import Standin
+
+from tests.conftest import LiveServer, run_cli, write_config, write_docs
+from tests.support.es_scenarios import unique_index
+from tests.support.es_standin import Standin
 
 CATEGORIES = ("tea", "coffee", "kettle")
 BRANDS = ("acme", "zeta", "nova", "orbit")

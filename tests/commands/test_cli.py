@@ -1,11 +1,11 @@
 """The command line: help everywhere, and clear errors for bad input."""
 
 import pytest
-from conftest import ServeProcess, run_cli, write_config, write_docs
 
 from reranker.commands.main import cli
 from reranker.core.config import load_config
 from reranker.serving.service import RerankerService
+from tests.conftest import ServeProcess, run_cli, write_config, write_docs
 
 
 @pytest.mark.parametrize("command", [[], *([name] for name in cli.commands)])

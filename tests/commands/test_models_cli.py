@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import LiveServer, learn, run_cli, write_config
 
 from reranker.core.config import load_config
 from reranker.models.trainer import Trainer
 from reranker.serving.service import RerankerService
+from tests.conftest import LiveServer, learn, run_cli, write_config
 
 LABEL = "preference_perceptron"
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import ServeProcess, learn, run_cli, wait_for_version, write_config
 
 from reranker.core.config import load_config
 from reranker.stores import open_event_store
 from reranker.testing import cli_env, reranker_command
+from tests.conftest import ServeProcess, learn, run_cli, wait_for_version, write_config
 
 
 def worker_sessions(url: str, timeout: float = 60) -> dict[bool, requests.Session]:

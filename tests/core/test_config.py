@@ -7,7 +7,7 @@ import yaml
 from reranker.core.config import SCHEMA, config_from_dict, defaults, load_config
 from reranker.core.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_default_yaml_is_the_schema_defaults():

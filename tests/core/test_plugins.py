@@ -16,7 +16,7 @@ from reranker.core.plugins import (
 )
 from reranker.learners.base import Learner, Param, RankResult
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Reverse(Learner):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("architecture", ROOT / "docs" / "architecture.py")
 architecture = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(architecture)

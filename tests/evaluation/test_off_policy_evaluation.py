@@ -95,10 +95,9 @@ def attraction(doc_id: str) -> float:
 def log_traffic(workdir, learner: str, searches: int, seed: int = 0):
     """A service with ``learner`` serving simulated users (position-based clicks), its
     impressions closed; returns the config path and the pages' candidates per query."""
-    from conftest import write_config
-
     from reranker.core.config import load_config
     from reranker.serving.service import RerankerService
+    from tests.conftest import write_config
 
     path = write_config(workdir, learner={"name": learner, "seed": seed},
                         features={"numeric_fields": ["popularity"], "click_features": False})
@@ -123,13 +122,12 @@ def log_traffic(workdir, learner: str, searches: int, seed: int = 0):
 
 def test_reranker_evaluate_estimates_a_target_from_random_logs(workdir):
 
-    from conftest import run_cli
-
     from reranker.core.config import load_config
     from reranker.core.plugins import get_plugin_manager, learner_classes
     from reranker.features.extraction import FeatureSpec
     from reranker.learners.featuremap import FeatureMap
     from reranker.models.model import ModelFactory
+    from tests.conftest import run_cli
 
     learners = learner_classes(get_plugin_manager())
     path, candidates = log_traffic(workdir, "random", 900)
@@ -162,7 +160,7 @@ def test_reranker_evaluate_estimates_a_target_from_random_logs(workdir):
 
 
 def test_reranker_evaluate_refuses_what_the_logs_cannot_tell(workdir):
-    from conftest import run_cli, write_config
+    from tests.conftest import run_cli, write_config
 
     path, _ = log_traffic(workdir, "backend_order", 30)
     result = run_cli("evaluate", "-c", str(path), "--learner", "random", check=False)
@@ -201,7 +199,7 @@ def test_simulate_checks_the_estimates_against_the_true_value(tmp_path):
     policy is refused, and so are pages specialised by their query's clicks where their
     randomised pairs cannot show what the target shows (the refusal says so)."""
 
-    from conftest import SHARED_DATA, run_cli
+    from tests.conftest import SHARED_DATA, run_cli
 
     data = SHARED_DATA / "letor4-mq2008"
     if not data.is_dir():
@@ -239,7 +237,7 @@ def test_reranker_evaluate_takes_the_part_of_a_log_its_policy_can_tell(workdir):
     import json
     import time
 
-    from conftest import run_cli
+    from tests.conftest import run_cli
 
     log_traffic(workdir, "backend_order", 30)
     time.sleep(0.05)

@@ -17,9 +17,7 @@ from typing import Any
 
 import pytest
 import requests
-from experiment_documents import canned_status
 from flask import Flask, Response, jsonify
-from headless import chromium, require_browser
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -38,6 +36,8 @@ from reranker.experiments.report import (
     format_time,
     format_traffic,
 )
+from tests.support.experiment_documents import canned_status
+from tests.support.headless import chromium, require_browser
 
 require_browser()
 
@@ -405,10 +405,9 @@ def test_dashboard_of_a_running_experiment_reads_what_experiments_returns(driver
     """The real service: an interleaved experiment with its trainer running while simulated
     users search and click; the page served by the service shows the numbers the service's
     ``/experiments`` returns, and follows them as traffic flows."""
-    from conftest import LiveServer
-    from test_experiments import ENGINE, RANDOM, experiment_config, users_search
-
     from reranker.api.app import start_trainer
+    from tests.conftest import LiveServer
+    from tests.experiments.test_experiments import ENGINE, RANDOM, experiment_config, users_search
 
     server = LiveServer(experiment_config(workdir, arms={"engine": ENGINE, "random": RANDOM},
                                           window=20, trainer={"feedback_window": 0.5}))
@@ -447,8 +446,8 @@ def test_dashboard_behind_the_operator_token_shows_traffic_and_the_guards_holds(
     is refused with a Basic challenge; with it (the browser sending it, as it does once the
     user typed it) the page shows the share of the searches the experiment counted and
     the guard's hold of the losing arm, as /experiments says."""
-    from conftest import LiveServer, write_config
-    from test_experiments import ENGINE, RANDOM, users_search
+    from tests.conftest import LiveServer, write_config
+    from tests.experiments.test_experiments import ENGINE, RANDOM, users_search
 
     path = write_config(workdir, experiment={
         "mode": "interleave", "name": "trial", "arms": {"engine": ENGINE, "random": RANDOM},

@@ -99,8 +99,8 @@ def test_a_live_aa_experiment_with_even_starts_keeps_its_false_positive_rate(wor
     version) and learning from the mixed pages as simulated users click, each watched
     after every 50 pages: the sequential test declares a difference no more often than
     alpha says."""
-    from conftest import LiveServer, write_config
-    from test_experiments import PERCEPTRON, users_search
+    from tests.conftest import LiveServer, write_config
+    from tests.experiments.test_experiments import PERCEPTRON, users_search
 
     learner = LiveServer(write_config(workdir))  # the perceptron learns before any experiment
     try:

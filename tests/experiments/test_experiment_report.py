@@ -8,7 +8,6 @@ import io
 import re
 
 import pytest
-from experiment_documents import canned_status
 from rich.console import Console
 
 from reranker.experiments import report
@@ -21,6 +20,7 @@ from reranker.experiments.report import (
     format_rate,
     format_text,
 )
+from tests.support.experiment_documents import canned_status
 
 #: A realistic status document (three arms, two pairs, some values not known yet), the one
 #: the browser tests show too.

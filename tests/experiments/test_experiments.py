@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-import legacy_stores
 import numpy as np
 import pytest
-from conftest import LiveServer, run_cli, write_config
 
 from reranker.core.config import load_config
 from reranker.core.errors import ConfigError, ModelLoadError
@@ -21,6 +19,8 @@ from reranker.offline.metrics import ndcg
 from reranker.serving.service import RerankerService
 from reranker.stores.sql import SCHEMA_VERSION
 from reranker.stores.sqlite import SQLiteStore
+from tests.conftest import LiveServer, run_cli, write_config
+from tests.support import legacy_stores
 
 PERCEPTRON = {"name": "preference_perceptron", "params": {}}
 RANDOM = {"name": "random"}

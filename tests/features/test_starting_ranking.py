@@ -6,7 +6,6 @@ scores (a sorted search, or an application's scores out of order)."""
 
 import numpy as np
 import pytest
-from conftest import LiveServer, write_config
 
 from reranker.backends.elasticsearch import ElasticsearchBackend
 from reranker.core.config import load_config
@@ -15,6 +14,7 @@ from reranker.features.extraction import FeatureSpec, engine_prior, engine_score
 from reranker.learners.featuremap import FeatureMap
 from reranker.library import Reranker
 from reranker.models.model import ModelFactory
+from tests.conftest import LiveServer, write_config
 
 
 def scores_in_order(page, ids):

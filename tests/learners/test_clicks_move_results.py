@@ -12,10 +12,10 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import LiveServer, write_config
 
 from reranker.core.config import load_config
 from reranker.core.plugins import backend_class, get_plugin_manager
+from tests.conftest import LiveServer, write_config
 
 COACTIVE = ["preference_perceptron", "batch_preference_perceptron",
             "exponentiated_preference_perceptron", "convex_preference_perceptron",

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from conftest import write_config
 
 from reranker.core.config import load_config
 from reranker.serving.service import RerankerService
+from tests.conftest import write_config
 
 
 def serve(path):

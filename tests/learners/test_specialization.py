@@ -4,7 +4,6 @@ what a specialised page teaches the general model, and the same through the HTTP
 
 import numpy as np
 import pytest
-from conftest import LiveServer, write_config
 from scipy import stats
 
 from reranker.core.plugins import get_plugin_manager, learner_class
@@ -25,6 +24,7 @@ from reranker.learners.specialization import (
     taught_by,
 )
 from reranker.offline.simulation import LearnerSpec, Settings, simulate, summarize
+from tests.conftest import LiveServer, write_config
 
 THETA = 1.0 / np.log2(np.arange(2, 12))  # examination of positions 1..10 (DCG discounts)
 

@@ -21,7 +21,7 @@ from reranker.learners.oracles import (
     smoothing,
 )
 
-MQ2008 = Path(__file__).resolve().parents[2] / "shared" / "data" / "letor4-mq2008"
+MQ2008 = Path(__file__).resolve().parents[3] / "shared" / "data" / "letor4-mq2008"
 X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 
 
@@ -236,7 +236,7 @@ def test_epsilon_greedy_trees_oracle_learns_from_graded_feedback():
 def test_vcee_serves_learns_and_saves_its_pages_through_the_http_api(workdir):
     """Through the real service: every page logs its chances, the trainer applies the clicks,
     and the saved model loads back with its pages and policies; the clicked result rises."""
-    from conftest import LiveServer, write_config
+    from tests.conftest import LiveServer, write_config
 
     path = write_config(workdir, learner={"name": "vcee", "params": {
         "positions": 5, "history": 30, "smoothing": 0.5}})

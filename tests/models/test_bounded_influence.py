@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_config
 
 from reranker.core.config import load_config
 from reranker.models.trainer import Trainer
 from reranker.serving.service import RerankerService
+from tests.conftest import write_config
 
 
 def popularity(hit) -> float:
@@ -164,10 +164,9 @@ def test_a_script_minting_session_ids_from_one_address_cannot_steer_the_learner(
     bound it whatever ids it mints: the learned weights keep a cosine of at least 0.9 to
     those learned from the honest impressions alone, and the honest users' NDCG@10 does not
     fall; without the bounds the same log turns the weights away."""
-    from conftest import LiveServer
-
     from reranker.api.app import start_trainer
     from reranker.offline.metrics import ndcg
+    from tests.conftest import LiveServer
 
     security = {**DEFAULT_SECURITY, "trusted_proxy_header": "X-Forwarded-For"}
     path = write_config(workdir, trainer={"feedback_window": 0.0},
@@ -218,7 +217,7 @@ def test_a_script_minting_session_ids_from_one_address_cannot_steer_the_learner(
           f"live {cosine(live, honest):.2f}, without the bounds {cosine(undefended, honest):.2f}"
           f"; honest NDCG@10 {first:.3f} (first 2,000) -> {last:.3f} (last 2,000)")
     # (the address's rate limit refuses searches only as fast as this machine sends them:
-    # 1,200 a minute; tests/test_trust.py checks it; here the training budget is what holds)
+    # 1,200 a minute; tests/serving/test_trust.py checks it; here the training budget is what holds)
     assert cosine(undefended, honest) < 0.5  # what got through turns an unbounded learner
     assert cosine(live, honest) >= 0.9
     assert last >= first - 0.01

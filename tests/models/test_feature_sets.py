@@ -11,10 +11,10 @@ import sqlite3
 
 import numpy as np
 import pytest
-from conftest import LiveServer, learn, run_cli, write_config
 
 from reranker.core.config import load_config
 from reranker.serving.service import RerankerService
+from tests.conftest import LiveServer, learn, run_cli, write_config
 
 NO_CLICK_FEATURES = {"numeric_fields": ["popularity"], "click_features": False}
 

@@ -2,10 +2,10 @@ import gzip
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA
 
 from reranker.core.errors import DataError
 from reranker.offline.letor import load_letor, load_many
+from tests.conftest import SHARED_DATA
 
 SAMPLE = """2 qid:7 1:0.5 3:1.0 # doc a
 0 qid:7 1:0.1 2:0.2

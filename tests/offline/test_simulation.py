@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA, run_cli
 
 from reranker.offline.simulation import (
     METRICS,
@@ -19,6 +18,7 @@ from reranker.offline.simulation import (
     summarize,
     write_reports,
 )
+from tests.conftest import SHARED_DATA, run_cli
 
 MQ2008 = SHARED_DATA / "letor4-mq2008"
 needs_mq2008 = pytest.mark.skipif(not MQ2008.is_dir(),

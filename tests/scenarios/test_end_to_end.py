@@ -8,12 +8,19 @@ import time
 
 import numpy as np
 import requests
-from conftest import ServeProcess, cli_env, reranker_command, run_cli, write_config, write_docs
 
 from reranker.core.config import load_config
 from reranker.core.plugins import get_plugin_manager
 from reranker.models.arms import arms_from_config
 from reranker.stores.sqlite import SQLiteStore
+from tests.conftest import (
+    ServeProcess,
+    cli_env,
+    reranker_command,
+    run_cli,
+    write_config,
+    write_docs,
+)
 
 
 def ranks(page):

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from conftest import LiveServer, ServeProcess, run_cli, write_docs
-from es_scenarios import backend_for, es_config, index_corpus, unique_index
-from es_standin import Standin
 
 from reranker.backends import elasticsearch as es_backend
 from reranker.core.config import load_config
 from reranker.testing import cli_env
+from tests.conftest import LiveServer, ServeProcess, run_cli, write_docs
+from tests.support.es_scenarios import backend_for, es_config, index_corpus, unique_index
+from tests.support.es_standin import Standin
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "elasticsearch"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "elasticsearch"
 ROLLOUT = EXAMPLE / "ROLLOUT.md"
 WITH_SEARCH = "reranker, sources with the search"  # a row of feature_cost.py's table
 

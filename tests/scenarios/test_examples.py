@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA
 
 from reranker.testing import cli_env
+from tests.conftest import SHARED_DATA
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CRANFIELD = SHARED_DATA / "cranfield"
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import requests
 import yaml
-from conftest import ServeProcess, learn, write_docs
 
 from reranker.core.config import load_config
 from reranker.testing import cli_env, reranker_command
+from tests.conftest import ServeProcess, learn, write_docs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MARK = "<!-- production-example -->"
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import ServeProcess, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ServeProcess, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shop"
 TEA = [{"term": {"category": "tea"}}, {"term": {"in_stock": True}},
        {"range": {"price": {"lte": 30}}}]

@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import LiveServer, write_config
-from test_experiments import ENGINE, PERCEPTRON, users_search
-from test_operations import samples
 
 from reranker.api.app import start_trainer
 from reranker.core.config import load_config
+from tests.conftest import LiveServer, write_config
+from tests.experiments.test_experiments import ENGINE, PERCEPTRON, users_search
+from tests.serving.test_operations import samples
 
 
 @pytest.mark.slow

@@ -8,10 +8,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import ServeProcess, store_rows, write_config
 
 from reranker.core.errors import StoreError
 from reranker.serving.limits import ImpressionCounter, RateLimiter, SharedCounts
+from tests.conftest import ServeProcess, store_rows, write_config
 
 
 class Clock:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import LiveServer, learn, write_config
 from prometheus_client.parser import text_string_to_metric_families
 
 from reranker import hookimpl
@@ -25,6 +24,7 @@ from reranker.core.plugins import get_plugin_manager
 from reranker.learners.base import Learner, Param, RankResult
 from reranker.serving.monitoring import JsonFormatter, redact
 from reranker.serving.service import BACKEND_ORDER, RerankerService
+from tests.conftest import LiveServer, learn, write_config
 
 
 def samples(server) -> dict[tuple[str, tuple], float]:

@@ -8,7 +8,6 @@ import sqlite3
 import numpy as np
 import pytest
 import requests
-from conftest import run_cli, write_config, write_docs
 
 from reranker.core.config import load_config
 from reranker.core.errors import ModelLoadError, StoreError
@@ -21,6 +20,7 @@ from reranker.models.trainer import Trainer
 from reranker.serving.service import RerankerService
 from reranker.stores.events import Impression
 from reranker.stores.sqlite import SQLiteStore
+from tests.conftest import run_cli, write_config, write_docs
 
 
 class Fragile(Learner):

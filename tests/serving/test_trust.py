@@ -6,13 +6,13 @@ behind a trusted proxy, key rotation, and the per-client budget of the trainer."
 import time
 
 import pytest
-from conftest import LiveServer, run_cli, write_config
 
 from reranker.core.config import load_config
 from reranker.core.errors import ConfigError
 from reranker.models.budget import ClientBudget
 from reranker.serving.service import RerankerService
 from reranker.serving.trust import Binding, ImpressionSigner, parse_keys
+from tests.conftest import LiveServer, run_cli, write_config
 
 KEYS = "RERANKER_SIGNING_KEYS"
 OLD = "old:" + "o" * 32

@@ -12,10 +12,10 @@ import subprocess
 import time
 
 import pytest
-from conftest import LiveServer, wait_until, write_config
-from postgres_server import Databases, ThrowawayCluster, server_binaries
 
 from reranker.serving.service import STORE_CALL_GRACE
+from tests.conftest import LiveServer, wait_until, write_config
+from tests.support.postgres_server import Databases, ThrowawayCluster, server_binaries
 
 STORE_TIMEOUT = 1.0
 SEARCH_TIMEOUT = 2.0

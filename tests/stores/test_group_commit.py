@@ -6,11 +6,11 @@ import threading
 import time
 
 import pytest
-from test_events import impression
 
 from reranker.core.errors import ConflictError, NotFoundError, StoreError, UnprocessableError
 from reranker.stores.events import ClickResult
 from reranker.stores.group_commit import GroupCommit
+from tests.stores.test_events import impression
 
 
 def test_writes_that_queue_during_a_commit_share_the_next_one():

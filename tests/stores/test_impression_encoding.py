@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import json
 
-import legacy_stores
 import numpy as np
-from conftest import store_rows, write_config
-from test_events import impression
 
 from reranker.core.config import load_config
 from reranker.serving.service import RerankerService
 from reranker.stores import encoding
 from reranker.stores.events import Impression
 from reranker.stores.sql import SCHEMA_VERSION
+from tests.conftest import store_rows, write_config
+from tests.stores.test_events import impression
+from tests.support import legacy_stores
 
 
 def served_like(n: int, rng: np.random.Generator, *, rank_column: bool = False) -> np.ndarray:

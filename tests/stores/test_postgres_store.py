@@ -12,7 +12,6 @@ import psycopg
 import pytest
 import requests
 import yaml
-from conftest import LiveServer, ServeProcess, learn, run_cli, write_config
 
 from reranker.core.config import load_config
 from reranker.core.errors import ConflictError, StoreError
@@ -23,12 +22,13 @@ from reranker.models.model import ModelFactory
 from reranker.models.trainer import Trainer
 from reranker.stores.events import Impression
 from reranker.stores.postgres import PostgresStore, describe
+from tests.conftest import LiveServer, ServeProcess, learn, run_cli, write_config
 
 SECRET = "s3cret-Pw"
 
 
 def documented_postgres_config() -> dict:
-    page = (Path(__file__).parents[1] / "docs" / "how-to" / "event-store.md").read_text(
+    page = (Path(__file__).parents[2] / "docs" / "how-to" / "event-store.md").read_text(
         encoding="utf-8")
     section = page.split("# The event store: SQLite or PostgreSQL")[1]
     return yaml.safe_load(section.split("```yaml")[1].split("```")[0])

@@ -10,10 +10,6 @@ import time
 
 import numpy as np
 import pytest
-from conftest import learn, run_cli, store_rows, write_config
-from test_events import impression
-from test_experiments import experiment_config
-from test_impression_encoding import served_like
 
 from reranker.core.config import load_config
 from reranker.core.errors import GoneError, NotFoundError
@@ -23,6 +19,10 @@ from reranker.experiments.experiment import offline_status
 from reranker.serving.explain import explain_impression
 from reranker.serving.service import RerankerService
 from reranker.stores import Reader, open_event_store
+from tests.conftest import learn, run_cli, store_rows, write_config
+from tests.experiments.test_experiments import experiment_config
+from tests.stores.test_events import impression
+from tests.stores.test_impression_encoding import served_like
 
 
 def test_retention_removes_only_what_every_reader_has_applied(store):

@@ -11,7 +11,8 @@ import os
 import sqlite3
 
 import pytest
-from conftest import ServeProcess, wait_until, write_config
+
+from tests.conftest import ServeProcess, wait_until, write_config
 
 
 def copy_database(source, target):

@@ -8,7 +8,6 @@ import time
 
 import numpy as np
 import pytest
-from conftest import store_rows, write_config
 
 from reranker.core.config import load_config
 from reranker.core.errors import StoreError
@@ -17,6 +16,7 @@ from reranker.serving.service import RerankerService
 from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, EXPOSURE, CountCache
 from reranker.stores.events import Impression
 from reranker.stores.write_behind import WriteBehind
+from tests.conftest import store_rows, write_config
 
 
 class Sink:

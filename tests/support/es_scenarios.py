@@ -8,12 +8,12 @@ import uuid
 import numpy as np
 import pytest
 import requests
-from conftest import ServeProcess, run_cli, write_config, write_docs
 
 from reranker.core.config import load_config
 from reranker.core.errors import BackendError
 from reranker.core.plugins import backend_class, get_plugin_manager
 from reranker.serving.service import RerankerService
+from tests.conftest import ServeProcess, run_cli, write_config, write_docs
 
 
 def es_config(folder, url, index, sections=None, **backend):
