@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.support.servers import run_cli
 
 
 def search(live, query="espresso grinder", **extra):

@@ -26,7 +26,7 @@ from reranker.api.validation import RequestValidator
 from reranker.core.config import config_from_dict, load_config
 from reranker.core.errors import field_path
 from reranker.core.plugins import backend_class, get_plugin_manager
-from tests.conftest import write_config
+from tests.support.configs import write_config
 
 #: Generated requests per operation and generation mode: the whole test stays within
 #: seconds, and derandomize=True makes it the same requests on every run.

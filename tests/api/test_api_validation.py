@@ -19,7 +19,8 @@ from reranker.api.validation import nesting_depth
 from reranker.core.config import load_config
 from reranker.core.errors import ConfigError
 from reranker.serving.service import RerankerService
-from tests.conftest import LiveServer, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer
 
 MIB = 1024 * 1024
 

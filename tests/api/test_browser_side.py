@@ -24,8 +24,9 @@ from reranker.api.app import create_app
 from reranker.core.config import config_from_dict, load_config
 from reranker.core.errors import ConfigError
 from reranker.serving.service import RerankerService
-from tests.conftest import LiveServer, write_config
+from tests.support.configs import write_config
 from tests.support.headless import chromium, require_browser
+from tests.support.servers import LiveServer
 
 require_browser()
 

@@ -4,7 +4,8 @@ event stores."""
 
 import pytest
 
-from tests.conftest import LiveServer, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ import time
 import pytest
 import requests
 
-from tests.conftest import ServeProcess, run_cli, write_config
+from tests.support.configs import write_config
+from tests.support.servers import ServeProcess, run_cli
 
 READ_TIMEOUT = 5.0  # server.request_read_timeout in these tests
 IDLE_TIMEOUT = 7  # server.idle_timeout

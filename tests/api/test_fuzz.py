@@ -45,7 +45,8 @@ import requests
 from reranker.core.config import load_config
 from reranker.core.errors import field_path
 from reranker.core.plugins import backend_class, get_plugin_manager
-from tests.conftest import UNLIMITED, LiveServer, write_config
+from tests.support.configs import UNLIMITED, write_config
+from tests.support.servers import LiveServer
 
 #: The seed of every random choice: the same requests on every run (the impression ids the
 #: server signs differ, the choices among them do not).

@@ -11,7 +11,8 @@ import pytest
 
 from reranker.core.errors import BadRequestError
 from reranker.library import Reranker
-from tests.conftest import wait_until, write_config
+from tests.support.configs import write_config
+from tests.support.servers import wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "frameworks"
 sys.path.insert(0, str(EXAMPLES))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import LiveServer, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer
 
 
 @pytest.fixture

@@ -10,9 +10,10 @@ import requests
 from reranker.core.config import load_config
 from reranker.core.errors import BackendError, BackendUnavailableError
 from reranker.serving.service import RerankerService
-from tests.conftest import LiveServer, run_cli, write_config, write_docs
 from tests.support import es_scenarios as scenarios
+from tests.support.configs import write_config, write_docs
 from tests.support.es_standin import Index, Standin
+from tests.support.servers import LiveServer, run_cli
 
 
 @pytest.fixture(params=["8.15.1", "9.1.0"])

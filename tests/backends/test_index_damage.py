@@ -11,7 +11,8 @@ import pytest
 
 from reranker.core.config import load_config
 from reranker.core.plugins import backend_class, get_plugin_manager
-from tests.conftest import LiveServer, ServeProcess, wait_until, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer, ServeProcess, wait_until
 
 
 def segment_files(index):

@@ -16,9 +16,10 @@ from reranker.core.errors import BackendUnavailableError
 from reranker.core.plugins import backend_class, get_plugin_manager
 from reranker.features.extraction import FeatureSpec
 from reranker.serving.service import RerankerService
-from tests.conftest import run_cli, write_config, write_docs
+from tests.support.configs import write_config, write_docs
 from tests.support.es_scenarios import backend_for, es_config, index_corpus
 from tests.support.es_standin import Standin
+from tests.support.servers import run_cli
 
 
 class CountingSearcher:
@@ -429,7 +430,7 @@ def test_a_cluster_failing_to_read_the_shown_documents_is_503_counted_and_logs_n
 def shop_backend(tmp_path, cache_size: int = 1000, document_cache_mb: float = 32.0):
     """An embedded index of a small shop with filter fields, searched with ``cache_size``
     and ``document_cache_mb``."""
-    from tests.backends.test_search_requests import FILTER_FIELDS, shop
+    from tests.support.shop import FILTER_FIELDS, shop
 
     tmp_path.mkdir(exist_ok=True)
     config = load_config(write_config(tmp_path, backend={
@@ -484,7 +485,7 @@ def test_what_the_cache_hands_out_cannot_change_what_it_keeps(tmp_path):
 
 
 def test_the_cache_keeps_the_latest_searches_and_forgets_a_changed_index(tmp_path):
-    from tests.backends.test_search_requests import shop
+    from tests.support.shop import shop
 
     _, backend = shop_backend(tmp_path, cache_size=2)
     for query in ("tea", "coffee", "kettle"):  # "tea" is pushed out
@@ -550,7 +551,7 @@ def test_the_document_cache_keeps_the_latest_within_its_budget_and_forgets_a_cha
 def test_documents_read_again_after_the_index_is_rebuilt_are_the_new_index_s(tmp_path):
     """Rebuilt, the index holds other documents at the same addresses: none is read from
     the cache of the old one."""
-    from tests.backends.test_search_requests import shop
+    from tests.support.shop import shop
 
     _, backend = shop_backend(tmp_path)
     for query in ("tea", "shop", "kettle"):

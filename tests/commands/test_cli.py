@@ -5,7 +5,8 @@ import pytest
 from reranker.commands.main import cli
 from reranker.core.config import load_config
 from reranker.serving.service import RerankerService
-from tests.conftest import ServeProcess, run_cli, write_config, write_docs
+from tests.support.configs import write_config, write_docs
+from tests.support.servers import ServeProcess, run_cli
 
 
 @pytest.mark.parametrize("command", [[], *([name] for name in cli.commands)])

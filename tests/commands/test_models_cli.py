@@ -14,7 +14,9 @@ import pytest
 from reranker.core.config import load_config
 from reranker.models.trainer import Trainer
 from reranker.serving.service import RerankerService
-from tests.conftest import LiveServer, learn, run_cli, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer, run_cli
+from tests.support.traffic import learn
 
 LABEL = "preference_perceptron"
 

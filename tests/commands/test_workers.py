@@ -14,7 +14,9 @@ import requests
 from reranker.core.config import load_config
 from reranker.stores import open_event_store
 from reranker.testing import cli_env, reranker_command
-from tests.conftest import ServeProcess, learn, run_cli, wait_for_version, write_config
+from tests.support.configs import write_config
+from tests.support.servers import ServeProcess, run_cli, wait_for_version
+from tests.support.traffic import learn
 
 
 def worker_sessions(url: str, timeout: float = 60) -> dict[bool, requests.Session]:

@@ -97,7 +97,7 @@ def log_traffic(workdir, learner: str, searches: int, seed: int = 0):
     impressions closed; returns the config path and the pages' candidates per query."""
     from reranker.core.config import load_config
     from reranker.serving.service import RerankerService
-    from tests.conftest import write_config
+    from tests.support.configs import write_config
 
     path = write_config(workdir, learner={"name": learner, "seed": seed},
                         features={"numeric_fields": ["popularity"], "click_features": False})
@@ -127,7 +127,7 @@ def test_reranker_evaluate_estimates_a_target_from_random_logs(workdir):
     from reranker.features.extraction import FeatureSpec
     from reranker.learners.featuremap import FeatureMap
     from reranker.models.model import ModelFactory
-    from tests.conftest import run_cli
+    from tests.support.servers import run_cli
 
     learners = learner_classes(get_plugin_manager())
     path, candidates = log_traffic(workdir, "random", 900)
@@ -160,7 +160,8 @@ def test_reranker_evaluate_estimates_a_target_from_random_logs(workdir):
 
 
 def test_reranker_evaluate_refuses_what_the_logs_cannot_tell(workdir):
-    from tests.conftest import run_cli, write_config
+    from tests.support.configs import write_config
+    from tests.support.servers import run_cli
 
     path, _ = log_traffic(workdir, "backend_order", 30)
     result = run_cli("evaluate", "-c", str(path), "--learner", "random", check=False)
@@ -199,7 +200,8 @@ def test_simulate_checks_the_estimates_against_the_true_value(tmp_path):
     policy is refused, and so are pages specialised by their query's clicks where their
     randomised pairs cannot show what the target shows (the refusal says so)."""
 
-    from tests.conftest import SHARED_DATA, run_cli
+    from tests.support.paths import SHARED_DATA
+    from tests.support.servers import run_cli
 
     data = SHARED_DATA / "letor4-mq2008"
     if not data.is_dir():
@@ -237,7 +239,7 @@ def test_reranker_evaluate_takes_the_part_of_a_log_its_policy_can_tell(workdir):
     import json
     import time
 
-    from tests.conftest import run_cli
+    from tests.support.servers import run_cli
 
     log_traffic(workdir, "backend_order", 30)
     time.sleep(0.05)

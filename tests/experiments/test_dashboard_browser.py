@@ -406,8 +406,9 @@ def test_dashboard_of_a_running_experiment_reads_what_experiments_returns(driver
     users search and click; the page served by the service shows the numbers the service's
     ``/experiments`` returns, and follows them as traffic flows."""
     from reranker.api.app import start_trainer
-    from tests.conftest import LiveServer
-    from tests.experiments.test_experiments import ENGINE, RANDOM, experiment_config, users_search
+    from tests.support.configs import ENGINE, RANDOM, experiment_config
+    from tests.support.servers import LiveServer
+    from tests.support.traffic import users_search
 
     server = LiveServer(experiment_config(workdir, arms={"engine": ENGINE, "random": RANDOM},
                                           window=20, trainer={"feedback_window": 0.5}))
@@ -446,8 +447,9 @@ def test_dashboard_behind_the_operator_token_shows_traffic_and_the_guards_holds(
     is refused with a Basic challenge; with it (the browser sending it, as it does once the
     user typed it) the page shows the share of the searches the experiment counted and
     the guard's hold of the losing arm, as /experiments says."""
-    from tests.conftest import LiveServer, write_config
-    from tests.experiments.test_experiments import ENGINE, RANDOM, users_search
+    from tests.support.configs import ENGINE, RANDOM, write_config
+    from tests.support.servers import LiveServer
+    from tests.support.traffic import users_search
 
     path = write_config(workdir, experiment={
         "mode": "interleave", "name": "trial", "arms": {"engine": ENGINE, "random": RANDOM},

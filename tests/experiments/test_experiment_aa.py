@@ -99,8 +99,9 @@ def test_a_live_aa_experiment_with_even_starts_keeps_its_false_positive_rate(wor
     version) and learning from the mixed pages as simulated users click, each watched
     after every 50 pages: the sequential test declares a difference no more often than
     alpha says."""
-    from tests.conftest import LiveServer, write_config
-    from tests.experiments.test_experiments import PERCEPTRON, users_search
+    from tests.support.configs import PERCEPTRON, write_config
+    from tests.support.servers import LiveServer
+    from tests.support.traffic import users_search
 
     learner = LiveServer(write_config(workdir))  # the perceptron learns before any experiment
     try:

@@ -14,50 +14,14 @@ from reranker.core.errors import ConfigError, ModelLoadError
 from reranker.core.plugins import get_plugin_manager
 from reranker.experiments.interleaving import perturbed_list_log_probability
 from reranker.models.arms import arms_from_config
-from reranker.offline.click_models import cascade_model
 from reranker.offline.metrics import ndcg
 from reranker.serving.service import RerankerService
 from reranker.stores.sql import SCHEMA_VERSION
 from reranker.stores.sqlite import SQLiteStore
-from tests.conftest import LiveServer, run_cli, write_config
 from tests.support import legacy_stores
-
-PERCEPTRON = {"name": "preference_perceptron", "params": {}}
-RANDOM = {"name": "random"}
-ENGINE = {"name": "backend_order"}
-
-
-def experiment_config(workdir, mode="interleave", arms=None, store=None, trainer=None,
-                      learner=None, **extra):
-    arms = arms or {"perceptron": PERCEPTRON, "random": RANDOM}
-    sections = {name: value for name, value in (("store", store), ("trainer", trainer),
-                                                ("learner", learner)) if value}
-    return write_config(workdir, experiment={"mode": mode, "name": "trial", "arms": arms,
-                                             "window": 50, **extra}, **sections)
-
-
-def users_search(server, corpus, searches, seed=0, model="navigational", **body):
-    """Simulated users search through HTTP and click with a cascade model on the hidden
-    labels; returns the pages."""
-    rng = np.random.default_rng(seed)
-    users = cascade_model(model, 3)
-    pages = []
-    for t in range(searches):
-        query, topic = corpus.queries[rng.integers(len(corpus.queries))]
-        request = {"query": query, "size": 10, **body}
-        if "user_id" in body:
-            request["user_id"] = f"user{t % 50}"
-        page = server.post("/search", request).json()
-        ids = [hit["id"] for hit in page["hits"]]
-        labels = np.array([corpus.label(topic, d) for d in ids])
-        for j in np.flatnonzero(users.clicks(labels, rng)):
-            served_to = {"user_id": request["user_id"]} if "user_id" in request else {}
-            answer = server.post("/click", {"impression_id": page["impression_id"],
-                                            "doc_id": ids[j], **served_to})
-            assert answer.status_code == 202, answer.text
-        pages.append((page, topic))
-    return pages
-
+from tests.support.configs import ENGINE, PERCEPTRON, RANDOM, experiment_config, write_config
+from tests.support.servers import LiveServer, run_cli
+from tests.support.traffic import users_search
 
 # -- arms --------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from reranker.serving.service import RerankerService
 from reranker.stores.events import Impression
 from reranker.stores.sql import SCHEMA_VERSION
 from reranker.stores.sqlite import SQLiteStore
-from tests.conftest import store_rows
+from tests.support.stores import store_rows
 
 
 def pbm_impressions(count, eta=1.0, seed=0):
@@ -163,7 +163,7 @@ def test_no_leakage_a_click_never_changes_an_earlier_impression(service):
 
 
 def test_the_click_features_can_be_switched_off(workdir):
-    from tests.conftest import write_config
+    from tests.support.configs import write_config
 
     path = write_config(workdir, features={"click_features": False})
     service = RerankerService(load_config(path)).open()

@@ -14,7 +14,8 @@ from reranker.features.extraction import FeatureSpec, engine_prior, engine_score
 from reranker.learners.featuremap import FeatureMap
 from reranker.library import Reranker
 from reranker.models.model import ModelFactory
-from tests.conftest import LiveServer, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer
 
 
 def scores_in_order(page, ids):

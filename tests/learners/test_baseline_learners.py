@@ -147,7 +147,7 @@ def test_pdgd_and_dbgd_reproduce_the_published_numbers(click_model):
     """Train S1-S3, test S5, models from zero, no click features, the reference's stop coin
     at every examined position: the mean over 10 runs is within 0.01 of the paper's."""
     from reranker.offline.simulation import LearnerSpec, Settings, prepare, simulate, summarize
-    from tests.conftest import SHARED_DATA
+    from tests.support.paths import SHARED_DATA
 
     folder = SHARED_DATA / "letor4-mq2008"
     if not folder.is_dir():
@@ -192,7 +192,7 @@ def test_the_baselines_serve_and_learn_through_the_service(workdir, name):
     and learns from the clicks in the trainer."""
     from reranker.core.config import load_config
     from reranker.serving.service import RerankerService
-    from tests.conftest import write_config
+    from tests.support.configs import write_config
 
     path = write_config(workdir, learner={"name": name, "seed": 4})
     service = RerankerService(load_config(path)).open()

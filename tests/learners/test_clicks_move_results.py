@@ -15,7 +15,8 @@ import pytest
 
 from reranker.core.config import load_config
 from reranker.core.plugins import backend_class, get_plugin_manager
-from tests.conftest import LiveServer, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer
 
 COACTIVE = ["preference_perceptron", "batch_preference_perceptron",
             "exponentiated_preference_perceptron", "convex_preference_perceptron",

@@ -5,7 +5,7 @@ import pytest
 
 from reranker.core.config import load_config
 from reranker.serving.service import RerankerService
-from tests.conftest import write_config
+from tests.support.configs import write_config
 
 
 def serve(path):

@@ -113,7 +113,7 @@ def test_eels_learns_in_the_simulator_from_the_applications_reward():
     explores, estimates the position weights and exploits; without a reward it never
     leaves its uniformly random exploration."""
     from reranker.offline.simulation import LearnerSpec, Settings, prepare, simulate, summarize
-    from tests.conftest import SHARED_DATA
+    from tests.support.paths import SHARED_DATA
 
     folder = SHARED_DATA / "letor4-mq2008"
     if not folder.is_dir():

@@ -24,7 +24,8 @@ from reranker.learners.specialization import (
     taught_by,
 )
 from reranker.offline.simulation import LearnerSpec, Settings, simulate, summarize
-from tests.conftest import LiveServer, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer
 
 THETA = 1.0 / np.log2(np.arange(2, 12))  # examination of positions 1..10 (DCG discounts)
 

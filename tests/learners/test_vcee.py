@@ -4,7 +4,6 @@ hand, the optimisation problem's constraints, and learning under the semibandit 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +19,9 @@ from reranker.learners.oracles import (
     position_weights,
     smoothing,
 )
+from tests.support.paths import SHARED_DATA
 
-MQ2008 = Path(__file__).resolve().parents[3] / "shared" / "data" / "letor4-mq2008"
+MQ2008 = SHARED_DATA / "letor4-mq2008"
 X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 
 
@@ -236,7 +236,8 @@ def test_epsilon_greedy_trees_oracle_learns_from_graded_feedback():
 def test_vcee_serves_learns_and_saves_its_pages_through_the_http_api(workdir):
     """Through the real service: every page logs its chances, the trainer applies the clicks,
     and the saved model loads back with its pages and policies; the clicked result rises."""
-    from tests.conftest import LiveServer, write_config
+    from tests.support.configs import write_config
+    from tests.support.servers import LiveServer
 
     path = write_config(workdir, learner={"name": "vcee", "params": {
         "positions": 5, "history": 30, "smoothing": 0.5}})

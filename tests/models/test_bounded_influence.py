@@ -28,7 +28,7 @@ import pytest
 from reranker.core.config import load_config
 from reranker.models.trainer import Trainer
 from reranker.serving.service import RerankerService
-from tests.conftest import write_config
+from tests.support.configs import write_config
 
 
 def popularity(hit) -> float:
@@ -166,7 +166,7 @@ def test_a_script_minting_session_ids_from_one_address_cannot_steer_the_learner(
     fall; without the bounds the same log turns the weights away."""
     from reranker.api.app import start_trainer
     from reranker.offline.metrics import ndcg
-    from tests.conftest import LiveServer
+    from tests.support.servers import LiveServer
 
     security = {**DEFAULT_SECURITY, "trusted_proxy_header": "X-Forwarded-For"}
     path = write_config(workdir, trainer={"feedback_window": 0.0},

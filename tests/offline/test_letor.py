@@ -5,7 +5,7 @@ import pytest
 
 from reranker.core.errors import DataError
 from reranker.offline.letor import load_letor, load_many
-from tests.conftest import SHARED_DATA
+from tests.support.paths import SHARED_DATA
 
 SAMPLE = """2 qid:7 1:0.5 3:1.0 # doc a
 0 qid:7 1:0.1 2:0.2

@@ -18,7 +18,8 @@ from reranker.offline.simulation import (
     summarize,
     write_reports,
 )
-from tests.conftest import SHARED_DATA, run_cli
+from tests.support.paths import SHARED_DATA
+from tests.support.servers import run_cli
 
 MQ2008 = SHARED_DATA / "letor4-mq2008"
 needs_mq2008 = pytest.mark.skipif(not MQ2008.is_dir(),

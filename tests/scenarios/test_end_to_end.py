@@ -13,14 +13,9 @@ from reranker.core.config import load_config
 from reranker.core.plugins import get_plugin_manager
 from reranker.models.arms import arms_from_config
 from reranker.stores.sqlite import SQLiteStore
-from tests.conftest import (
-    ServeProcess,
-    cli_env,
-    reranker_command,
-    run_cli,
-    write_config,
-    write_docs,
-)
+from reranker.testing import cli_env, reranker_command
+from tests.support.configs import write_config, write_docs
+from tests.support.servers import ServeProcess, run_cli
 
 
 def ranks(page):

@@ -20,9 +20,10 @@ import yaml
 from reranker.backends import elasticsearch as es_backend
 from reranker.core.config import load_config
 from reranker.testing import cli_env
-from tests.conftest import LiveServer, ServeProcess, run_cli, write_docs
+from tests.support.configs import write_docs
 from tests.support.es_scenarios import backend_for, es_config, index_corpus, unique_index
 from tests.support.es_standin import Standin
+from tests.support.servers import LiveServer, ServeProcess, run_cli
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "elasticsearch"
 ROLLOUT = EXAMPLE / "ROLLOUT.md"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reranker.testing import cli_env
-from tests.conftest import SHARED_DATA
+from tests.support.paths import SHARED_DATA
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CRANFIELD = SHARED_DATA / "cranfield"

@@ -14,7 +14,9 @@ import yaml
 
 from reranker.core.config import load_config
 from reranker.testing import cli_env, reranker_command
-from tests.conftest import ServeProcess, learn, write_docs
+from tests.support.configs import write_docs
+from tests.support.servers import ServeProcess
+from tests.support.traffic import learn
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "<!-- production-example -->"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import ServeProcess, run_cli
+from tests.support.servers import ServeProcess, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shop"

@@ -9,7 +9,8 @@ import pytest
 from reranker.core.config import load_config
 from reranker.core.plugins import backend_class, get_plugin_manager
 from reranker.serving.trust import Binding
-from tests.conftest import LiveServer, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer
 
 
 def test_explain_a_search_gives_features_scores_and_parts(live):
@@ -71,8 +72,8 @@ def test_explain_a_mixed_page_gives_every_arms_ranking_probability_and_lesson(wo
     ranking as it asked for it, its probability under the arm's policy, the clicks
     credited to it, and what the page teaches it; after a training pass, which arms applied
     it."""
-    from tests.conftest import LiveServer
-    from tests.experiments.test_experiments import PERCEPTRON, RANDOM, experiment_config
+    from tests.support.configs import PERCEPTRON, RANDOM, experiment_config
+    from tests.support.servers import LiveServer
 
     path = experiment_config(workdir, mode="multileave", arms={
         "perceptron": PERCEPTRON, "pdgd": {"name": "pdgd"}, "random": RANDOM})

@@ -9,9 +9,9 @@ import pytest
 
 from reranker.api.app import start_trainer
 from reranker.core.config import load_config
-from tests.conftest import LiveServer, write_config
-from tests.experiments.test_experiments import ENGINE, PERCEPTRON, users_search
-from tests.serving.test_operations import samples
+from tests.support.configs import ENGINE, PERCEPTRON, write_config
+from tests.support.servers import LiveServer, samples
+from tests.support.traffic import users_search
 
 
 @pytest.mark.slow

@@ -11,7 +11,9 @@ import pytest
 
 from reranker.core.errors import StoreError
 from reranker.serving.limits import ImpressionCounter, RateLimiter, SharedCounts
-from tests.conftest import ServeProcess, store_rows, write_config
+from tests.support.configs import write_config
+from tests.support.servers import ServeProcess
+from tests.support.stores import store_rows
 
 
 class Clock:

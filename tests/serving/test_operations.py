@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from reranker import hookimpl
 from reranker.api.app import BackgroundServer, create_app
@@ -24,17 +23,9 @@ from reranker.core.plugins import get_plugin_manager
 from reranker.learners.base import Learner, Param, RankResult
 from reranker.serving.monitoring import JsonFormatter, redact
 from reranker.serving.service import BACKEND_ORDER, RerankerService
-from tests.conftest import LiveServer, learn, write_config
-
-
-def samples(server) -> dict[tuple[str, tuple], float]:
-    answer = server.get("/metrics")
-    assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("text/plain")
-    out = {}
-    for family in text_string_to_metric_families(answer.text):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer, samples
+from tests.support.traffic import learn
 
 
 def test_metrics_count_requests_clicks_versions_and_the_trainers_lag(workdir):

@@ -20,7 +20,8 @@ from reranker.models.trainer import Trainer
 from reranker.serving.service import RerankerService
 from reranker.stores.events import Impression
 from reranker.stores.sqlite import SQLiteStore
-from tests.conftest import run_cli, write_config, write_docs
+from tests.support.configs import write_config, write_docs
+from tests.support.servers import run_cli
 
 
 class Fragile(Learner):

@@ -12,7 +12,8 @@ from reranker.core.errors import ConfigError
 from reranker.models.budget import ClientBudget
 from reranker.serving.service import RerankerService
 from reranker.serving.trust import Binding, ImpressionSigner, parse_keys
-from tests.conftest import LiveServer, run_cli, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer, run_cli
 
 KEYS = "RERANKER_SIGNING_KEYS"
 OLD = "old:" + "o" * 32

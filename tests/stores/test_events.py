@@ -9,16 +9,8 @@ import numpy as np
 import pytest
 
 from reranker.core.errors import ConflictError, NotFoundError, StoreError, UnprocessableError
-from reranker.stores.events import Impression
 from reranker.stores.sqlite import SQLiteStore
-
-
-def impression(imp_id: str, created: float, n: int = 5, shown: int = 3, **more) -> Impression:
-    more = {"user_id": None, **more}
-    return Impression(id=imp_id, created=created, query="q", learner="x",
-                      model_version=0, doc_ids=[f"d{i}" for i in range(n)],
-                      feature_names=["a", "b"], features=np.arange(2.0 * n).reshape(n, 2),
-                      ranking=np.arange(n)[::-1].copy(), n_shown=shown, **more)
+from tests.support.stores import impression
 
 
 def test_impression_round_trip(store):

@@ -14,8 +14,9 @@ import time
 import pytest
 
 from reranker.serving.service import STORE_CALL_GRACE
-from tests.conftest import LiveServer, wait_until, write_config
+from tests.support.configs import write_config
 from tests.support.postgres_server import Databases, ThrowawayCluster, server_binaries
+from tests.support.servers import LiveServer, wait_until
 
 STORE_TIMEOUT = 1.0
 SEARCH_TIMEOUT = 2.0

@@ -10,7 +10,7 @@ import pytest
 from reranker.core.errors import ConflictError, NotFoundError, StoreError, UnprocessableError
 from reranker.stores.events import ClickResult
 from reranker.stores.group_commit import GroupCommit
-from tests.stores.test_events import impression
+from tests.support.stores import impression
 
 
 def test_writes_that_queue_during_a_commit_share_the_next_one():

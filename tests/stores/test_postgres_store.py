@@ -22,7 +22,9 @@ from reranker.models.model import ModelFactory
 from reranker.models.trainer import Trainer
 from reranker.stores.events import Impression
 from reranker.stores.postgres import PostgresStore, describe
-from tests.conftest import LiveServer, ServeProcess, learn, run_cli, write_config
+from tests.support.configs import write_config
+from tests.support.servers import LiveServer, ServeProcess, run_cli
+from tests.support.traffic import learn
 
 SECRET = "s3cret-Pw"
 

@@ -19,10 +19,10 @@ from reranker.experiments.experiment import offline_status
 from reranker.serving.explain import explain_impression
 from reranker.serving.service import RerankerService
 from reranker.stores import Reader, open_event_store
-from tests.conftest import learn, run_cli, store_rows, write_config
-from tests.experiments.test_experiments import experiment_config
-from tests.stores.test_events import impression
-from tests.stores.test_impression_encoding import served_like
+from tests.support.configs import experiment_config, write_config
+from tests.support.servers import run_cli
+from tests.support.stores import impression, served_like, store_rows
+from tests.support.traffic import learn
 
 
 def test_retention_removes_only_what_every_reader_has_applied(store):

@@ -12,7 +12,8 @@ import sqlite3
 
 import pytest
 
-from tests.conftest import ServeProcess, wait_until, write_config
+from tests.support.configs import write_config
+from tests.support.servers import ServeProcess, wait_until
 
 
 def copy_database(source, target):

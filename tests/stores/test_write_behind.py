@@ -16,7 +16,8 @@ from reranker.serving.service import RerankerService
 from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, EXPOSURE, CountCache
 from reranker.stores.events import Impression
 from reranker.stores.write_behind import WriteBehind
-from tests.conftest import store_rows, write_config
+from tests.support.configs import write_config
+from tests.support.stores import store_rows
 
 
 class Sink:

@@ -13,7 +13,8 @@ from reranker.core.config import load_config
 from reranker.core.errors import BackendError
 from reranker.core.plugins import backend_class, get_plugin_manager
 from reranker.serving.service import RerankerService
-from tests.conftest import ServeProcess, run_cli, write_config, write_docs
+from tests.support.configs import write_config, write_docs
+from tests.support.servers import ServeProcess, run_cli
 
 
 def es_config(folder, url, index, sections=None, **backend):
