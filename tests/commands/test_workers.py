@@ -16,6 +16,7 @@ from reranker.stores import open_event_store
 from reranker.testing import cli_env, reranker_command
 from tests.support.configs import write_config
 from tests.support.servers import ServeProcess, run_cli, wait_for_version
+from tests.support.stores import store_rows
 from tests.support.traffic import learn
 
 
@@ -210,9 +211,7 @@ def test_clicks_answered_202_survive_a_sigkill(workdir, store_section, workers):
         raise AssertionError(f"{exc!r}\nserver log:\n{server.log_path.read_text()}") from exc
     store = open_event_store(load_config(path))
     try:
-        with store._reading() as conn:
-            stored = {tuple(row) for row in store._run(
-                conn, "SELECT impression_id, doc_id FROM clicks").fetchall()}
+        stored = set(store_rows(store, "SELECT impression_id, doc_id FROM clicks"))
     finally:
         store.close()
     assert len(accepted) >= len(pages) // 3

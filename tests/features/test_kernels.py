@@ -237,9 +237,9 @@ def test_perturbed_pairs_draw_the_page_from_the_coins():
             return self.values
 
     # n_shown 5: pairing 0 has the pairs at 0, 2, 4 (the last reaching below the page)
-    page = learner._rank(X, 5, Coins([0.9, 0.1, 0.5, 0.2]))
+    page = learner.rank(X, 5, Coins([0.9, 0.1, 0.5, 0.2]))
     assert page.ranking.tolist() == [1, 0, 2, 3, 5, 4, 6]
     assert page.context["pair_offset"] == 0 and page.context["swapped"] == [0, 4]
-    page = learner._rank(X, 5, Coins([0.2, 0.9, 0.1, 0.7]))
+    page = learner.rank(X, 5, Coins([0.2, 0.9, 0.1, 0.7]))
     assert page.ranking.tolist() == [0, 1, 2, 4, 3, 5, 6]
     assert page.context["pair_offset"] == 1 and page.context["swapped"] == [3]

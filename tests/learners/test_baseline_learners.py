@@ -55,14 +55,14 @@ def test_pdgd_update_by_hand():
     (rho = 2 / (e + 3), weight e / (1 + e)^2) and 1 > 2 (rho = 1/2, weight 1/4)."""
     pdgd = learner(PDGD)
     pdgd.w_ = np.array([1.0, 0.0])
-    assert pdgd._update(X, feedback_from_clicks(np.array([0, 1, 2]), 3, np.array([1])))
+    assert pdgd.update(X, feedback_from_clicks(np.array([0, 1, 2]), 3, np.array([1])))
     e = math.e
     gradient = (2 / (e + 3)) * (e / (1 + e) ** 2) * (X[1] - X[0]) + 0.5 * 0.25 * (X[1] - X[2])
     np.testing.assert_allclose(pdgd.w_, np.array([1.0, 0.0]) + 0.1 * gradient, atol=1e-15)
     assert pdgd.eta_ == pytest.approx(0.1 * 0.9999977) and pdgd.n_updates_ == 1
     # no click, no pair: nothing changes
     before = pdgd.w_.copy()
-    assert not pdgd._update(X, feedback_from_clicks(np.array([0, 1, 2]), 3, np.array([])))
+    assert not pdgd.update(X, feedback_from_clicks(np.array([0, 1, 2]), 3, np.array([])))
     assert np.array_equal(pdgd.w_, before)
 
 
@@ -110,15 +110,15 @@ def test_dbgd_steps_toward_the_direction_only_when_it_wins():
     # the current ranking's result clicked: it stays
     feedback = feedback_from_clicks(ranking, 4, np.array(by_team[0][:1]))
     feedback.context = result.context
-    assert not dbgd._update(X4, feedback) and not dbgd.w_.any()
+    assert not dbgd.update(X4, feedback) and not dbgd.w_.any()
     # one click each: a tie, it stays
     feedback = feedback_from_clicks(ranking, 4, np.array([by_team[0][0], by_team[1][0]]))
     feedback.context = result.context
-    assert not dbgd._update(X4, feedback) and not dbgd.w_.any()
+    assert not dbgd.update(X4, feedback) and not dbgd.w_.any()
     # the candidate's result clicked: w moves by eta u
     feedback = feedback_from_clicks(ranking, 4, np.array(by_team[1][:1]))
     feedback.context = result.context
-    assert dbgd._update(X4, feedback)
+    assert dbgd.update(X4, feedback)
     np.testing.assert_allclose(dbgd.w_, 0.01 * u, atol=1e-15)
     assert dbgd.eta_ == pytest.approx(0.01 * 0.9999977)
 
@@ -131,7 +131,7 @@ def test_dbgd_credits_neither_ranking_for_their_common_top():
     assert result.ranking[0] == 0 and result.context["dbgd"]["teams"][0] == -1
     feedback = feedback_from_clicks(result.ranking, 3, np.array([0]))
     feedback.context = result.context
-    assert not dbgd._update(Xc, feedback)
+    assert not dbgd.update(Xc, feedback)
     assert result.log_prob is None and result.propensities is None
 
 
@@ -172,7 +172,7 @@ def test_ranking_svm_fits_the_preferences_on_its_schedule():
         ranking = np.arange(4)
         feedback = feedback_from_clicks(ranking, 4, np.array([2]))  # ybar: 2 on top
         before = svm.fitted_pairs_
-        assert svm._update(Xs, feedback)
+        assert svm.update(Xs, feedback)
         if svm.fitted_pairs_ != before:
             fits.append(step)
         if step == 1:  # one preference d: the SVM puts it exactly on the margin, w = d/|d|^2

@@ -34,19 +34,19 @@ def page(shown, clicked, chance=None) -> Feedback:
 def test_epsilon_greedy_weights_each_shown_item_by_its_chance_and_refits_at_epochs():
     eg = learner(EpsilonGreedy, epsilon=0.2, ridge=1.0)
     # shown 0 and 1 with chances 1/2 and 1/4, 1 clicked: weights 2 and 4
-    assert eg._update(X, page([0, 1], [1], [0.5, 0.25]))
+    assert eg.update(X, page([0, 1], [1], [0.5, 0.25]))
     np.testing.assert_allclose(eg.A_, np.diag([3.0, 5.0]))
     np.testing.assert_allclose(eg.b_, [0.0, 4.0])
     np.testing.assert_allclose(eg.theta_, [0.0, 0.8])  # refit after round 1
     assert eg.next_fit_ == 2
-    assert eg._update(X, page([2], [2], [1.0]))  # round 2: refit
+    assert eg.update(X, page([2], [2], [1.0]))  # round 2: refit
     A = np.diag([3.0, 5.0]) + np.ones((2, 2))
     np.testing.assert_allclose(eg.theta_, np.linalg.solve(A, [1.0, 5.0]))
     theta = eg.theta_.copy()
-    assert eg._update(X, page([0], [], [0.9]))  # round 3: statistics only, no refit
+    assert eg.update(X, page([0], [], [0.9]))  # round 3: statistics only, no refit
     np.testing.assert_allclose(eg.theta_, theta)
     assert eg.b_.tolist() == [1.0, 5.0] and eg.next_fit_ == 4
-    assert not eg._update(X, page([], []))  # nothing shown: nothing learned
+    assert not eg.update(X, page([], []))  # nothing shown: nothing learned
 
 
 def test_epsilon_greedy_probabilities():
@@ -67,11 +67,11 @@ def test_linucb_refreshes_every_n_rounds():
     result = ucb.rank(X, 3)  # no data: the bonus alone, alpha * |x|
     np.testing.assert_allclose(result.scores, 2.0 * np.linalg.norm(X, axis=1))
     assert result.ranking[0] == 2
-    assert ucb._update(X, page([2, 0], [0]))
+    assert ucb.update(X, page([2, 0], [0]))
     Sigma = np.eye(2) + np.outer(X[2], X[2]) + np.outer(X[0], X[0])
     np.testing.assert_allclose(ucb.Sigma_, Sigma)
     assert not ucb.theta_.any()  # not refreshed yet
-    assert ucb._update(X, page([1], [1]))
+    assert ucb.update(X, page([1], [1]))
     Sigma += np.outer(X[1], X[1])
     np.testing.assert_allclose(ucb.theta_, np.linalg.solve(Sigma, X[0] + X[1]))
     np.testing.assert_allclose(ucb.Sigma_inv_, np.linalg.inv(Sigma))
@@ -87,13 +87,13 @@ def test_eels_explores_then_estimates_the_position_weights_and_exploits():
     rng = np.random.default_rng(0)
     assert eels.stochastic and eels.rank(X, 2, rng).log_prob == pytest.approx(math.log(1 / 6))
     no_reward = page([0, 1], [0])
-    assert not eels._update(X, no_reward)  # a page without a reward teaches nothing
+    assert not eels.update(X, no_reward)  # a page without a reward teaches nothing
     first = page([0, 1], [0])
     first.reward = 2.0  # y = (1, 0)
-    assert eels._update(X, first) and not eels.exploiting_
+    assert eels.update(X, first) and not eels.exploiting_
     second = page([2, 1], [1])
     second.reward = 1.0  # y = (0, 1)
-    assert eels._update(X, second)
+    assert eels.update(X, second)
     # sum y y^T = I reaches the eigenvalue: w = (2, 1), and the oracle is fitted once, each
     # shown result weighted 3 / 2 (the inverse of a random list's chance to show it)
     assert eels.exploiting_ and not eels.stochastic
@@ -105,7 +105,7 @@ def test_eels_explores_then_estimates_the_position_weights_and_exploits():
     assert eels.rank(X, 2).ranking[:2].tolist() == best[:2].tolist()  # position 1 weighs most
     eels.w_hat_ = np.array([1.0, 2.0])  # position 2 weighs most: the best result goes there
     assert eels.rank(X, 2).ranking[:2].tolist() == [best[1], best[0]]
-    assert not eels._update(X, second)  # it exploits for good
+    assert not eels.update(X, second)  # it exploits for good
 
 
 def test_eels_learns_in_the_simulator_from_the_applications_reward():

@@ -111,7 +111,7 @@ def test_vcee_keeps_each_page_and_weights_the_leaders_fit_by_the_logged_chances(
     vcee = make(ridge=1.0, positions=2)
     feedback = Feedback(ranking=np.array([0, 1, 2]), n_shown=2, clicked=np.array([1]))
     feedback.propensities = np.array([0.5, 0.25, 0.1])
-    assert vcee._update(X, feedback)
+    assert vcee.update(X, feedback)
     # the shown 0 and 1 weigh 2 and 4; only 1 was clicked
     np.testing.assert_allclose(vcee.A_, np.diag([3.0, 5.0]))
     np.testing.assert_allclose(vcee.b_, [0.0, 4.0])
@@ -123,7 +123,7 @@ def test_vcee_keeps_each_page_and_weights_the_leaders_fit_by_the_logged_chances(
     leader = np.linalg.solve(np.diag([3.0, 5.0]), [0.0, 4.0])
     assert np.allclose(vcee.theta_, leader) or \
         vcee._estimated_reward(vcee.theta_) >= vcee._estimated_reward(leader)
-    assert not vcee._update(X, Feedback(ranking=np.array([0, 1, 2]), n_shown=0))
+    assert not vcee.update(X, Feedback(ranking=np.array([0, 1, 2]), n_shown=0))
 
 
 def test_vcee_keeps_only_its_newest_pages():
@@ -134,7 +134,7 @@ def test_vcee_keeps_only_its_newest_pages():
         n = int(rng.integers(2, 6))
         sizes.append(n)
         page = rng.random((n, 2))
-        vcee._update(page, Feedback(ranking=np.arange(n), n_shown=2, clicked=np.array([1])))
+        vcee.update(page, Feedback(ranking=np.arange(n), n_shown=2, clicked=np.array([1])))
     X_kept, y_kept, q_kept, kept = vcee._kept_pages()
     assert kept.tolist() == sizes[-3:] and len(X_kept) == sum(sizes[-3:])
     assert len(vcee.pages_sizes_) <= 6  # the older ones are dropped, not only hidden
