@@ -93,7 +93,9 @@ def page() -> str:
         "Read from the top, the table below is that flow; a package imports only packages "
         "above it (`tests/docs/test_architecture.py` checks every import). `reranker.library` and "
         "`reranker.testing` are the public facades over the whole flow, and the learners "
-        "themselves are plugins in `plugins/` (`reranker_plugins`).",
+        "themselves are plugins in `plugins/` (`reranker_plugins`). The tests keep the same "
+        "layout: `tests/<package>/` tests the package of its name (`tests/docs/` the "
+        "documentation, `tests/scenarios/` whole walk-throughs).",
         "",
         "| stage | package | owns | modules | imports |",
         "|---|---|---|---|---|",
