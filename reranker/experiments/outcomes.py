@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reranker.experiments.spec import ExperimentSpec
-from reranker.experiments.stats import compare, difference_interval, mean_interval
+from reranker.experiments.stats import compare, difference_interval, mean_confidence_bounds
 
 if TYPE_CHECKING:
     from reranker.stores import EventStore
@@ -179,7 +179,7 @@ class Tally:
                    "mrr": rows[:, 1], f"clicks_at_{self.spec.clicks_at}": rows[:, 2]}
         for name, values in columns.items():
             if len(values):
-                low, high = mean_interval(values)
+                low, high = mean_confidence_bounds(values)
                 metrics[name] = {"value": float(values.mean()),
                                  "interval": [float(low), float(high)]}
             else:
@@ -203,7 +203,7 @@ class Tally:
         paired = self.paired.get(pair, [])
         if paired:
             values = sign * np.array(paired, dtype=float)[:, column]
-            low, high = mean_interval(values)
+            low, high = mean_confidence_bounds(values)
             return float(values.mean()), low, high
         rows = {label: np.array(self.metrics[label], dtype=float).reshape(-1, 3)
                 for label in (first, second)}
