@@ -17,7 +17,7 @@ from reranker.core.plugins import get_plugin_manager
 from reranker.experiments.interleaving import perturbed_list_log_probability
 from reranker.models.arms import arms_from_config
 from reranker.offline.click_models import cascade_model
-from reranker.offline.metrics import ndcg
+from reranker.offline.ranking_quality import ndcg
 from reranker.serving.service import RerankerService
 from reranker.stores.sql import SCHEMA_VERSION
 from reranker.stores.sqlite import SQLiteStore

@@ -63,7 +63,7 @@ from reranker.models.budget import CLIENT_PARTS
 from reranker.models.model import ModelFactory, RankingModel
 from reranker.models.store import ModelStore
 from reranker.models.trainer import Trainer
-from reranker.serving.monitoring import LearnerBreaker, Metrics
+from reranker.serving.monitoring import LearnerBreaker, PrometheusMetrics
 from reranker.serving.page import RankedPage
 from reranker.serving.probes import Deadline, Probes, StuckError
 from reranker.serving.trust import Binding, TrustGuard, rejection
@@ -137,7 +137,7 @@ class RerankerService:
         self._feature_seen = np.zeros(len(self.spec.names), dtype=bool)
         self._feature_searches = 0
         server = config.server
-        self.metrics = Metrics(self)
+        self.prometheus = PrometheusMetrics(self)
         self.breaker = LearnerBreaker(server.ranking_budget_ms / 1000.0,
                                       server.breaker_strikes, server.breaker_cooldown)
         #: Arms (by id) whose last ranking raised or could not be served, with why: their
@@ -162,8 +162,8 @@ class RerankerService:
         Raises a :class:`reranker.core.errors.RerankerError` naming the problem."""
         self.backend.open()
         self.events = open_event_store(self.config, self.pm)
-        self.trust = TrustGuard.from_config(self.config, self.events, self.metrics.refused,
-                                            self.metrics.limit_exchanges)
+        self.trust = TrustGuard.from_config(self.config, self.events, self.prometheus.refused,
+                                            self.prometheus.limit_exchanges)
         self.trainer = Trainer.from_config(self.config, self.events, self.arms)
         for arm in self.arms:
             arm.prepare()
@@ -321,7 +321,7 @@ class RerankerService:
         or event store holds those threads, not every request of the process)."""
         timeout = self.config.server.search_timeout
         return _within(
-            self.searches, self.metrics.searches_timed_out,
+            self.searches, self.prometheus.searches_timed_out,
             f"no answer within {timeout:g} s (server.search_timeout): the search engine or "
             f"the event store is slow or stuck (/healthz says which)",
             f"every search thread of this process waits on a search that took longer than "
@@ -337,7 +337,7 @@ class RerankerService:
         at once when every such thread still waits on one that took longer."""
         timeout = self.store_calls.timeout
         return _within(
-            self.store_calls, self.metrics.store_calls_timed_out.labels(endpoint),
+            self.store_calls, self.prometheus.store_calls_timed_out.labels(endpoint),
             f"no answer within {timeout:g} s (store.timeout and {STORE_CALL_GRACE:g} s): the "
             f"event store is slow or stuck (/healthz says so); not acknowledged: send it "
             f"again later (a click sent twice counts once)",
@@ -351,7 +351,7 @@ class RerankerService:
             return call(*args)
         except RerankerError as exc:
             if exc.status >= 500:
-                self.metrics.backend_errors.inc()
+                self.prometheus.backend_errors.inc()
             raise
 
     def rerank(self, query: Any, candidates: Any, size: Any = None, user_id: Any = None,
@@ -409,7 +409,7 @@ class RerankerService:
         its learner raised, or its breaker is open after rankings over the time budget
         (:class:`reranker.serving.monitoring.LearnerBreaker`); logged and counted."""
         if self.breaker.open(arm.id):
-            self.metrics.fallbacks.labels(arm.labels[0], "slow").inc()
+            self.prometheus.fallbacks.labels(arm.labels[0], "slow").inc()
             return None
         started = time.perf_counter()
         columns = arm.columns(self.spec.names)
@@ -421,7 +421,7 @@ class RerankerService:
         except Exception as exc:  # noqa: BLE001 -- any learner failure: the engine's order
             log.exception("learner %s (arm %s) failed to rank %d candidates: the backend's "
                           "order is served", model.learner_name, arm.labels[0], X.shape[0])
-            self.metrics.fallbacks.labels(arm.labels[0], "error").inc()
+            self.prometheus.fallbacks.labels(arm.labels[0], "error").inc()
             self.rank_failures[arm.id] = f"{type(exc).__name__}: {exc}"
             return None
         self.breaker.timed(arm.id, time.perf_counter() - started)
