@@ -165,7 +165,7 @@ def test_a_script_minting_session_ids_from_one_address_cannot_steer_the_learner(
     those learned from the honest impressions alone, and the honest users' NDCG@10 does not
     fall; without the bounds the same log turns the weights away."""
     from reranker.api.app import start_trainer
-    from reranker.offline.metrics import ndcg
+    from reranker.offline.ranking_quality import ndcg
     from tests.support.servers import LiveServer
 
     security = {**DEFAULT_SECURITY, "trusted_proxy_header": "X-Forwarded-For"}

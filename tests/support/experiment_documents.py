@@ -1,5 +1,5 @@
-"""Status documents of experiments, as `GET /experiments` answers them, for the report and
-dashboard tests."""
+"""Status documents of experiments, as `GET /experiments` answers them, and the rows of the
+terminal table that reports them, for the report and dashboard tests."""
 
 from __future__ import annotations
 
@@ -80,3 +80,20 @@ def canned_status() -> dict:
              "winner": None},
         ],
     }
+
+
+def table_row(text: str, first_cell: str) -> list[str]:
+    """The cells of the terminal table row whose first cell is ``first_cell``, with the
+    lines the row continues on (a measure's interval) joined by a space."""
+    row: list[str] | None = None
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
+        if row is not None:
+            if len(cells) != len(row) or cells[0]:
+                return row
+            row = [" ".join(part for part in pair if part) for pair in zip(row, cells, strict=True)]
+        elif cells and cells[0] == first_cell:
+            row = cells
+    if row is None:
+        raise AssertionError(f"no row {first_cell!r} in:\n{text}")
+    return row
