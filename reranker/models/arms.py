@@ -19,6 +19,8 @@ Where its versions and pin are kept is the model store's
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +104,7 @@ class Arm:
         """The values of ``Impression.arm`` that are this arm's own impressions."""
         return self.identity.names()
 
-    def arm_file(self) -> dict:
+    def arm_file(self) -> dict[str, Any]:
         """The arm's ``arm.json`` (:meth:`ArmIdentity.read`)."""
         return self.identity.read()
 
@@ -117,7 +119,7 @@ class Arm:
             self.migration.start()
         self.identity.settle()
 
-    def predecessor(self):
+    def predecessor(self) -> tuple[str, Path, dict[str, Any]] | None:
         """Where a new folder of this arm would start from
         (:meth:`FolderMigration.predecessor`)."""
         return self.migration.predecessor()
@@ -154,19 +156,24 @@ class Arm:
     # -- managing its versions (``reranker models``) -----------------------------------------
 
     def load_version(self, version: int, what: str | None = None) -> RankingModel:
+        """Saved ``version`` (:meth:`ArmVersions.load_version`)."""
         return self.versions.load_version(version, what)
 
     def serving_version(self) -> int | None:
+        """The version its services serve (:meth:`ArmVersions.serving_version`)."""
         return self.versions.serving_version()
 
     def pin(self, version: int) -> int | None:
+        """Make every service serve ``version`` (:meth:`ArmVersions.pin`)."""
         return self.versions.pin(version)
 
     def unpin(self) -> int | None:
+        """Serve the newest good version again (:meth:`ArmVersions.unpin`)."""
         return self.versions.unpin()
 
     def rollback(self, version: int | None = None
                  ) -> tuple[RankingModel, RankingModel, RankingModel]:
+        """Learn on from older weights (:meth:`ArmVersions.rollback`)."""
         return self.versions.rollback(version)
 
     def restart(self) -> int | None:
@@ -180,9 +187,11 @@ class Arm:
     # -- what it learns from ---------------------------------------------------------------
 
     def columns(self, names: tuple[str, ...] | list[str]) -> np.ndarray | None:
+        """Where the model's features are among ``names`` (:meth:`ArmFeedback.columns`)."""
         return self.learning.columns(names)
 
     def feedback(self, imp: Impression) -> tuple[np.ndarray, Feedback] | None:
+        """What it learns from ``imp``, if anything (:meth:`ArmFeedback.feedback`)."""
         return self.learning.feedback(imp)
 
 
