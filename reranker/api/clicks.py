@@ -26,16 +26,16 @@ def register(bp: Blueprint, gate: RequestGate) -> None:
                                      body.get("doc_id"), body.get("user_id"),
                                      body.get("session_id"))
         except RerankerError as exc:
-            service.metrics.click_rejected(exc)
+            service.prometheus.click_rejected(exc)
             raise
         except RequestEntityTooLarge:
-            service.metrics.clicks.labels("too_large").inc()
+            service.prometheus.clicks.labels("too_large").inc()
             raise
         return jsonify(click_answer(result)), 202
 
     def click_answer(result) -> dict[str, Any]:
         """An accepted click's answer (``202`` of /click, an item of /clicks), counted."""
-        service.metrics.clicks.labels("duplicate" if result.duplicate else "accepted").inc()
+        service.prometheus.clicks.labels("duplicate" if result.duplicate else "accepted").inc()
         return {"accepted": True, "impression_id": result.impression_id,
                 "doc_id": result.doc_id, "position": result.position,
                 "duplicate": result.duplicate}
@@ -49,7 +49,7 @@ def register(bp: Blueprint, gate: RequestGate) -> None:
         try:
             items = gate.json_body("clicks")["clicks"]
         except RequestEntityTooLarge:
-            service.metrics.clicks.labels("too_large").inc()
+            service.prometheus.clicks.labels("too_large").inc()
             raise
         address = gate.client_address()
         outcomes: list[Any] = [None] * len(items)
@@ -66,7 +66,7 @@ def register(bp: Blueprint, gate: RequestGate) -> None:
         results = []
         for outcome in outcomes:
             if isinstance(outcome, RerankerError):
-                service.metrics.click_rejected(outcome)
+                service.prometheus.click_rejected(outcome)
                 results.append(error_body(outcome.status, outcome.message, outcome.field))
                 continue
             results.append(click_answer(outcome))

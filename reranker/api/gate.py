@@ -50,7 +50,7 @@ class RequestGate:
             if started is not None:
                 seconds = time.perf_counter() - started
                 endpoint = request.url_rule.rule if request.url_rule is not None else "other"
-                service.metrics.requests.labels(endpoint, str(response.status_code)).observe(
+                service.prometheus.requests.labels(endpoint, str(response.status_code)).observe(
                     seconds)
                 access.info("%s %s %d %.1f ms", request.method, request.path,
                             response.status_code, seconds * 1000,

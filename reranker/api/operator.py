@@ -75,7 +75,7 @@ def register(bp: Blueprint, gate: RequestGate) -> None:
 
     @bp.get("/metrics")
     def metrics():
-        body, content_type = service.metrics.render()
+        body, content_type = service.prometheus.render()
         return current_app.response_class(body, mimetype=None, content_type=content_type)
 
     @bp.get("/experiments")

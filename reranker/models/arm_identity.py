@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reranker.core.config import did_you_mean
 from reranker.core.errors import ConfigError, ModelLoadError
+from reranker.core.suggest import did_you_mean
 from reranker.features.extraction import FeatureSpec
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.specialization import CONFIDENCE, general_features, specializes
