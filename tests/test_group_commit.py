@@ -119,15 +119,3 @@ def test_concurrent_clicks_are_all_stored_once_with_exact_errors(store, open_sto
     new = [o for _, o in outcomes if isinstance(o, ClickResult) and not o.duplicate]
     assert len(new) == 200 and store.stats()["clicks"] == 200
     assert click_lifts(store.click_counts("q", ["d5"]), 5.0).shape == (1, 2)
-
-
-def test_one_process_leads_the_trainers_until_it_lets_go(open_store):
-    first, second = open_store(), open_store()
-    held = first.trainer_leadership()
-    assert held is not None and held.held()
-    assert second.trainer_leadership() is None
-    held.release()
-    taken = second.trainer_leadership()
-    assert taken is not None
-    assert first.trainer_leadership() is None
-    taken.release()
