@@ -14,6 +14,7 @@ from reranker.core.errors import StoreError
 from reranker.features.clicks import PositionBias, click_lifts
 from reranker.stores import ClickCounts, Leadership, open_event_store
 from reranker.stores.conformance import impression
+from reranker.stores.events import ClickResult, RewardResult
 from reranker.stores.sqlite import SQLiteStore
 from reranker.testing import STORE_CHECKS, check_event_store
 
@@ -60,6 +61,25 @@ def _retain_everything(self, before, readers, keep_experiment=None):
     return SQLiteStore.retain(self, before, [], None)
 
 
+def _without_context(self, impression_id):
+    imp = SQLiteStore.get_impression(self, impression_id)
+    imp.context = None
+    return imp
+
+
+def _without_clicks(self, cursor, limit, arms=None):
+    imps = SQLiteStore.closed_since(self, cursor, limit, arms)
+    for imp in imps:
+        imp.clicked = []
+    return imps
+
+
+def _read_then_write(self, name, change, now):
+    state = change(self.experiment_state(name))
+    time.sleep(0.002)  # another thread's change comes between: it is lost
+    return SQLiteStore.update_experiment_state(self, name, lambda _: state, now)
+
+
 #: A store that breaks one guarantee, per check that must catch it: (check, broken method,
 #: its replacement).
 BROKEN = [
@@ -89,12 +109,33 @@ BROKEN = [
      lambda self: {**SQLiteStore.stats(self), "clicks": 0}),
     ("check_retention_removes_only_what_every_reader_has_applied", "retain",
      _retain_everything),
+    ("check_impressions_read_back_as_logged", "get_impression", _without_context),
+    ("check_a_later_page_counts_positions_in_the_whole_ranking", "record_click",
+     lambda self, impression_id, doc_id, now=None: ClickResult(impression_id, doc_id, 2, False)),
+    ("check_a_batch_of_clicks_has_an_outcome_per_click", "record_clicks",
+     lambda self, clicks: [o for o in SQLiteStore.record_clicks(self, clicks)
+                           if isinstance(o, ClickResult)]),
+    ("check_closing_with_a_limit_and_reading_by_arm", "close_impressions",
+     lambda self, before, limit=None: SQLiteStore.close_impressions(self, before)),
+    ("check_first_pages_and_experiment_rows", "first_page",
+     lambda self, page_key, since: None),
+    ("check_closed_first_pages_are_counted", "closed_first_pages",
+     lambda self, name, after, since, limit: (after, 0, 0)),
+    ("check_writes_are_seen_by_every_object", "record_reward",
+     lambda self, impression_id, value, now=None: RewardResult(impression_id, value, None)),
+    ("check_clicks_racing_the_close_are_counted_or_refused", "closed_since", _without_clicks),
+    ("check_experiment_state_changes_are_atomic", "update_experiment_state", _read_then_write),
+    ("check_a_sound_store_passes_its_health_checks", "disk_bytes", lambda self: 0),
+    ("check_retention_compacts_the_kept_experiment", "retain",
+     lambda self, before, readers, keep_experiment=None: SQLiteStore.retain(
+         self, before, readers)),
 ]
 
 
 @pytest.mark.parametrize("check, method, replacement", BROKEN, ids=[b[0] for b in BROKEN])
 def test_a_check_fails_on_a_store_that_breaks_what_it_checks(tmp_path, check, method,
                                                              replacement):
+    assert {b[0] for b in BROKEN} == set(CHECKS)  # every check can fail
     broken = type("Broken", (SQLiteStore,), {method: replacement})
     CHECKS[check](lambda: SQLiteStore(tmp_path / "e.sqlite"))  # sound, it passes
     with pytest.raises(AssertionError, match="Broken"):

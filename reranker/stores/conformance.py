@@ -255,7 +255,8 @@ def check_first_pages_and_experiment_rows(open_store: OpenStore) -> None:
                                         teams=["a", "b", "a"]))
         store.log_impression(impression("page2", 3.0, n=8, page_key="k", offset=3,
                                         experiment="exp"))
-        _equal(store.first_page("k", since=0.0).id, "new", f"{where}.first_page")
+        page = store.first_page("k", since=0.0)
+        _equal(page and page.id, "new", f"{where}.first_page")
         _equal((store.first_page("k", since=2.5), store.first_page("x", 0.0)), (None, None),
                f"{where}.first_page of none")
         store.record_click("new", "d2")
