@@ -46,7 +46,7 @@ from reranker.serving.checks import check_offset, check_search
 from reranker.serving.feedback import FeedbackDesk
 from reranker.serving.health import FeatureWatch, HealthChecks, applied_cursor
 from reranker.serving.mixing import mixed_page
-from reranker.serving.monitoring import LearnerBreaker, Metrics
+from reranker.serving.monitoring import LearnerBreaker, PrometheusMetrics
 from reranker.serving.probes import Deadline
 from reranker.serving.ranking import BACKEND_ORDER, Ranker
 from reranker.serving.trust import Binding, TrustGuard
@@ -87,11 +87,11 @@ class RerankerService:
         self.background: list[tuple[threading.Thread, threading.Event]] = []
         self.feature_watch = FeatureWatch(self.spec.names)
         server = config.server
-        self.metrics = Metrics(self)
+        self.prometheus = PrometheusMetrics(self)
         self.ranker = Ranker(self.arms, self.spec.names,
                              LearnerBreaker(server.ranking_budget_ms / 1000.0,
                                             server.breaker_strikes, server.breaker_cooldown),
-                             self.metrics.fallbacks, np.random.default_rng(config.learner.seed))
+                             self.prometheus.fallbacks, np.random.default_rng(config.learner.seed))
         self.by_label: dict[str, Arm] = self.ranker.by_label
         self.checks = HealthChecks(self)
         #: The threads HTTP searches run in, each answered within server.search_timeout.
@@ -110,8 +110,8 @@ class RerankerService:
         Raises a :class:`reranker.core.errors.RerankerError` naming the problem."""
         self.backend.open()
         self.events = open_event_store(self.config, self.pm)
-        self.trust = TrustGuard.from_config(self.config, self.events, self.metrics.refused,
-                                            self.metrics.limit_exchanges)
+        self.trust = TrustGuard.from_config(self.config, self.events, self.prometheus.refused,
+                                            self.prometheus.limit_exchanges)
         self.feedback = FeedbackDesk(self.events, self.trust,
                                      self.config.trainer.feedback_window)
         self.trainer = Trainer.from_config(self.config, self.events, self.arms)
@@ -259,7 +259,7 @@ class RerankerService:
         or event store holds those threads, not every request of the process)."""
         timeout = self.config.server.search_timeout
         return self.searches.within(
-            self.metrics.searches_timed_out,
+            self.prometheus.searches_timed_out,
             f"no answer within {timeout:g} s (server.search_timeout): the search engine or "
             f"the event store is slow or stuck (/healthz says which)",
             f"every search thread of this process waits on a search that took longer than "
@@ -275,7 +275,7 @@ class RerankerService:
         at once when every such thread still waits on one that took longer."""
         timeout = self.store_calls.timeout
         return self.store_calls.within(
-            self.metrics.store_calls_timed_out.labels(endpoint),
+            self.prometheus.store_calls_timed_out.labels(endpoint),
             f"no answer within {timeout:g} s (store.timeout and {STORE_CALL_GRACE:g} s): the "
             f"event store is slow or stuck (/healthz says so); not acknowledged: send it "
             f"again later (a click sent twice counts once)",
@@ -302,7 +302,7 @@ class RerankerService:
             return call(*args)
         except RerankerError as exc:
             if exc.status >= 500:
-                self.metrics.backend_errors.inc()
+                self.prometheus.backend_errors.inc()
             raise
 
     def rerank(self, query: Any, candidates: Any, size: Any = None, user_id: Any = None,
