@@ -11,11 +11,12 @@ import numpy as np
 from reranker.core.config import load_config
 from reranker.serving.service import RerankerService
 from reranker.stores import encoding
+from reranker.stores.conformance import impression
 from reranker.stores.events import Impression
 from reranker.stores.sql import SCHEMA_VERSION
 from tests.support import legacy_stores
 from tests.support.configs import write_config
-from tests.support.stores import impression, served_like, store_rows
+from tests.support.stores import served_like, store_rows
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:

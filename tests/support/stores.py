@@ -1,19 +1,9 @@
-"""Event store helpers: impressions made by hand, features shaped as a search makes them, and
-the rows of a query on a store's own database."""
+"""Event store helpers: features shaped as a search makes them, and the rows of a query on a
+store's own database (impressions made by hand are reranker.stores.conformance.impression)."""
 
 from __future__ import annotations
 
 import numpy as np
-
-from reranker.stores.events import Impression
-
-
-def impression(imp_id: str, created: float, n: int = 5, shown: int = 3, **more) -> Impression:
-    more = {"user_id": None, **more}
-    return Impression(id=imp_id, created=created, query="q", learner="x",
-                      model_version=0, doc_ids=[f"d{i}" for i in range(n)],
-                      feature_names=["a", "b"], features=np.arange(2.0 * n).reshape(n, 2),
-                      ranking=np.arange(n)[::-1].copy(), n_shown=shown, **more)
 
 
 def served_like(n: int, rng: np.random.Generator, *, rank_column: bool = False) -> np.ndarray:
