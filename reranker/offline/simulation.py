@@ -533,7 +533,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     learner = simulation_factory(data, spec, settings).new().learner
     rank, learn = learner._rank, learner._learn
     first_log_probabilities = learner._first_log_probabilities
-    if not learner.exact_probabilities:  # no KL cost for a policy without probabilities
+    capabilities = learner.capabilities
+    if not capabilities.exact_probabilities:  # no KL cost for a policy without probabilities
         def first_log_probabilities(X):
             return np.full(X.shape[0], np.nan)
     respond = make_user(settings.click_model, data.grades).respond
@@ -554,7 +555,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     X_rows = train.X if not columns else np.hstack(
         [train.X, np.zeros((len(train.X), len(columns)))])
     specialize = clicks is not None and specializes(type(learner), settings.specialize)
-    judged_teach = learner.learns_from_mixed_lists
+    judged_teach = capabilities.learns_from_mixed_lists
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
     n_train = len(train)

@@ -416,8 +416,8 @@ class RerankerService:
         if columns is not None and len(columns) != X.shape[1]:
             X = X[:, columns]  # (the model leaves the query's own click lift out)
         try:
-            result = model.rank(X, n_shown, self._rng if model.learner.stochastic else None,
-                                check=False)  # X is built finite
+            rng = self._rng if model.learner.capabilities.stochastic else None
+            result = model.rank(X, n_shown, rng, check=False)  # X is built finite
         except Exception as exc:  # noqa: BLE001 -- any learner failure: the engine's order
             log.exception("learner %s (arm %s) failed to rank %d candidates: the backend's "
                           "order is served", model.learner_name, arm.labels[0], X.shape[0])
@@ -461,7 +461,7 @@ class RerankerService:
                 return self._backend_order(X.shape[0], label, "learner")
             result = self._specialise(arm, result, X, evidence, n_shown)
             log_prob = result.log_prob
-            if log_prob is None and not model.learner.stochastic:
+            if log_prob is None and not model.learner.capabilities.stochastic:
                 log_prob = 0.0  # a deterministic policy shows its ranking with certainty
             context = result.context
             if result.shown_propensities is not None:
@@ -682,7 +682,8 @@ class RerankerService:
             for label in arm.labels:
                 out[label] = {"id": arm.id, "learner": arm.spec.learner,
                               "params": dict(arm.spec.params), "model_version": model.version,
-                              "pinned": arm.pinned, "learns": not arm.factory.learner_cls.floor,
+                              "pinned": arm.pinned,
+                              "learns": not arm.factory.learner_cls.capabilities.floor,
                               "progress": model.progress.to_dict()}
         return out
 
