@@ -429,8 +429,8 @@ class Learner(ABC):
         """Fill in what a stochastic policy's impression logs and ``_rank`` left out: the
         shown list's probability (:meth:`log_probability`), each candidate's chance of being
         shown and each shown result's chance at its position (from
-        :meth:`position_marginals`, or :meth:`marginals`). The offline simulator, which calls
-        ``_rank``, does without them."""
+        :meth:`position_marginals`, or :meth:`marginals`). :meth:`rank_validated` (the offline
+        simulator's) does without them."""
         if result.log_prob is None:
             result.log_prob = self.log_probability(X, result.ranking[:n_shown])
         if result.shown_propensities is None:
@@ -454,8 +454,32 @@ class Learner(ABC):
 
     def _learn(self, X: np.ndarray, feedback: Feedback) -> bool:
         """:meth:`_update` on validated input, with whatever bookkeeping the base class
-        keeps around it (the offline simulator calls this directly)."""
+        keeps around it (:meth:`update` and :meth:`update_validated` call it)."""
         return self._update(X, feedback)
+
+    # -- the same on input the caller has validated, for tight loops ----------------------
+
+    def rank_validated(self, X: np.ndarray, n_shown: int,
+                       rng: np.random.Generator | None) -> RankResult:
+        """The learner's own ranking of features the caller has validated: a 2-D array of
+        finite numbers with the model's feature count (:meth:`check_features` returns one),
+        and ``0 <= n_shown <= len(X)``; ``rng`` must be set for a stochastic learner. It
+        does none of :meth:`rank`'s work around the ranking: no check of the input or of the
+        result, and a stochastic policy's probabilities stay as its ranking rule gives them
+        (what :meth:`rank` adds for the impression's log, from :meth:`log_probability` and
+        the marginals, costs more than the ranking). It draws the same random numbers as
+        :meth:`rank`. For loops over data checked once (the offline simulator)."""
+        return self._rank(X, n_shown, rng)
+
+    def update_validated(self, X: np.ndarray, feedback: Feedback) -> bool:
+        """:meth:`update` on features the caller has validated (as for
+        :meth:`rank_validated`) and a feedback on all of their candidates, unchecked."""
+        return bool(self._learn(X, feedback))
+
+    def first_log_probabilities_validated(self, X: np.ndarray) -> np.ndarray:
+        """:meth:`first_log_probabilities` of features the caller has validated (as for
+        :meth:`rank_validated`), unchecked."""
+        return self._first_log_probabilities(X)
 
     @abstractmethod
     def _initialize(self, n_features: int) -> None:
