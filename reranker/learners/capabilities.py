@@ -4,11 +4,19 @@ A learner class declares its :class:`Capabilities` as data, ``capabilities =
 Capabilities(...)`` in its body, as scikit-learn's estimators return their ``Tags``: the
 service, the trainer, the experiments, the evaluation, the simulator and the conformance
 suite read ``learner.capabilities`` (or ``learner_cls.capabilities``) instead of a flag
-scattered over the class. A subclass starts from its parent's with
-``dataclasses.replace(Parent.capabilities, ...)``, so what it inherits and what it changes
-are written in one place; a learner one of whose facts depends on a parameter or on its
-learned state (a chance of exploring that may be 0) overrides
-:meth:`reranker.learners.base.Learner.current_capabilities`.
+scattered over the class.
+
+Why a class attribute rather than scikit-learn's method: most readers hold a class, not a
+learner (a configuration's arms are checked, and an experiment's pages sorted, before any
+model exists), and a plugin declares in one line. A subclass starts from its parent's with
+``dataclasses.replace(Parent.capabilities, ...)``, so that what it inherits and what it
+changes are written in one place; a mixin that is not a learner does not declare one (its
+object would hide the other parent's whole), it changes the learner's after the learner's
+own is read (:class:`reranker.learners.policies.PlackettLucePolicy`). What depends on a
+parameter or on the learned state (a chance of exploring that may be 0) cannot be a class's
+fact: a learner says it by overriding
+:meth:`reranker.learners.base.Learner.current_capabilities`, which ``learner.capabilities``
+calls (on a class, ``capabilities`` stays the declared object).
 """
 
 from __future__ import annotations
