@@ -51,7 +51,7 @@ from reranker.commands.demo import HttpClient
 from reranker.core.config import load_config
 from reranker.core.plugins import backend_class, get_plugin_manager
 from reranker.offline.click_models import cascade_model
-from reranker.offline.metrics import ndcg
+from reranker.offline.ranking_quality import ndcg
 from reranker.testing import ServeProcess, cli_env, reranker_command
 
 K = 10

@@ -167,7 +167,7 @@ def test_a_script_minting_session_ids_from_one_address_cannot_steer_the_learner(
     from conftest import LiveServer
 
     from reranker.api.app import start_trainer
-    from reranker.offline.metrics import ndcg
+    from reranker.offline.ranking_quality import ndcg
 
     security = {**DEFAULT_SECURITY, "trusted_proxy_header": "X-Forwarded-For"}
     path = write_config(workdir, trainer={"feedback_window": 0.0},

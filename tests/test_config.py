@@ -155,7 +155,7 @@ def test_experiment_times_may_be_unquoted(tmp_path, written, expected):
     moment as the quoted text (UTC when it gives no offset)."""
     from datetime import datetime
 
-    from reranker.core.config import parse_time
+    from reranker.core.times import parse_time
 
     path = tmp_path / "c.yaml"
     path.write_text(f"experiment: {{mode: interleave, arms: {{a: {{}}, b: {{learner: random}}}}, "

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import html
+import io
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,14 +23,17 @@ import requests
 from experiment_documents import canned_status
 from flask import Flask, Response, jsonify
 from headless import chromium, require_browser
+from rich.console import Console
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+from test_experiment_report import table_row
 from werkzeug.serving import make_server
 
-from reranker.experiments.report import (
+from reranker.experiments.report import dashboard_page, html_report, render_table
+from reranker.experiments.report_model import (
     DASH,
-    dashboard_page,
+    build_report,
     format_bool,
     format_int,
     format_interval,
@@ -37,6 +43,7 @@ from reranker.experiments.report import (
     format_text,
     format_time,
     format_traffic,
+    with_report,
 )
 
 require_browser()
@@ -55,6 +62,9 @@ const cells = row => {
   }
   return out;
 };
+// the cells' texts in their order (the forest plot aside)
+const texts = row => Array.from(row.children).filter(
+  cell => !cell.classList.contains("forest-cell")).map(cell => cell.textContent.trim());
 const stamp = document.getElementById("last-refresh");
 const error = document.getElementById("error");
 return {
@@ -69,10 +79,10 @@ return {
   history: Array.from(document.querySelectorAll("#history tbody tr[data-action]"), row => ({
     action: row.getAttribute("data-action"), cells: cells(row)})),
   pairs: Array.from(document.querySelectorAll("#pairs tbody tr[data-arms]"), row => ({
-    arms: row.getAttribute("data-arms"), cells: cells(row),
+    arms: row.getAttribute("data-arms"), cells: cells(row), texts: texts(row),
     forest: row.querySelectorAll("svg.forest").length})),
   arms: Array.from(document.querySelectorAll("#arms tbody tr[data-arm]"), row => ({
-    arm: row.getAttribute("data-arm"), cells: cells(row)})),
+    arm: row.getAttribute("data-arm"), cells: cells(row), texts: texts(row)})),
   curves: Array.from(document.querySelectorAll("#curves path.curve, #curves polyline.curve"),
                      line => line.getAttribute("data-arm")),
   legend: Array.from(document.querySelectorAll("#curves .legend-item"),
@@ -80,6 +90,8 @@ return {
   ticks: document.querySelectorAll("#curves .tick-label").length,
   notes: Array.from(document.querySelectorAll("#arm-notes li"), item => ({
     arm: item.getAttribute("data-arm"), kind: item.className, text: item.textContent})),
+  verdicts: Array.from(document.querySelectorAll("#verdicts li"), item => ({
+    arms: item.getAttribute("data-arms"), verdict: item.className, text: item.textContent})),
 };
 """
 
@@ -140,7 +152,7 @@ def dashboard_app(status: Callable[[], Any]) -> Flask:
         answer = status()
         if isinstance(answer, tuple):
             return jsonify(answer[0]), answer[1]
-        return jsonify(answer)
+        return jsonify(with_report(answer))  # as the experiment's status carries it
 
     return app
 
@@ -265,6 +277,43 @@ def pair_mismatches(page: dict, status: dict) -> list[str]:
     return problems
 
 
+def _html_cells(row: str) -> list[str]:
+    """The texts of an HTML report row's cells, as a reader sees them."""
+    return [" ".join(html.unescape(re.sub(r"<[^>]+>", "", inner)).split())
+            for inner in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.DOTALL)]
+
+
+def renderings_disagree(page: dict, status: dict) -> list[str]:
+    """How the dashboard as read differs from the terminal table and the HTML report of the
+    same status document: every pair's and arm's cells, and every verdict's sentence
+    (empty when all three say the same)."""
+    console = Console(record=True, width=1000, file=io.StringIO())
+    render_table(status, console)
+    terminal = console.export_text()
+    report_html = html_report(status)
+    problems = []
+    rows = [(f'<tr data-arms="{html.escape(row["arms"])}">', row) for row in page["pairs"]] + \
+        [(f'<tr data-arm="{html.escape(row["arm"])}">', row) for row in page["arms"]]
+    for start, row in rows:
+        shown = row["texts"]
+        if table_row(terminal, shown[0]) != shown:
+            problems.append(f"terminal {table_row(terminal, shown[0])} != dashboard {shown}")
+        at = report_html.find(start)
+        found = _html_cells(report_html[at:report_html.index("</tr>", at)]) if at >= 0 else []
+        if found != shown:
+            problems.append(f"HTML report {found} != dashboard {shown}")
+    lines = {" ".join(line.split()) for line in terminal.splitlines()}
+    items = dict(re.findall(r'<li class="[^"]*" data-arms="([^"]*)">(.*?)</li>', report_html))
+    for verdict in page["verdicts"]:
+        if verdict["text"] not in lines:
+            problems.append(f"the terminal does not say {verdict['text']!r}")
+        if html.unescape(items.get(html.escape(verdict["arms"]), "")) != verdict["text"]:
+            problems.append(f"the HTML report does not say {verdict['text']!r}")
+    if len(page["verdicts"]) != len(status["pairs"]):
+        problems.append(f"{len(page['verdicts'])} verdicts for {len(status['pairs'])} pairs")
+    return problems
+
+
 def settled(driver: webdriver.Chrome, get_status: Callable[[], dict]) -> tuple[dict, dict]:
     """The live status and the page once they agree (the page refreshes on its own), or the
     last of both after a while, for the assertions to report the difference."""
@@ -356,6 +405,26 @@ def test_dashboard_formats_the_canned_numbers(driver, experiment_server):
     assert severe_console_entries(driver) == []
 
 
+def test_dashboard_terminal_and_html_report_say_the_same(driver, experiment_server,
+                                                         advance_experiment):
+    """One experiment state, one report model, three renderings: the dashboard in Chromium,
+    the terminal table and the HTML report show the same numbers, verdicts and sentences,
+    before and after the experiment moves on."""
+    base_url, get_status = experiment_server
+    open_dashboard(driver, base_url + "/dashboard?refresh=1")
+    for moved in (False, True):
+        if moved:
+            advance_experiment()
+        status, page = settled(driver, get_status)
+        assert pair_mismatches(page, status) == []
+        assert renderings_disagree(page, status) == []
+        model = build_report(status)
+        assert [(v["arms"], v["verdict"]) for v in page["verdicts"]] == \
+            [("|".join(pair.arms), pair.verdict) for pair in model.pairs]
+    assert {verdict["verdict"] for verdict in page["verdicts"]} >= {"beats", "ahead"}
+    assert severe_console_entries(driver) == []
+
+
 def test_dashboard_follows_the_experiment(driver, experiment_server, advance_experiment):
     base_url, get_status = experiment_server
     before = open_dashboard(driver, base_url + "/dashboard?refresh=1")
@@ -433,6 +502,7 @@ def test_dashboard_of_a_running_experiment_reads_what_experiments_returns(driver
         time.sleep(1.0)
         status, page = settled(driver, get_status)
         assert status["impressions"] >= 80 and pair_mismatches(page, status) == []
+        assert renderings_disagree(page, status) == []
         assert int(page["fetches"]) > int(before["fetches"])
         assert severe_console_entries(driver) == []
     finally:

@@ -1,5 +1,5 @@
-"""The experiment reports: the shared number formatting, the terminal table, the standalone
-HTML report and the dashboard page as a package resource."""
+"""The experiment report: the model's number formatting and verdicts, the terminal table and
+the standalone HTML report that render it, and the dashboard page as a package resource."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from experiment_documents import canned_status
 from rich.console import Console
 
-from reranker.experiments import report
-from reranker.experiments.report import (
+from reranker.experiments import report, report_model
+from reranker.experiments.report_model import (
     DASH,
     format_bool,
     format_int,
@@ -53,12 +53,20 @@ def recorded(status: dict) -> str:
 
 
 def table_row(text: str, first_cell: str) -> list[str]:
-    """The cells of the terminal table row whose first cell is ``first_cell``."""
+    """The cells of the terminal table row whose first cell is ``first_cell``, with the
+    lines the row continues on (a measure's interval) joined by a space."""
+    row: list[str] | None = None
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
-        if cells and cells[0] == first_cell:
-            return cells
-    raise AssertionError(f"no row {first_cell!r} in:\n{text}")
+        if row is not None:
+            if len(cells) != len(row) or cells[0]:
+                return row
+            row = [" ".join(part for part in pair if part) for pair in zip(row, cells, strict=True)]
+        elif cells and cells[0] == first_cell:
+            row = cells
+    if row is None:
+        raise AssertionError(f"no row {first_cell!r} in:\n{text}")
+    return row
 
 
 # ---- formatting ----
@@ -95,11 +103,12 @@ def test_format_counts_intervals_and_labels():
     assert format_bool(None) == DASH
     assert format_text("engine") == "engine"
     assert format_text(None) == DASH
-    assert report.format_time(1790000000.0) == "2026-09-21 14:13:20 UTC"
-    assert report.format_metric({"value": 0.8, "interval": [0.75, 0.85]}) == "0.800 [0.750, 0.850]"
-    assert report.format_metric({"value": 0.35, "interval": None}) == "0.350"
-    assert report.format_metric(None) == DASH
-    assert report.metric_class("clicks_at_3") == "clicks-at-3"
+    assert report_model.format_time(1790000000.0) == "2026-09-21 14:13:20 UTC"
+    assert report_model.format_measure({"value": 0.8, "interval": [0.75, 0.85]}) == \
+        "0.800 [0.750, 0.850]"
+    assert report_model.format_measure({"value": 0.35, "interval": None}) == "0.350"
+    assert report_model.format_measure(None) == DASH
+    assert report_model.css_class("clicks_at_3") == "clicks-at-3"
 
 
 # ---- the terminal table ----
@@ -131,14 +140,14 @@ def test_render_table_shows_the_pairs_arms_and_test():
     # the traffic share, and the history newest first
     assert "Traffic: 35% of 3521 searches (2287 outside the experiment; configured share " \
         "0.35)" in text
-    held = table_row(text, report.format_time(1789995000.0))
+    held = table_row(text, report_model.format_time(1789995000.0))
     assert held[1:] == ["held", "coactive", "1100", "lost to engine"]
     assert text.index("lost to engine") < text.index("held back")
 
 
 def test_render_table_without_data_yet():
     text = recorded(EMPTY)
-    assert "No pairs compared yet." in text
+    assert "No comparisons yet." in text
     assert table_row(text, "a")[1:8] == ["preference_perceptron", DASH, DASH, "0", "0", "0",
                                          "serving"]
     assert table_row(text, "b")[2:] == [DASH] * 8
@@ -147,7 +156,7 @@ def test_render_table_without_data_yet():
 
 def test_render_table_survives_a_bare_document():
     text = recorded({})
-    assert "No pairs compared yet." in text and "No arms." in text
+    assert "No comparisons yet." in text and "No arms." in text
 
 
 def test_render_table_prints_labels_literally():
@@ -187,7 +196,7 @@ def test_write_html_has_the_tables_and_plots(tmp_path):
     arm = re.search(r'<tr data-arm="engine">(.*?)</tr>', text, re.DOTALL).group(1)
     assert '<td class="model-version" data-value="0">0</td>' in arm
     assert '<td class="impressions" data-value="1234">1234</td>' in arm
-    assert 'class="clicks-at-3 metric"' in arm and "0.438" in arm
+    assert 'class="clicks-at-3 measure"' in arm and "0.438" in arm
     assert "guarded-rollout" in text and "always-valid" in text
     assert '<td class="learned" data-value="610">610/1234</td>' in text
     assert '<li class="warning" data-arm="coactive">not learning: arm &#x27;coactive&#x27;' \
@@ -196,8 +205,8 @@ def test_write_html_has_the_tables_and_plots(tmp_path):
     rows = re.findall(r'<tr data-action="([^"]+)">(.*?)</tr>', history, re.DOTALL)
     assert [action for action, _ in rows] == ["held", "held back"]
     assert '<td class="impressions" data-value="1100">1100</td>' in rows[0][1]
-    assert "<dd>35% of 3521 searches (2287 outside the experiment; configured share " \
-        "0.35)</dd>" in text
+    assert '<dd id="experiment-traffic">35% of 3521 searches (2287 outside the experiment; ' \
+        "configured share 0.35)</dd>" in text
 
 
 def test_write_html_without_data_yet(tmp_path):
@@ -233,3 +242,38 @@ def test_dashboard_page_is_one_self_contained_page():
     for element in ('id="pairs"', 'id="arms"', 'id="curves"', 'id="last-refresh"', 'id="error"'):
         assert element in page
     assert 'new URL("experiments", window.location.href)' in page
+
+
+# ---- the verdicts ----
+
+def compared(outcomes: list[int]) -> dict:
+    """A pair of arms a and b as the status document has it, from its outcomes."""
+    from reranker.experiments.stats import compare
+
+    result = compare(outcomes).to_dict()
+    winner = result["winner"]
+    return {"arms": ["a", "b"], **result, "winner": None if winner is None else "ab"[winner]}
+
+
+def test_verdicts_follow_the_comparison():
+    assert report_model.verdict(compared([0, 0]), 0.05)[:2] == ("undecided", None)
+    assert report_model.verdict(compared([1, -1, 0]), 0.05)[:2] == ("even", None)
+    kind, leader, sentence = report_model.verdict(compared([-1, -1, -1, 1]), 0.05)
+    assert (kind, leader) == ("ahead", "b")
+    assert sentence.startswith("b is ahead of a") and "not yet significant" in sentence
+    losing = compared([-1] * 60)
+    assert losing["significant"]
+    kind, leader, sentence = report_model.verdict(losing, 0.05)
+    assert (kind, leader) == ("beats", "b")
+    assert sentence.startswith("b beats a") and "not" not in sentence
+
+
+def test_each_pairs_sentence_has_the_numbers_of_its_row():
+    model = report_model.build_report(STATUS)
+    assert [pair.verdict for pair in model.pairs] == ["beats", "ahead"]
+    for pair in model.pairs:
+        cells = {cell.css.split()[0]: cell.text for cell in pair.cells}
+        assert f"{cells['win-rate']}, 95% interval {cells['interval']}" in pair.sentence
+        assert f"always-valid p {cells['always-valid-p']}" in pair.sentence
+    text = " ".join(recorded(STATUS).split())
+    assert all(pair.sentence in text for pair in model.pairs)

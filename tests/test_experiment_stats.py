@@ -17,7 +17,7 @@ from reranker.experiments.stats import (
     bootstrap_rate_interval,
     compare,
     impressions_to_significance,
-    mean_interval,
+    mean_confidence_bounds,
 )
 
 
@@ -129,15 +129,15 @@ def test_bootstrap_rate_interval():
         bootstrap_rate_interval(11, 10)
 
 
-def test_mean_interval_hand_computed():
-    low, high = mean_interval(np.array([1.0, 2.0, 3.0, 4.0]))
+def test_mean_confidence_bounds_hand_computed():
+    low, high = mean_confidence_bounds(np.array([1.0, 2.0, 3.0, 4.0]))
     half = 1.959963985 * math.sqrt(5 / 3) / 2
     assert (low, high) == pytest.approx((2.5 - half, 2.5 + half))
-    assert mean_interval(np.array([4.0])) == (4.0, 4.0)
-    narrow = mean_interval(np.array([1.0, 2.0, 3.0, 4.0]), level=0.5)
+    assert mean_confidence_bounds(np.array([4.0])) == (4.0, 4.0)
+    narrow = mean_confidence_bounds(np.array([1.0, 2.0, 3.0, 4.0]), level=0.5)
     assert low < narrow[0] < 2.5 < narrow[1] < high
     with pytest.raises(ValueError):
-        mean_interval(np.array([]))
+        mean_confidence_bounds(np.array([]))
 
 
 def test_clear_effect_becomes_significant_quickly():

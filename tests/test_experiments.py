@@ -18,7 +18,7 @@ from reranker.core.plugins import get_plugin_manager
 from reranker.experiments.interleaving import perturbed_list_log_probability
 from reranker.models.arms import arms_from_config
 from reranker.offline.click_models import cascade_model
-from reranker.offline.metrics import ndcg
+from reranker.offline.ranking_quality import ndcg
 from reranker.serving.service import RerankerService
 from reranker.stores.sql import SCHEMA_VERSION
 from reranker.stores.sqlite import SQLiteStore
@@ -504,6 +504,10 @@ def test_report_prints_the_results_and_writes_html(workdir, corpus, tmp_path):
         assert arm["learner"] in row and arm["status"] in row and "\u2026" not in row
     as_json = json.loads(run_cli("report", "-c", str(path), "--json").stdout)
     assert as_json["pairs"][0]["wins"] == pair["wins"]
+    # the command and the service compute one report: the same pairs, cells and verdicts
+    assert as_json["report"]["pairs"] == status["report"]["pairs"]
+    (verdict,) = status["report"]["pairs"]
+    assert verdict["sentence"] in " ".join(result.stdout.split())
     missing = run_cli("report", "-c", str(path), "--html", str(tmp_path / "no" / "r.html"),
                       check=False)
     assert missing.returncode == 2 and "--html" in missing.stderr and "does not exist" in \

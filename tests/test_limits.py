@@ -333,7 +333,7 @@ def test_the_exchanges_are_counted_in_the_metrics_with_their_failures(workdir):
     service = RerankerService(load_config(path)).open()
 
     def exchanges(outcome: str) -> float:
-        text = service.metrics.render()[0].decode()
+        text = service.prometheus.render()[0].decode()
         line = f'reranker_limit_exchanges_total{{outcome="{outcome}"}} '
         return next((float(row[len(line):]) for row in text.splitlines()
                      if row.startswith(line)), 0.0)

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from reranker.evaluation.estimators import LoggedPage, SupportError, evaluate
+from reranker.evaluation.estimators import LoggedPage, SupportError, evaluate, mean_estimate
 from reranker.learners.policies import gumbel_top_k, plackett_luce_position_marginals
 
 QUERIES, DOCS, FEATURES, DEPTH = 30, 12, 4, 10
@@ -260,3 +260,12 @@ def test_reranker_evaluate_takes_the_part_of_a_log_its_policy_can_tell(workdir):
         assert sum(answer["skipped"].values()) == 30, answer["skipped"]
     bad = run_cli("evaluate", "-c", str(path), "--since", "yesterday", check=False)
     assert bad.returncode == 1 and "--since must be an ISO 8601 date and time" in bad.stderr
+
+
+def test_mean_estimate_of_one_value_is_unbounded():
+    """Four values give the mean with its normal interval; one value gives no spread, so
+    the estimate's interval is unbounded rather than a point that looks certain."""
+    mean, low, high = mean_estimate(np.array([1.0, 2.0, 3.0, 4.0]))
+    half = 1.959963985 * np.sqrt(5 / 3) / 2
+    assert (mean, low, high) == pytest.approx((2.5, 2.5 - half, 2.5 + half))
+    assert mean_estimate(np.array([4.0])) == (4.0, -np.inf, np.inf)

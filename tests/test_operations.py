@@ -24,7 +24,8 @@ from reranker.core.config import load_config
 from reranker.core.plugins import get_plugin_manager
 from reranker.learners.base import Learner, Param, RankResult
 from reranker.serving.monitoring import JsonFormatter, redact
-from reranker.serving.service import BACKEND_ORDER, RerankerService
+from reranker.serving.ranking import BACKEND_ORDER
+from reranker.serving.service import RerankerService
 
 
 def samples(server) -> dict[tuple[str, tuple], float]:
@@ -669,9 +670,10 @@ def test_a_trainer_in_another_process_that_stops_or_fails_is_seen_by_healthz_and
     past their window (no trainer runs), a trainer whose last pass failed, or one that has
     stopped while impressions wait; and the lag counts from where the trainer applied, not
     from the served model."""
-    import reranker.serving.service
+    import reranker.serving.health
+    from reranker.models.trainer import Trainer
 
-    monkeypatch.setattr(reranker.serving.service, "TRAINER_GRACE", 0.3)
+    monkeypatch.setattr(reranker.serving.health, "TRAINER_GRACE", 0.3)
     server = LiveServer(write_config(workdir, trainer={"enabled": False, "interval": 0.01,
                                                        "feedback_window": 0.0}))
     try:
@@ -683,7 +685,7 @@ def test_a_trainer_in_another_process_that_stops_or_fails_is_seen_by_healthz_and
         assert "trainer" in health["problems"] and health["trainer"]["overdue_seconds"] >= 0
         assert samples(server)[("reranker_trainer_overdue_seconds", ())] > 0.3
         # a trainer runs (as `train --follow` would): closed, applied, recorded
-        trainer = reranker.serving.service.Trainer.from_config(server.service.config, events)
+        trainer = Trainer.from_config(server.service.config, events)
         trainer.interval = 0.01
         server.post("/click", {"impression_id": page["impression_id"],
                                "doc_id": page["hits"][3]["id"]})

@@ -6,7 +6,7 @@ from reranker_plugins.preference_perceptron import PreferencePerceptron
 
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.feedback import Feedback, feedback_from_clicks
-from reranker.offline.metrics import ndcg
+from reranker.offline.ranking_quality import ndcg
 
 
 def test_update_rule_by_hand():

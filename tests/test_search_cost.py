@@ -409,13 +409,13 @@ def test_a_cluster_failing_to_read_the_shown_documents_is_503_counted_and_logs_n
         service.search("espresso grinder", 10)
         service.events.flush()
         logged = service.events.stats()["impressions"]
-        errors = service.metrics.backend_errors._value.get()
+        errors = service.prometheus.backend_errors._value.get()
         es8.faulty, es8.fail_status = {"ids"}, 503  # the candidates come, their documents not
         before = len(es8.requests)
         with pytest.raises(BackendUnavailableError, match="reading the shown documents"):
             service.search("espresso grinder", 10)
         assert requested(es8, before) == [("POST", "candidates"), ("POST", "ids")]
-        assert service.metrics.backend_errors._value.get() == errors + 1
+        assert service.prometheus.backend_errors._value.get() == errors + 1
         service.events.flush()
         assert service.events.stats()["impressions"] == logged
         es8.fail_status = None

@@ -8,7 +8,7 @@ import pytest
 from conftest import SHARED_DATA, run_cli
 
 from reranker.offline.simulation import (
-    METRICS,
+    QUALITY_MEASURES,
     LearnerSpec,
     Settings,
     best_single_feature,
@@ -276,7 +276,7 @@ def test_simulate_command(tiny, tmp_path):
                                         "backend_order(feature=f1)"}
     assert summary["settings"]["click_model"] == "perfect"
     assert summary["settings"]["start"] == "engine" and summary["settings"]["click_features"]
-    assert len(list(out.glob("*.png"))) == len(METRICS) + 1  # and the windows' plot
+    assert len(list(out.glob("*.png"))) == len(QUALITY_MEASURES) + 1  # and the windows' plot
     # online NDCG@10 per full window of 200 impressions: one per run of 300
     with open(out / "windows.csv", newline="") as handle:
         windows = list(csv.DictReader(handle))
@@ -492,7 +492,7 @@ def test_kl_cost_of_a_perturbed_presentation():
 
     from reranker_plugins.preference_perceptron import PreferencePerceptron
 
-    from reranker.offline.simulation import _Metrics
+    from reranker.offline.simulation import _QualityMeasurements
 
     p = 0.25
     scores = np.array([3.0, 2.0, 1.0])  # argmax: candidate 0, then 1, then 2
@@ -502,7 +502,7 @@ def test_kl_cost_of_a_perturbed_presentation():
     X = scores[:, None]
 
     def cost(clicked):
-        metrics = _Metrics("exp", 3)
+        metrics = _QualityMeasurements("exp", 3)
         metrics.add_clicks(0, 3, scores, np.array([clicked]), np.array([0]),
                            learner.first_log_probabilities(X))
         return metrics._click_metrics(1)["kl"][0]

@@ -105,7 +105,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         if started is not None:
             seconds = time.perf_counter() - started
             endpoint = request.url_rule.rule if request.url_rule is not None else "other"
-            service.metrics.requests.labels(endpoint, str(response.status_code)).observe(
+            service.prometheus.requests.labels(endpoint, str(response.status_code)).observe(
                 seconds)
             access.info("%s %s %d %.1f ms", request.method, request.path,
                         response.status_code, seconds * 1000,
@@ -172,16 +172,16 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
                                      body.get("doc_id"), body.get("user_id"),
                                      body.get("session_id"))
         except RerankerError as exc:
-            service.metrics.click_rejected(exc)
+            service.prometheus.click_rejected(exc)
             raise
         except RequestEntityTooLarge:
-            service.metrics.clicks.labels("too_large").inc()
+            service.prometheus.clicks.labels("too_large").inc()
             raise
         return jsonify(click_answer(result)), 202
 
     def click_answer(result) -> dict[str, Any]:
         """An accepted click's answer (``202`` of /click, an item of /clicks), counted."""
-        service.metrics.clicks.labels("duplicate" if result.duplicate else "accepted").inc()
+        service.prometheus.clicks.labels("duplicate" if result.duplicate else "accepted").inc()
         return {"accepted": True, "impression_id": result.impression_id,
                 "doc_id": result.doc_id, "position": result.position,
                 "duplicate": result.duplicate}
@@ -195,7 +195,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         try:
             items = json_body("clicks")["clicks"]
         except RequestEntityTooLarge:
-            service.metrics.clicks.labels("too_large").inc()
+            service.prometheus.clicks.labels("too_large").inc()
             raise
         address = client_address(service)
         outcomes: list[Any] = [None] * len(items)
@@ -212,7 +212,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
         results = []
         for outcome in outcomes:
             if isinstance(outcome, RerankerError):
-                service.metrics.click_rejected(outcome)
+                service.prometheus.click_rejected(outcome)
                 results.append(error_body(outcome.status, outcome.message, outcome.field))
                 continue
             results.append(click_answer(outcome))
@@ -267,7 +267,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
 
     @bp.get("/metrics")
     def metrics():
-        body, content_type = service.metrics.render()
+        body, content_type = service.prometheus.render()
         return current_app.response_class(body, mimetype=None, content_type=content_type)
 
     @bp.get("/experiments")

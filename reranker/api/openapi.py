@@ -102,7 +102,8 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
                    "properties": {"experiment": {"type": "string"},
                                   "mode": {"type": "string"},
                                   "arms": {"type": "object"},
-                                  "pairs": {"type": "array"}}},
+                                  "pairs": {"type": "array"},
+                                  "report": {"type": "object"}}},
 }
 
 #: Request schema name -> its name among the document's components.

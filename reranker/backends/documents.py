@@ -77,7 +77,7 @@ def checked_documents(documents: Iterable[tuple[str, dict[str, Any]]], config,
     the run that made it checked (a few updated documents may lack a field). Then, as the
     documents are read, one whose numeric field holds something else than a number (the
     string "12.50") is added to ``failures`` naming the document, and skipped."""
-    from reranker.core.config import did_you_mean
+    from reranker.core.suggest import did_you_mean
 
     iterator = iter(documents)
     head = list(itertools.islice(iterator, CHECK_FIRST))

@@ -453,7 +453,7 @@ class ElasticsearchBackend(Backend):
         too."""
         from elasticsearch import NotFoundError
 
-        from reranker.core.config import did_you_mean
+        from reranker.core.suggest import did_you_mean
 
         es = self.es
 

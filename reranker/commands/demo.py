@@ -21,7 +21,7 @@ from reranker.core.config import load_config
 from reranker.learners.base import LinearLearner
 from reranker.offline.click_models import cascade_model
 from reranker.offline.democorpus import generate_corpus
-from reranker.offline.metrics import ndcg
+from reranker.offline.ranking_quality import ndcg
 
 CLICK_MODEL = "navigational"
 PAGE_SIZE = 10

@@ -41,9 +41,9 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     """
     import json
 
-    from reranker.core.config import parse_time
     from reranker.core.errors import ConfigError, UnprocessableError
     from reranker.core.plugins import get_plugin_manager
+    from reranker.core.times import parse_time
     from reranker.evaluation.estimators import SupportError
     from reranker.evaluation.estimators import evaluate as estimate
     from reranker.evaluation.logs import pages_from_log

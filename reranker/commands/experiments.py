@@ -19,16 +19,19 @@ from reranker.core.config import load_config
               "GET /experiments answers) instead of tables.")
 def report(config_path: str | None, html_path: str | None, as_json: bool) -> None:
     """Results of the configured experiment: per pair of arms the wins, losses, ties, win
-    rate with its 95% interval, the sign test's and the always-valid p-value; per arm its
-    clicks, metrics and learning curve. Reads the event store; the service may be running.
+    rate with its 95% interval, the sign test's and the always-valid p-value and the verdict
+    in words; per arm its clicks, click measures and learning curve. Reads the event store;
+    the service may be running.
     """
     import json
 
     from reranker.core.plugins import get_plugin_manager
     from reranker.experiments.experiment import offline_status
     from reranker.experiments.report import render_table, write_html
+    from reranker.experiments.report_model import build_report
 
     status = offline_status(load_config(config_path), get_plugin_manager())
+    model = build_report(status)  # one model for the tables and the HTML report
     if html_path:  # (a folder that is not there fails before anything is printed)
         folder = Path(html_path).resolve().parent
         if not folder.is_dir():
@@ -36,12 +39,12 @@ def report(config_path: str | None, html_path: str | None, as_json: bool) -> Non
     if as_json:
         click.echo(json.dumps(status, indent=1))
     else:
-        render_table(status, wide_console())
+        render_table(model, wide_console())
         if status.get("note"):
             click.echo(f"note: {status['note']}")
     if html_path:
         try:
-            written = write_html(status, html_path)
+            written = write_html(model, html_path)
         except OSError as exc:
             raise click.BadParameter(f"{html_path} cannot be written: {exc.strerror or exc}",
                                      param_hint="--html") from None

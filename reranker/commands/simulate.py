@@ -13,7 +13,7 @@ from rich.table import Table
 from reranker.commands.console import progress_bar
 from reranker.core.errors import ConfigError
 from reranker.offline.simulation import (
-    METRICS,
+    QUALITY_MEASURES,
     LearnerSpec,
     Settings,
     best_single_feature,
@@ -151,7 +151,8 @@ def run_simulate(options: dict[str, Any], console: Console | None = None,
     if settings.evaluate is not None:
         _print_off_policy(console, document["learners"], settings.evaluate.key)
     console.print(f"Wrote {out / 'results.csv'}, {out / 'windows.csv'}, "
-                  f"{out / 'summary.json'} and {len(METRICS) + 1} plots in {out}.")
+                  f"{out / 'summary.json'} and {len(QUALITY_MEASURES) + 1} plots in "
+                  f"{out}.")
     return document
 
 

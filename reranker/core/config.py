@@ -25,6 +25,8 @@ from typing import Any
 import yaml
 
 from reranker.core.errors import ConfigError
+from reranker.core.suggest import did_you_mean
+from reranker.core.times import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -531,16 +533,6 @@ def _check_known(section: str, key: Any, label: str) -> None:
                           f"(known in {section}: {', '.join(SCHEMA[section])})")
 
 
-def did_you_mean(name: Any, known, prefix: str = "") -> str:
-    """``; did you mean 'x'?`` with the closest known name(s), or nothing."""
-    import difflib
-
-    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=2, cutoff=0.6)
-    if not close:
-        return ""
-    return "; did you mean " + " or ".join(f"'{prefix}{c}'" for c in close) + "?"
-
-
 #: What loading configurations has warned about in this process (a forked worker inherits
 #: it, so the warnings of its parent's config are not said again).
 _warned: set[str] = set()
@@ -778,21 +770,6 @@ def _check_cors_origins(origins: tuple[str, ...], label: str) -> None:
             raise ConfigError(f"{label}: server.cors_origins: {origin!r} names the default "
                               f"port; browsers leave it out of the Origin header, so drop "
                               f"':{port}'")
-
-
-def parse_time(value: str, where: str) -> float:
-    """An ISO 8601 date and time as a Unix time (UTC when it gives no offset)."""
-    from datetime import datetime, timezone
-
-    try:
-        text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
-        moment = datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where} must be an ISO 8601 date and time such as "
-                          f"2026-12-01T09:00:00Z, got {value!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
 
 
 def _check_value(dotted: str, value: Any, spec: Key, label: str, base_dir: Path) -> Any:

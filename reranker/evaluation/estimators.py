@@ -85,8 +85,11 @@ class SupportError(ValueError):
     """The logging policy gave zero probability to what the target would show."""
 
 
-def mean_interval(values: np.ndarray, z: float = Z95) -> tuple[float, float, float]:
-    """The mean of ``values`` with its normal ``z`` interval (95% by default)."""
+def mean_estimate(values: np.ndarray, z: float = Z95) -> tuple[float, float, float]:
+    """An estimate that is the mean of ``values``, with its normal ``z`` interval (95% by
+    default): ``(mean, low, high)``. A single value says nothing of the spread, so its
+    interval is unbounded (an estimate must not look certain; compare
+    :func:`reranker.experiments.stats.mean_confidence_bounds`, a report's finite bounds)."""
     mean = float(values.mean())
     half = z * float(values.std(ddof=1)) / math.sqrt(len(values)) if len(values) > 1 else math.inf
     return mean, mean - half, mean + half
@@ -190,10 +193,10 @@ def evaluate(target: PositionPolicy, pages: Sequence[LoggedPage], depth: int = 1
         weights[t, :k] = pi[page.shown[:k], r] / page.propensities[:k]
         clicks[t, :k] = page.clicks[:k]
         present[t, :k] = True
-    logged = mean_interval(clicks.sum(axis=1), z)
+    logged = mean_estimate(clicks.sum(axis=1), z)
     estimates = []
     # IPS
-    value, low, high = mean_interval((weights * clicks).sum(axis=1), z)
+    value, low, high = mean_estimate((weights * clicks).sum(axis=1), z)
     ess = _ess(weights, present)
     estimates.append(Estimate("IPS", value, low, high, ess))
     # SNIPS: per position a ratio of means, scaled by the share of pages with the position
@@ -216,7 +219,7 @@ def evaluate(target: PositionPolicy, pages: Sequence[LoggedPage], depth: int = 1
         at_shown = predicted[page.shown[:shown], np.arange(shown)]
         terms[t] = float((pi * predicted).sum()) + float(
             (weights[t, :shown] * (clicks[t, :shown] - at_shown)).sum())
-    value, low, high = mean_interval(terms, z)
+    value, low, high = mean_estimate(terms, z)
     estimates.append(Estimate("DR", value, low, high, ess))
     notes = []
     if ess < 100:

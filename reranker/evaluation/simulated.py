@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from reranker.evaluation.estimators import LoggedPage, SupportError, evaluate, mean_interval
+from reranker.evaluation.estimators import LoggedPage, SupportError, evaluate, mean_estimate
 
 
 class OffPolicyCheck:
@@ -62,7 +62,7 @@ class OffPolicyCheck:
         truth = np.asarray(self.true_clicks)
         out: dict[str, Any] = {"target": self.target.name, "pages": len(self.pages)}
         if len(truth):
-            value, low, _ = mean_interval(truth)
+            value, low, _ = mean_estimate(truth)
             out["true"] = {"value": value, "half_width": value - low}
         if self.unsupported or not self.pages:
             out["refused"] = self.unsupported or "no pages"

@@ -31,6 +31,7 @@ import numpy as np
 
 from reranker.core.errors import ConfigError, NotFoundError, RerankerError, StoreError
 from reranker.experiments.outcomes import Tally
+from reranker.experiments.report_model import with_report
 from reranker.experiments.spec import ExperimentSpec
 from reranker.stores import EventStore, open_event_store
 
@@ -418,7 +419,9 @@ class Experiment:
         if state.get("promoted") and not promoted:
             document["note"] = (f"arm {state['promoted']!r} was promoted but is no longer one "
                                 f"of the arms: the experiment runs again")
-        return document
+        # the report as the dashboard lays it out: every number, verdict and sentence
+        # computed here, once, for every reader of the document
+        return with_report(document)
 
     def promoted(self, state: dict[str, Any] | None = None) -> str | None:
         """The promoted arm, if it is still one of the configured arms (a promotion of an arm

@@ -1,5 +1,5 @@
 """From an experiment's logged impressions and clicks to outcomes per pair of arms and
-metrics per arm (docs/algorithms.md, "Comparing learners").
+click measures per arm (docs/algorithms.md, "Comparing learners").
 
 Every impression of an experiment records, per shown position, the label of the arm that
 contributed the result (``Impression.teams``). A click is credited to that arm.
@@ -19,7 +19,8 @@ contributed the result (``Impression.teams``). A click is credited to that arm.
   :data:`MAX_WAITING` impressions of an arm wait; older ones are left out.
 
 Per arm: the clicks on the pages it took part in (``clicks``), those credited to it
-(``credited_clicks``), and metrics of its credited clicks in those impressions:
+(``credited_clicks``), and click measures of its credited clicks in those impressions (the
+status document's ``metrics``):
 clicks per search (``clicks_per_search``: several clicks on one page count several), the
 share of searches with one (``searches_with_click``) and with none (``abandonment``), the
 reciprocal rank of the first (``mrr``) and the clicks in the top k (``clicks_at_k``).
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reranker.experiments.spec import ExperimentSpec
-from reranker.experiments.stats import compare, difference_interval, mean_interval
+from reranker.experiments.stats import compare, difference_interval, mean_confidence_bounds
 
 if TYPE_CHECKING:
     from reranker.stores import EventStore
@@ -48,7 +49,8 @@ MAX_WAITING = 1000
 
 
 class Tally:
-    """Outcomes and metrics of one experiment, read incrementally from the event store."""
+    """Outcomes and click measures of one experiment, read incrementally from the event
+    store."""
 
     BATCH = 5000
 
@@ -67,7 +69,7 @@ class Tally:
             p: (deque(maxlen=MAX_WAITING), deque(maxlen=MAX_WAITING)) for p in self.pairs}
         # per arm, per impression it took part in: credited clicks, reciprocal rank of the
         # first credited click, credited clicks in the top k
-        self.metrics: dict[str, list[tuple[int, float, int]]] = {label: [] for label in labels}
+        self.page_credit: dict[str, list[tuple[int, float, int]]] = {label: [] for label in labels}
         self.clicks = {label: 0 for label in labels}  # credited to the arm
         self.page_clicks = {label: 0 for label in labels}  # on the pages it took part in
         self.clicked_pages = {label: 0 for label in labels}  # of those, pages with a click
@@ -92,7 +94,7 @@ class Tally:
         """One closed impression: ``teams`` per shown position, clicks at the 1-based
         ``positions``; ``arm`` is None for a mixed list."""
         teams = teams[:n_shown]
-        labels = [label for label in dict.fromkeys(teams) if label in self.metrics]
+        labels = [label for label in dict.fromkeys(teams) if label in self.page_credit]
         if not labels:
             return
         self.impressions += 1
@@ -114,7 +116,7 @@ class Tally:
         # removing an arm does not rewrite the others' history)
         on_page = sum(1 for position in positions if 1 <= position <= len(teams))
         for label in labels:
-            self.metrics[label].append((credit[label], first[label], top[label]))
+            self.page_credit[label].append((credit[label], first[label], top[label]))
             self.clicks[label] += credit[label]
             self.page_clicks[label] += on_page
             self.clicked_pages[label] += on_page > 0
@@ -166,27 +168,28 @@ class Tally:
         return out
 
     def arm_summary(self, label: str) -> dict[str, Any]:
-        """An arm's impressions, clicks and metrics with their 95% intervals, and its
-        learning curve: its win rate in every window of ``experiment.window`` impressions."""
+        """An arm's impressions, clicks and click measures (``metrics``) with their 95%
+        intervals, and its learning curve: its win rate in every window of
+        ``experiment.window`` impressions."""
         cached = self._arm_cache.get(label)
         if cached is not None and cached[0] == self.impressions:
             return cached[1]
-        rows = np.array(self.metrics[label], dtype=np.float64).reshape(-1, 3)
-        metrics: dict[str, Any] = {}
+        rows = np.array(self.page_credit[label], dtype=np.float64).reshape(-1, 3)
+        measures: dict[str, Any] = {}
         clicked = (rows[:, 0] > 0).astype(float)
         columns = {"clicks_per_search": rows[:, 0], "searches_with_click": clicked,
                    "abandonment": 1.0 - clicked,
                    "mrr": rows[:, 1], f"clicks_at_{self.spec.clicks_at}": rows[:, 2]}
         for name, values in columns.items():
             if len(values):
-                low, high = mean_interval(values)
-                metrics[name] = {"value": float(values.mean()),
+                low, high = mean_confidence_bounds(values)
+                measures[name] = {"value": float(values.mean()),
                                  "interval": [float(low), float(high)]}
             else:
-                metrics[name] = {"value": None, "interval": None}
+                measures[name] = {"value": None, "interval": None}
         summary = {"impressions": len(rows), "clicks": self.page_clicks[label],
                    "clicked_pages": self.clicked_pages[label],
-                   "credited_clicks": self.clicks[label], "metrics": metrics,
+                   "credited_clicks": self.clicks[label], "metrics": measures,
                    "curve": self.curve(label)}
         self._arm_cache[label] = (self.impressions, summary)
         return summary
@@ -203,9 +206,9 @@ class Tally:
         paired = self.paired.get(pair, [])
         if paired:
             values = sign * np.array(paired, dtype=float)[:, column]
-            low, high = mean_interval(values)
+            low, high = mean_confidence_bounds(values)
             return float(values.mean()), low, high
-        rows = {label: np.array(self.metrics[label], dtype=float).reshape(-1, 3)
+        rows = {label: np.array(self.page_credit[label], dtype=float).reshape(-1, 3)
                 for label in (first, second)}
         if not all(len(r) for r in rows.values()):
             return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reranker.core.config import parse_time
+from reranker.core.times import parse_time
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ __all__ = [
     "bootstrap_rate_interval",
     "compare",
     "impressions_to_significance",
-    "mean_interval",
+    "mean_confidence_bounds",
 ]
 
 # h of the Beta(h, h) mixture over the win rate among decided comparisons. Beta(h, h) has mean
@@ -175,9 +175,12 @@ def bootstrap_rate_interval(wins: int, n: int, level: float = 0.95, draws: int =
     return float(low), float(high)
 
 
-def mean_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Normal-approximation interval of a mean (mean +- z * sd / sqrt(n)); (mean, mean) for
-    n < 2."""
+def mean_confidence_bounds(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """The bounds ``(low, high)`` of the normal-approximation confidence interval of a mean
+    at ``level`` (mean +- z * sd / sqrt(n)), as a report shows them beside the mean: a
+    single value gives the point ``(mean, mean)``, so that a report stays finite JSON
+    (unlike :func:`reranker.evaluation.estimators.mean_estimate`, whose unknown spread is
+    unbounded)."""
     array = np.asarray(values, dtype=float).ravel()
     if array.size == 0:
         raise ValueError("the mean of no values is undefined")

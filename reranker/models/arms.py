@@ -49,7 +49,6 @@ from typing import Any
 
 import numpy as np
 
-from reranker.core.config import did_you_mean
 from reranker.core.errors import (
     ConfigError,
     ConflictError,
@@ -58,6 +57,7 @@ from reranker.core.errors import (
     RerankerError,
     StoreError,
 )
+from reranker.core.suggest import did_you_mean
 from reranker.features.clicks.position_bias import (
     PAIR_DEPTH,
     PAIR_OFFSET,

@@ -20,8 +20,8 @@ class ClientBudget:
 
     A client is who the impression was logged as served to (its ``user_id``: the user, the
     session or a keyed hash of the address, followed by the address's key when the ids are
-    the client's word, :meth:`RerankerService._logged_client
-    <reranker.serving.service.RerankerService._logged_client>`); impressions of none (in-process
+    the client's word, :meth:`TrustGuard.logged_client
+    <reranker.serving.trust.TrustGuard.logged_client>`); impressions of none (in-process
     searches without a user or session) are not bounded. Passing over whole impressions,
     rather than scaling their updates, works the same for every learner: a client's
     impressions beyond its budget change no model, whatever the learner does with one.

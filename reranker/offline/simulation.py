@@ -53,13 +53,14 @@ from reranker.learners.specialization import (
 )
 from reranker.models.model import ModelFactory
 from reranker.offline.letor import RankingData, load_letor, load_many
-from reranker.offline.metrics import dcg
+from reranker.offline.ranking_quality import dcg
 from reranker.offline.users import USER_DEPTH, make_user, user_utility
 
 PAGE = 10  # ranking length shown and scored (all documents when a query has fewer)
 
-#: Metric columns of results.csv, in order, with their meaning (also the plots' titles).
-METRICS: dict[str, str] = {
+#: The ranking quality measures, results.csv's columns, in order, with their meaning (also
+#: the plots' titles).
+QUALITY_MEASURES: dict[str, str] = {
     "utility_regret": "utility regret w*.(phi(y*) - phi(y_t)), depth 5, average over 1..t",
     "dcg_star_regret": "DCG@5(y*) - DCG@5(y_t) from labels, average over 1..t",
     "online_ndcg@10": "NDCG@10 of the shown lists since the previous checkpoint",
@@ -70,7 +71,7 @@ METRICS: dict[str, str] = {
     "clicked_first_rate": "share of clicked impressions whose first result was clicked",
     "single_click_ndcg": "average log(2) / log(1 + rank of a click)",
 }
-#: Metrics plotted against a logarithmic time axis, as in the papers.
+#: Measures plotted against a logarithmic time axis, as in the papers.
 LOG_TIME = {"utility_regret", "dcg_star_regret", "kl_cost", "kl_cost_of_scores",
             "relative_click_distance",
             "clicked_first_rate", "single_click_ndcg", "online_ndcg@10", "offline_ndcg@10"}
@@ -244,7 +245,7 @@ def checkpoint_times(impressions: int, count: int, spacing: str = "log") -> np.n
 # -- one run -------------------------------------------------------------------------------
 
 
-class _Metrics:
+class _QualityMeasurements:
     """Per-impression measurements, buffered and reduced with vectorised numpy.
 
     The hot loop stores only what it must, appended as Python objects (cheaper than a
@@ -564,7 +565,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     checkpoints = set(checkpoint_times(settings.impressions, settings.checkpoints,
                                        settings.checkpoint_spacing).tolist())
     test_queries = _TestQueries(data.test)
-    metrics = _Metrics(settings.gain, int(train.sizes().max()), settings.impressions,
+    metrics = _QualityMeasurements(settings.gain, int(train.sizes().max()), settings.impressions,
                        settings.window)
     impressions = metrics.impressions
     add_clicks = metrics.add_clicks
@@ -812,7 +813,7 @@ def simulate(data: SimulationData, specs: list[LearnerSpec], settings: Settings,
 
 # -- reports --------------------------------------------------------------------------------
 
-COLUMNS = ["learner", "run", "t", *METRICS, "clicks", "seconds"]  # results.csv, in order
+COLUMNS = ["learner", "run", "t", *QUALITY_MEASURES, "clicks", "seconds"]  # results.csv
 WINDOW_METRIC = "window_online_ndcg@10"  # windows.csv: online NDCG@10 of each window
 
 
@@ -825,7 +826,7 @@ def summarize(result: SimulationResult) -> dict[str, dict[str, Any]]:
         last_t = max(r["t"] for r in rows)
         last = [r for r in rows if r["t"] == last_t]
         entry: dict[str, Any] = {"impressions": last_t, "runs": len(last)}
-        for metric in [*METRICS, "clicks"]:
+        for metric in [*QUALITY_MEASURES, "clicks"]:
             entry[metric] = _mean_stderr([r[metric] for r in last])
         timings = result.timings[learner]
         entry["impressions_per_second"] = _mean_stderr([t["impressions_per_second"]
@@ -914,7 +915,7 @@ def write_reports(result: SimulationResult, out: Path, meta: dict[str, Any]) -> 
     (out / "summary.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     from reranker.offline.plotting import learning_curves
 
-    for metric, title in METRICS.items():
+    for metric, title in QUALITY_MEASURES.items():
         learning_curves(result.rows, result.learners, metric, title,
                         out / f"{metric.replace('@', '_at_')}.png",
                         log_time=metric in LOG_TIME)

@@ -1,3 +1,5 @@
-"""Answering searches and clicks: the service (search, ranking, experiment mixing, feedback,
-health), trust (signed ids, API keys, limits), metrics, health probes and deadlines, and
-explanations. Imports models, experiments and below; knows nothing of HTTP."""
+"""Answering searches and feedback: the service (`service`) composes one part per job:
+ranking an arm's page (`ranking`), mixing an experiment's arms (`mixing`), request checks
+(`checks`), trust (signed ids, API keys, limits: `trust`, `limits`), clicks and rewards
+(`feedback`), health (`health`, `probes`), Prometheus metrics
+(`monitoring`) and explanations. Imports models, experiments and below; knows nothing of HTTP."""

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from reranker.backends.filters import parse_filters
 from reranker.core.errors import GoneError
-from reranker.features.clicks import lifts_from_counts
 from reranker.learners.base import LinearLearner
 from reranker.learners.coactive import CoactiveLearner
 from reranker.learners.feedback import skip_above_pairs
@@ -31,7 +31,7 @@ from reranker.learners.specialization import (
     minmax,
     specialised_scores,
 )
-from reranker.serving.service import check_impression_id
+from reranker.serving.checks import check_impression_id, check_search
 from reranker.stores.events import Impression
 
 if TYPE_CHECKING:
@@ -43,18 +43,10 @@ def explain_search(service: RerankerService, query: Any, size: Any = None,
                    filters: Any = None) -> dict[str, Any]:
     """What the serving model makes of a search, without logging it: the candidates in the
     page's order (before any randomised pairs)."""
-    from reranker.backends.filters import parse_filters
-
-    query, size, _, _ = service._check_search(query, size, None, None)
+    query, size, _, _ = check_search(query, size, None, None, service.config.server)
     clauses = parse_filters(filters, service.config.backend.filter_fields)
     candidates = service.backend.search(query, service.config.backend.candidates, clauses)
-    clicks, evidence = None, None
-    if service.spec.click_features:
-        counts, total = service.events.click_counts(query, candidates.ids)
-        clicks = lifts_from_counts(counts, total[0], total[1],
-                                   service.config.features.click_smoothing)
-        evidence = QueryEvidence.from_counts(counts)
-    X = service.spec.build(candidates, clicks)
+    X, evidence = service.features(query, candidates)
     arm = service.arms[0]
     if service.experiment is not None:
         arm = service.by_label[service.experiment.spec.control]

@@ -2,7 +2,7 @@
 redaction of internal details from public answers, and the breaker that serves the
 backend's order while a learner fails or is too slow.
 
-Metrics (prometheus_client, one registry per service):
+The Prometheus metrics (prometheus_client, one registry per service):
 
 - ``reranker_request_seconds{endpoint, status}``: a histogram of request latency;
 - ``reranker_clicks_total{outcome}``: clicks accepted (``accepted``, ``duplicate``) and
@@ -59,9 +59,9 @@ CLICK_REJECTIONS = {400: "invalid", 403: "forged_or_foreign", 404: "unknown_impr
                     429: "rate_limited", 503: "unavailable"}
 
 
-class Metrics:
-    """The service's metrics, in a registry of its own (several services may share a
-    process, as tests and embedding applications do)."""
+class PrometheusMetrics:
+    """The service's Prometheus metrics (``GET /metrics``), in a registry of its own
+    (several services may share a process, as tests and embedding applications do)."""
 
     def __init__(self, service: Any):
         self.registry = CollectorRegistry(auto_describe=True)

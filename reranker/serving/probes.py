@@ -21,6 +21,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
+from reranker.core.errors import DeadlineError
 from reranker.core.forks import renew_in_child
 
 #: Seconds a health or readiness probe waits for its checks.
@@ -171,3 +172,17 @@ class Deadline:
             return future.result(timeout=self.timeout)
         except FutureTimeout:
             raise TimeoutError(self.timeout) from None
+
+    def within(self, timed_out: Any, late: str, busy: str, call: Callable[..., Any],
+               *args: Any, **kwargs: Any) -> Any:
+        """:meth:`run`, with a :class:`reranker.core.errors.DeadlineError` (503) saying
+        ``late`` when the call took longer than :attr:`timeout`, or ``busy`` when every
+        thread still waits on such a call; each counted in the counter ``timed_out``."""
+        try:
+            return self.run(call, *args, **kwargs)
+        except TimeoutError:
+            timed_out.inc()
+            raise DeadlineError(late) from None
+        except OverflowError:
+            timed_out.inc()
+            raise DeadlineError(busy) from None

@@ -47,6 +47,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from reranker.core.errors import (
     ConfigError,
@@ -55,6 +56,8 @@ from reranker.core.errors import (
     RerankerError,
     TooManyRequestsError,
 )
+from reranker.models.budget import CLIENT_PARTS
+from reranker.serving.checks import check_client
 from reranker.serving.limits import ImpressionCounter, RateLimiter, SharedCounts
 
 #: Bytes of a token: random id, issue time, binding tag, MAC.
@@ -399,6 +402,28 @@ class TrustGuard:
                     "rate_limited")
             if self.shared is not None:
                 self.shared.note(scope, key)
+
+    def verify(self, impression_id: str, user_id: Any, session_id: Any) -> None:
+        """Raise a 403 (counted by reason) unless ``impression_id`` was signed here, is not
+        expired, and was served to ``user_id`` or ``session_id`` (or to no one)."""
+        check_client(user_id, session_id)
+        self.signer.verify(impression_id, user_id, session_id)
+
+    def logged_client(self, user_id: str | None, session_id: str | None,
+                      address: str | None) -> str | None:
+        """Who an impression is logged as served to (its ``user_id`` in the store, what
+        the trainer bounds per client, :class:`reranker.models.budget.ClientBudget`): the
+        user, else ``session:<session_id>``, else ``address:<keyed hash of the address>``;
+        None for an in-process search with none. Without API keys the ids are the client's
+        word, so the address's key follows them (``<id>\x1faddress:<key>``): the trainer
+        bounds the address too, whatever ids it claims."""
+        address_key = f"address:{self.signer.address_key(address)}" if address else None
+        who = user_id or (f"session:{session_id}" if session_id else None)
+        if who is None:
+            return address_key
+        if address_key is not None and not self.api_keys:
+            return f"{who}{CLIENT_PARTS}{address_key}"
+        return who
 
     def limit_impression(self, impression_id: str) -> None:
         wait = self.per_impression.take(impression_id)

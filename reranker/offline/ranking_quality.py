@@ -1,4 +1,7 @@
-"""Ranking quality metrics."""
+"""Ranking quality of a ranking against graded relevance labels (DCG, NDCG): what the
+offline simulation and the demo measure; not the service's Prometheus metrics
+(:mod:`reranker.serving.monitoring`) nor an experiment's click measures
+(:mod:`reranker.experiments.outcomes`)."""
 
 from __future__ import annotations
 
