@@ -195,12 +195,20 @@ class Learner(ABC):
             own = next(klass.__dict__["_declared_capabilities"] for klass in cls.__mro__[1:]
                        if "_declared_capabilities" in klass.__dict__)
         old, properties = _old_flags(cls)
-        cls._declared_capabilities = replace(own, **old) if old else own
         cls._flag_properties = tuple(dict.fromkeys(cls._flag_properties + properties))
-        # (on the class itself, so that a mixin's attribute of that name cannot hide it)
-        cls.capabilities = _CapabilitiesAttribute()  # type: ignore[assignment]
         cls._capabilities_vary = bool(cls._flag_properties) or \
             cls.current_capabilities is not Learner.current_capabilities
+        cls._declare(replace(own, **old) if old else own)
+
+    @classmethod
+    def _declare(cls, capabilities: Capabilities) -> None:
+        """Make ``capabilities`` the class's declared ones. Where no learner's can differ,
+        ``capabilities`` is the object itself, read as a plain attribute on every search;
+        otherwise the attribute that asks :meth:`current_capabilities`. (Set on the class
+        itself, so that a mixin's attribute of that name cannot hide it.)"""
+        cls._declared_capabilities = capabilities
+        cls.capabilities = capabilities if not cls._capabilities_vary \
+            else _CapabilitiesAttribute()  # type: ignore[assignment]
 
     def current_capabilities(self) -> Capabilities:
         """What this learner can do with its parameters and learned state, which

@@ -157,8 +157,8 @@ class PlackettLucePolicy:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)  # (the learner's declaration, read first)
-        cls._declared_capabilities = replace(cls._declared_capabilities, stochastic=True,
-                                             policy="plackett_luce")
+        cls._declare(replace(cls._declared_capabilities, stochastic=True,
+                             policy="plackett_luce"))
 
     def policy_scores(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
