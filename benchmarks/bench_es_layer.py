@@ -23,6 +23,7 @@ from timing import median_p99_us, time_calls
 
 from reranker.core.config import config_from_dict
 from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.features.clicks import click_lifts
 from reranker.features.extraction import FeatureSpec
 from reranker.models.model import ModelFactory
 from reranker.stores.events import Impression
@@ -70,7 +71,7 @@ def main() -> None:
 
         def features_and_rank():
             candidates = backend.candidates_from_response(answer)
-            clicks = events.click_features("q", candidates.ids, 5.0)
+            clicks = click_lifts(events.click_counts("q", candidates.ids), 5.0)
             X = spec.build(candidates, clicks)
             result = model.rank(X, 10)
             candidates.load_sources(result.ranking[:10].tolist())

@@ -25,6 +25,7 @@ from timing import median_p99_us, time_calls
 from reranker.backends import Candidates
 from reranker.core.config import config_from_dict
 from reranker.core.plugins import get_plugin_manager
+from reranker.features.clicks import click_lifts
 from reranker.features.extraction import FeatureSpec
 from reranker.models.model import ModelFactory
 
@@ -118,7 +119,7 @@ def service_search(folder: Path, rng: np.random.Generator, n: int,
         timings = {"service": time_calls(search, n)}
         ids = service.backend.search(queries[0], 100).ids
         timings["clicks"] = time_calls(
-            lambda: service.events.click_features(queries[0], ids, 5.0), n)
+            lambda: click_lifts(service.events.click_counts(queries[0], ids), 5.0), n)
         return timings
     finally:
         service.close()

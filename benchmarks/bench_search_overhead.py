@@ -45,6 +45,7 @@ from timing import median_p99_us, time_calls, time_interleaved
 
 from reranker.core.config import config_from_dict
 from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.features.clicks import click_lifts
 from reranker.serving.service import RerankerService
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,14 +174,14 @@ def embedded_part(folder: Path, documents: list[dict], queries: list[str], n: in
 
         def click_features(service):
             q, c = fixed[which()]
-            return service.events.click_features(q, c.ids, 5.0)
+            return click_lifts(service.events.click_counts(q, c.ids), 5.0)
 
-        clicks = [new.events.click_features(q, c.ids, 5.0) for q, c in fixed]
+        clicks = [click_lifts(new.events.click_counts(q, c.ids), 5.0) for q, c in fixed]
         asked = iter(range(10**9)).__next__
 
         def click_features_new_query():  # a query never searched, known candidates
             q, c = fixed[which()]
-            return repeated.events.click_features(f"{q} {asked()}", c.ids, 5.0)
+            return click_lifts(repeated.events.click_counts(f"{q} {asked()}", c.ids), 5.0)
 
         def features_and_ranking():
             i = which()

@@ -1,6 +1,7 @@
-"""The learner conformance suite, shipped so that third-party plugins can run it too, and
-:class:`ServeProcess`, the real ``reranker serve`` in a subprocess for integration tests and
-scripts.
+"""The learner conformance suite and the event store's (:data:`STORE_CHECKS`, by part of the
+interface: :mod:`reranker.stores.conformance`), shipped so that third-party plugins can run
+them too, and :class:`ServeProcess`, the real ``reranker serve`` in a subprocess for
+integration tests and scripts.
 
 Every check takes a learner class (and optional parameters) and raises ``AssertionError``
 with a message naming the learner when it fails. Run them all with :func:`check_learner`,
@@ -14,6 +15,10 @@ or one by one from pytest::
         check(MyLearner)
 
 The chi-square check of stochastic learners needs SciPy (``pip install reranker[test]``).
+
+A store check takes a callable that opens another object on one store, empty when the check
+starts (see :mod:`reranker.stores.conformance`); :func:`check_event_store` runs them all, each
+on a new store.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from reranker.learners.capabilities import Capabilities
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.feedback import Feedback, feedback_from_clicks
 from reranker.models.model import check_saveable, state_for_file
+from reranker.stores.conformance import STORE_CHECKS, OpenStore
 
 N_FEATURES = 4
 
@@ -464,6 +470,17 @@ def check_learner(cls: type[Learner], params: dict | None = None) -> None:
     """Run every check of the suite on ``cls``."""
     for check in LEARNER_CHECKS:
         check(cls, params)
+
+
+def check_event_store(new_store: Callable[[], OpenStore], parts: tuple[type, ...] | None = None
+                      ) -> None:
+    """Run the store checks of ``parts`` (the parts of :mod:`reranker.stores.base`; every
+    part by default), each on a new, empty store: ``new_store()`` returns the callable that
+    opens objects on one."""
+    for part, checks in STORE_CHECKS.items():
+        if parts is None or part in parts:
+            for check in checks:
+                check(new_store())
 
 
 # -- the real service in a subprocess ---------------------------------------------------------

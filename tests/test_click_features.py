@@ -11,7 +11,13 @@ from reranker_plugins.preference_perceptron import PreferencePerceptron
 
 from reranker.core.config import load_config
 from reranker.core.errors import StoreError
-from reranker.features.clicks import PositionBias, click_rates, lifts_from_counts, query_key
+from reranker.features.clicks import (
+    PositionBias,
+    click_lifts,
+    click_rates,
+    lifts_from_counts,
+    query_key,
+)
 from reranker.features.clicks.position_bias import randomized_pairs
 from reranker.learners.featuremap import FeatureMap
 from reranker.serving.service import RerankerService
@@ -99,7 +105,7 @@ def test_click_features_read_the_counts_of_any_number_of_candidates(store):
         counts = np.array([[*cells.get(("tea kettle", d), (0, 0)), *cells.get(("*", d), (0, 0))]
                            for d in candidates], dtype=float)
         expected = lifts_from_counts(counts, *cells[("*", "")], 5.0)
-        got = store.click_features("Tea  Kettle", candidates, 5.0)
+        got = click_lifts(store.click_counts("Tea  Kettle", candidates), 5.0)
         np.testing.assert_array_equal(got, expected)
         assert np.count_nonzero(counts[:, 1]) == 10 and np.count_nonzero(counts[:, 0]) == 2
 
@@ -210,7 +216,7 @@ def test_an_event_store_of_schema_1_is_migrated(tmp_path):
     imp = store.get_impression("i0")
     assert imp.context is None and imp.clicked == ["a"]
     # the counts are rebuilt from the log: c and a shown twice, a clicked once
-    features = store.click_features("tea  kettle", ["a", "b", "c"], smoothing=1.0)
+    features = click_lifts(store.click_counts("tea  kettle", ["a", "b", "c"]), 1.0)
     assert features[0, 0] > features[2, 0] and features[1, 0] > features[2, 0]
     # exactly: i0 and i1 showed c then a (ranking [2, 0, 1], two shown), weighted 1 and 1/log2(3)
     g2 = 1 / np.log2(3)
@@ -237,3 +243,21 @@ def test_an_event_store_of_schema_1_is_migrated(tmp_path):
     with pytest.raises(StoreError, match=f"old.sqlite has event schema version "
                                          f"{SCHEMA_VERSION + 1}.*newer.*upgrade reranker"):
         SQLiteStore(path)
+
+
+def test_the_stores_own_click_features_are_deprecated_and_the_same(tmp_path):
+    """The store returns counts; its old ``click_features`` warns and gives what the
+    features layer computes from them."""
+    from reranker.stores.conformance import impression
+
+    store = SQLiteStore(tmp_path / "e.sqlite")
+    try:
+        store.log_impression(impression("i0", 1.0, n=6, shown=4))
+        store.record_click("i0", "d4")
+        docs = ["d5", "d4", "d0", "never"]
+        with pytest.warns(DeprecationWarning, match="click_lifts"):
+            old = store.click_features("Q", docs, 5.0)
+        np.testing.assert_array_equal(old, click_lifts(store.click_counts("q", docs), 5.0))
+        assert old[1, 0] > old[2, 0] == old[3, 0] == 1.0 > old[0, 0]  # clicked, never, shown
+    finally:
+        store.close()

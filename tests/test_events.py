@@ -1,208 +1,145 @@
-"""The event store's guarantees, on every built-in store: SQLite and a real PostgreSQL
-server (the ``store`` fixture is parametrized over both)."""
+"""The event store's guarantees: the shipped conformance checks of each part of the interface
+(reranker.stores.conformance) on every built-in store, SQLite and a real PostgreSQL server (the
+``store_section`` fixture is parametrized over both); that each check fails on a store that
+breaks what it checks; and SQLite's own workings."""
 
-import json
-import threading
+import contextlib
 import time
 
 import numpy as np
 import pytest
 
-from reranker.core.errors import ConflictError, NotFoundError, StoreError, UnprocessableError
-from reranker.stores.events import Impression
+from reranker.core.config import config_from_dict
+from reranker.core.errors import StoreError
+from reranker.features.clicks import PositionBias, click_lifts
+from reranker.stores import ClickCounts, Leadership, open_event_store
+from reranker.stores.conformance import impression
+from reranker.stores.events import ClickResult, RewardResult
 from reranker.stores.sqlite import SQLiteStore
+from reranker.testing import STORE_CHECKS, check_event_store
+
+__all__ = ["impression"]  # (other test modules log impressions with it)
+
+CHECKS = {check.__name__: check for checks in STORE_CHECKS.values() for check in checks}
 
 
-def impression(imp_id: str, created: float, n: int = 5, shown: int = 3, **more) -> Impression:
-    more = {"user_id": None, **more}
-    return Impression(id=imp_id, created=created, query="q", learner="x",
-                      model_version=0, doc_ids=[f"d{i}" for i in range(n)],
-                      feature_names=["a", "b"], features=np.arange(2.0 * n).reshape(n, 2),
-                      ranking=np.arange(n)[::-1].copy(), n_shown=shown, **more)
+@pytest.mark.parametrize("check", CHECKS.values(), ids=CHECKS.keys())
+def test_every_store_passes_the_conformance_checks(check, store_section, tmp_path):
+    check(lambda: open_event_store(config_from_dict({"store": store_section}, tmp_path)))
 
 
-def test_impression_round_trip(store):
-    imp = impression("i1", 1.0, context={"k": [1, 2]}, arm="a1", experiment="e",
-                     page_key="pk", user_id="u")
-    imp.log_prob, imp.propensities, imp.teams = -1.5, np.linspace(0, 1, 5), ["a", "b", "a"]
-    store.log_impression(imp)
-    got = store.get_impression("i1")
-    assert got.log_prob == -1.5 and got.teams == ["a", "b", "a"]
-    assert (got.context, got.arm, got.experiment, got.page_key, got.user_id) == (
-        {"k": [1, 2]}, "a1", "e", "pk", "u")
-    np.testing.assert_array_equal(got.propensities, np.linspace(0, 1, 5))
-    np.testing.assert_array_equal(got.features, np.arange(10.0).reshape(5, 2))
-    np.testing.assert_array_equal(got.ranking, [4, 3, 2, 1, 0])
-    assert got.shown_ids() == ["d4", "d3", "d2"]
-    assert got.clicked == [] and got.reward is None and got.created == 1.0
-    with pytest.raises(NotFoundError, match="unknown impression_id 'nope'"):
-        store.get_impression("nope")
+def test_the_checks_are_grouped_by_part_and_each_runs_on_a_new_store(tmp_path):
+    assert [part.__name__ for part in STORE_CHECKS] == ["ImpressionLog", "ClickCounts",
+                                                        "Coordination", "Maintenance"]
+    assert len(CHECKS) == sum(len(checks) for checks in STORE_CHECKS.values())
+    paths = []
+
+    def new_store():
+        path = tmp_path / f"e{len(paths)}.sqlite"
+        paths.append(path)
+        return lambda: SQLiteStore(path)
+
+    check_event_store(new_store, parts=(ClickCounts,))
+    assert len(paths) == len(STORE_CHECKS[ClickCounts])
 
 
-def test_click_validation_and_duplicates(store):
-    store.log_impression(impression("i1", time.time()))
-    first = store.record_click("i1", "d3")
-    assert (first.position, first.duplicate) == (2, False)
-    assert store.record_click("i1", "d3").duplicate
-    with pytest.raises(NotFoundError, match="unknown impression_id 'nope'"):
-        store.record_click("nope", "d3")
-    with pytest.raises(UnprocessableError, match="doc_id 'd0' was not shown"):
-        store.record_click("i1", "d0")  # a candidate, but below the page
-    assert store.get_impression("i1").clicked == ["d3"]
-    assert store.stats()["clicks"] == 1
+class _Everywhere(Leadership):
+    pass
 
 
-def test_a_later_page_counts_positions_in_the_whole_ranking(store):
-    store.log_impression(impression("p2", 1.0, n=8, shown=3, offset=3))
-    assert store.record_click("p2", "d3").position == 5  # ranking 7..0: d4 d3 d2 shown
+def _counted_twice(self, impression_id, doc_id, now=None):
+    result = SQLiteStore.record_click(self, impression_id, doc_id, now)
+    return type(result)(result.impression_id, result.doc_id, result.position, False)
 
 
-def test_closing_numbers_impressions_in_order_and_refuses_late_clicks(store):
-    for k, created in enumerate([10.0, 5.0, 20.0]):
-        store.log_impression(impression(f"i{k}", created))
-    store.record_click("i0", "d4")
-    assert store.close_impressions(before=15.0) == 2
-    closed = store.closed_since(0, 10)
-    assert [(i.id, i.closed_seq) for i in closed] == [("i1", 1), ("i0", 2)]
-    assert closed[1].clicked == ["d4"]
-    assert store.record_click("i0", "d4").duplicate  # a repeat of a counted click is fine
-    with pytest.raises(ConflictError, match="no longer accepts clicks"):
-        store.record_click("i0", "d3")
-    assert store.close_impressions(before=float("inf")) == 1
-    assert [i.closed_seq for i in store.closed_since(2, 10)] == [3]
-    assert store.closed_since(3, 10) == []
-    assert store.last_closed_seq() == 3 and store.close_impressions(float("inf")) == 0
+def _exchange_unsummed(self, added, since, prune):
+    SQLiteStore.exchange_requests(self, added, since, prune)
+    return [(scope, client, slot, n) for (scope, client, slot), n in added.items()], since + 1
 
 
-def test_closing_with_a_limit_and_reading_by_arm(store):
-    for k, arm in enumerate(["a", "b", None, "a"]):
-        store.log_impression(impression(f"i{k}", float(k), arm=arm))
-    assert store.close_impressions(before=float("inf"), limit=3) == 3
-    assert store.pending(cursor=1) == {"open_impressions": 1, "closed_unapplied": 2,
-                                       "oldest_unapplied": 1.0,  # i1's creation
-                                       "oldest_open": 3.0}  # i3's
-    assert store.pending(cursor=3)["oldest_unapplied"] is None
-    store.close_impressions(before=float("inf"))
-    assert store.pending(cursor=3)["oldest_open"] is None
-    # an arm reads its own impressions and the mixed lists (arm None)
-    assert [i.id for i in store.closed_since(0, 10, arms=("a",))] == ["i0", "i2", "i3"]
-    assert [i.id for i in store.closed_since(1, 2)] == ["i1", "i2"]
-    assert store.stats() == {"impressions": 4, "open_impressions": 0, "clicks": 0,
-                             "closed_seq": 4}
+def _retain_everything(self, before, readers, keep_experiment=None):
+    return SQLiteStore.retain(self, before, [], None)
 
 
-def test_rewards_are_replaced_while_open_and_frozen_after(store):
-    store.log_impression(impression("i1", 1.0))
-    assert store.record_reward("i1", 2.5).replaced is None
-    assert store.record_reward("i1", 4.0).replaced == 2.5
-    store.close_impressions(before=float("inf"))
-    assert store.record_reward("i1", 4.0).replaced == 4.0  # the same value again is fine
-    with pytest.raises(ConflictError, match="no longer accepts a reward"):
-        store.record_reward("i1", 5.0)
-    with pytest.raises(NotFoundError, match="unknown impression_id 'nope'"):
-        store.record_reward("nope", 1.0)
-    assert store.closed_since(0, 1)[0].reward == 4.0
+def _without_context(self, impression_id):
+    imp = SQLiteStore.get_impression(self, impression_id)
+    imp.context = None
+    return imp
 
 
-def test_first_pages_and_experiment_rows(store):
-    store.log_impression(impression("old", 1.0, page_key="k"))
-    store.log_impression(impression("new", 2.0, page_key="k", experiment="exp", arm=None,
-                                    teams=["a", "b", "a"]))
-    store.log_impression(impression("page2", 3.0, n=8, page_key="k", offset=3, experiment="exp"))
-    assert store.first_page("k", since=0.0).id == "new"
-    assert store.first_page("k", since=2.5) is None and store.first_page("x", 0.0) is None
-    store.record_click("new", "d2")
-    store.record_click("new", "d4")
-    store.close_impressions(before=float("inf"))
-    rows = [(*row[:4], sorted(row[4])) for row in store.experiment_rows("exp", 0, 10)]
-    assert rows == [(2, None, json.dumps(["a", "b", "a"]), 3, [1, 3]), (3, None, None, 3, [])]
-    assert store.experiment_rows("exp", after=2, limit=10)[0][0] == 3
+def _without_clicks(self, cursor, limit, arms=None):
+    imps = SQLiteStore.closed_since(self, cursor, limit, arms)
+    for imp in imps:
+        imp.clicked = []
+    return imps
 
 
-def test_closed_first_pages_count_the_searches_in_and_outside_an_experiment(store):
-    """The traffic share's counts: first pages closed after a cursor and created since a
-    time, and those of the experiment; later pages and open impressions are left out."""
-    store.log_impression(impression("before", 1.0))
-    store.log_impression(impression("in1", 2.0, experiment="exp", arm=None))
-    store.log_impression(impression("out1", 3.0))
-    store.log_impression(impression("page2", 4.0, n=8, offset=3, page_key="k"))
-    store.log_impression(impression("in2", 5.0, experiment="exp", arm=None))
-    store.log_impression(impression("other", 6.0, experiment="another"))
-    assert store.closed_first_pages("exp", 0, 1.5, 100) == (0, 0, 0)  # none closed yet
-    store.close_impressions(before=float("inf"))
-    store.log_impression(impression("open", 7.0, experiment="exp", arm=None))
-    assert store.closed_first_pages("exp", 0, 1.5, 100) == (6, 4, 2)
-    # read in batches, the counts add up, and the cursor moves past every row read
-    first = store.closed_first_pages("exp", 0, 1.5, 3)
-    assert first == (3, 2, 1)
-    assert store.closed_first_pages("exp", first[0], 1.5, 3) == (6, 2, 1)
-    assert store.closed_first_pages("exp", 6, 1.5, 3) == (6, 0, 0)
+def _read_then_write(self, name, change, now):
+    state = change(self.experiment_state(name))
+    time.sleep(0.002)  # another thread's change comes between: it is lost
+    return SQLiteStore.update_experiment_state(self, name, lambda _: state, now)
 
 
-def test_experiment_state_changes_are_atomic_across_instances(open_store):
-    stores = [open_store(), open_store()]
-    assert stores[0].experiment_state("e") == {}
-
-    def bump(store):
-        for _ in range(15):
-            store.update_experiment_state("e", lambda s: {"n": s.get("n", 0) + 1}, time.time())
-
-    threads = [threading.Thread(target=bump, args=(s,)) for s in stores for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert stores[1].experiment_state("e") == {"n": 60}  # no change lost
-
-
-def test_clicks_racing_the_close_are_either_counted_or_refused(open_store):
-    """Clickers and a closer on their own connections: an accepted click is always in the
-    closed impression the trainer reads, and the numbers have no gap."""
-    writer = open_store()
-    count = 40
-    for k in range(count):
-        writer.log_impression(impression(f"i{k}", float(k), n=6, shown=6))
-    writer.flush()  # written behind: the other objects see them once written
-    accepted, errors = set(), []
-
-    def click(store, doc):
-        for k in range(count):
-            try:
-                if not store.record_click(f"i{k}", doc).duplicate:
-                    accepted.add((f"i{k}", doc))
-            except ConflictError:
-                pass
-            except Exception as exc:  # noqa: BLE001 -- reported below
-                errors.append(exc)
-
-    def close(store):
-        for k in range(count):
-            store.close_impressions(before=k + 0.5, limit=2)
-
-    threads = [threading.Thread(target=click, args=(open_store(), f"d{d}")) for d in range(3)]
-    threads += [threading.Thread(target=close, args=(open_store(),)) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
-    writer.close_impressions(before=float("inf"))
-    closed = writer.closed_since(0, 1000)
-    assert [imp.closed_seq for imp in closed] == list(range(1, count + 1))
-    assert [imp.id for imp in closed] == [f"i{k}" for k in range(count)]  # oldest first
-    assert {(imp.id, doc) for imp in closed for doc in imp.clicked} == accepted
-    assert writer.stats()["clicks"] == len(accepted)
+#: A store that breaks one guarantee, per check that must catch it: (check, broken method,
+#: its replacement).
+BROKEN = [
+    ("check_a_click_is_validated_and_counted_once", "record_click", _counted_twice),
+    ("check_closing_numbers_impressions_in_order", "closed_since",
+     lambda self, cursor, limit, arms=None: SQLiteStore.closed_since(
+         self, cursor, limit, arms)[::-1]),
+    ("check_a_reward_is_replaced_while_open_and_frozen_after", "record_reward",
+     lambda self, impression_id, value, now=None: SQLiteStore.record_reward(
+         self, impression_id, value + 1.0, now)),
+    ("check_click_counts_add_up", "click_counts",  # lifts where counts are due
+     lambda self, query, doc_ids: (np.pad(click_lifts(SQLiteStore.click_counts(
+         self, query, doc_ids), 5.0), ((0, 0), (0, 2))), (0.0, 0.0))),
+    ("check_position_bias_counts_the_randomised_pairs", "position_bias",
+     lambda self, max_age=None: PositionBias()),
+    ("check_request_counts_are_summed_across_objects", "exchange_requests",
+     _exchange_unsummed),
+    ("check_trainer_leadership_has_one_holder", "trainer_leadership",
+     lambda self: _Everywhere()),
+    ("check_the_trainer_lock_excludes_other_objects", "trainer_lock",
+     lambda self, name: contextlib.nullcontext()),
+    ("check_the_signing_secret_is_one_for_the_store", "signing_secret",
+     lambda self: f"{time.monotonic_ns():040d}"),
+    ("check_the_trainer_status_is_shared", "trainer_status",
+     lambda self: {"last_run": 5.0}),
+    ("check_stats_count_the_log", "stats",
+     lambda self: {**SQLiteStore.stats(self), "clicks": 0}),
+    ("check_retention_removes_only_what_every_reader_has_applied", "retain",
+     _retain_everything),
+    ("check_impressions_read_back_as_logged", "get_impression", _without_context),
+    ("check_a_later_page_counts_positions_in_the_whole_ranking", "record_click",
+     lambda self, impression_id, doc_id, now=None: ClickResult(impression_id, doc_id, 2, False)),
+    ("check_a_batch_of_clicks_has_an_outcome_per_click", "record_clicks",
+     lambda self, clicks: [o for o in SQLiteStore.record_clicks(self, clicks)
+                           if isinstance(o, ClickResult)]),
+    ("check_closing_with_a_limit_and_reading_by_arm", "close_impressions",
+     lambda self, before, limit=None: SQLiteStore.close_impressions(self, before)),
+    ("check_first_pages_and_experiment_rows", "first_page",
+     lambda self, page_key, since: None),
+    ("check_closed_first_pages_are_counted", "closed_first_pages",
+     lambda self, name, after, since, limit: (after, 0, 0)),
+    ("check_writes_are_seen_by_every_object", "record_reward",
+     lambda self, impression_id, value, now=None: RewardResult(impression_id, value, None)),
+    ("check_clicks_racing_the_close_are_counted_or_refused", "closed_since", _without_clicks),
+    ("check_experiment_state_changes_are_atomic", "update_experiment_state", _read_then_write),
+    ("check_a_sound_store_passes_its_health_checks", "disk_bytes", lambda self: 0),
+    ("check_retention_compacts_the_kept_experiment", "retain",
+     lambda self, before, readers, keep_experiment=None: SQLiteStore.retain(
+         self, before, readers)),
+]
 
 
-def test_clicks_survive_a_new_connection(open_store):
-    store = open_store()
-    store.log_impression(impression("i1", 1.0))
-    store.record_click("i1", "d4")
-    store.record_reward("i1", 1.5)
-    # another process's view: its own connections see the committed click and reward
-    other = open_store()
-    assert other.get_impression("i1").clicked == ["d4"] and other.store_id == store.store_id
-    assert other.get_impression("i1").reward == 1.5
+@pytest.mark.parametrize("check, method, replacement", BROKEN, ids=[b[0] for b in BROKEN])
+def test_a_check_fails_on_a_store_that_breaks_what_it_checks(tmp_path, check, method,
+                                                             replacement):
+    assert {b[0] for b in BROKEN} == set(CHECKS)  # every check can fail
+    broken = type("Broken", (SQLiteStore,), {method: replacement})
+    CHECKS[check](lambda: SQLiteStore(tmp_path / "e.sqlite"))  # sound, it passes
+    with pytest.raises(AssertionError, match="Broken"):
+        CHECKS[check](lambda: broken(tmp_path / "broken.sqlite"))
 
 
 def test_unusable_store_files_are_named(tmp_path):
@@ -304,15 +241,3 @@ def test_a_forked_sqlite_store_checkpoints_from_a_thread_of_its_own(tmp_path):
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         store.close()
-
-
-def test_the_trainers_status_is_kept_for_every_process(store):
-    """What a trainer records, any process sharing the store reads; recorded again, it is
-    replaced."""
-    assert store.trainer_status() is None
-    store.record_trainer({"last_run": 5.0, "last_error": None, "cursors": {"a": 3},
-                          "interval": 1.0})
-    store.record_trainer({"last_run": 6.0, "last_error": "disk full", "cursors": {},
-                          "interval": 1.0})
-    assert store.trainer_status() == {"last_run": 6.0, "last_error": "disk full",
-                                      "cursors": {}, "interval": 1.0}

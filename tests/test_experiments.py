@@ -16,6 +16,7 @@ from reranker.core.config import load_config
 from reranker.core.errors import ConfigError, ModelLoadError
 from reranker.core.plugins import get_plugin_manager
 from reranker.experiments.interleaving import perturbed_list_log_probability
+from reranker.features.clicks import click_lifts
 from reranker.models.arms import arms_from_config
 from reranker.offline.click_models import cascade_model
 from reranker.offline.ranking_quality import ndcg
@@ -543,7 +544,7 @@ def own_quality(service, label, corpus):
     rng = np.random.default_rng(0)
     for query, topic in corpus.queries:
         candidates = service.backend.search(query, 100)
-        clicks = service.events.click_features(query, candidates.ids, 5.0)
+        clicks = click_lifts(service.events.click_counts(query, candidates.ids), 5.0)
         X = service.spec.build(candidates, clicks)[:, columns]  # the general model's
         ranking = model.rank(X, 10, rng).ranking[:10]
         labels = np.array([corpus.label(topic, candidates.ids[i]) for i in ranking])

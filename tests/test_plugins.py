@@ -10,6 +10,7 @@ from reranker.core import hookspecs
 from reranker.core.errors import ConfigError
 from reranker.core.plugins import (
     backend_classes,
+    event_store_classes,
     get_plugin_manager,
     learner_class,
     learner_classes,
@@ -228,3 +229,20 @@ def test_a_duplicate_name_is_said_whole_where_a_config_asks_for_the_learner(tmp_
                "seed": None}
     with pytest.raises(ConfigError, match="two plugins register a learner named 'random': "):
         build_arm("main", section, config, pm, "learner")
+
+
+def test_an_event_store_missing_methods_is_told_the_part_of_each():
+    """The event store's interface is four parts: a third party learns which part each
+    missing method belongs to."""
+    from reranker.stores.sqlite import SQLiteStore
+
+    partial = type("Partial", (SQLiteStore,), {"name": "partial_t"})
+    for method in ("click_counts", "stats"):
+        setattr(partial, method, None)
+    partial.__abstractmethods__ = frozenset({"click_counts", "stats"})
+    pm = get_plugin_manager(load_entrypoints=False)
+    pm.register(types.SimpleNamespace(reranker_register_event_stores=hookimpl(
+        lambda: [partial])), name="partial_plugin_t")
+    with pytest.raises(ConfigError, match="registers event store class Partial, which does "
+                       "not implement ClickCounts.click_counts, Maintenance.stats$"):
+        event_store_classes(pm)

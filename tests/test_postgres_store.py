@@ -21,6 +21,7 @@ from reranker.learners.featuremap import FeatureMap
 from reranker.models.arms import Arm
 from reranker.models.model import ModelFactory
 from reranker.models.trainer import Trainer
+from reranker.stores.conformance import take_trainer_lock_in_thread
 from reranker.stores.events import Impression
 from reranker.stores.postgres import PostgresStore, describe
 
@@ -163,28 +164,13 @@ def test_the_cli_reports_an_unreachable_server_by_its_key(tmp_path):
     assert SECRET not in result.stderr + result.stdout and "Traceback" not in result.stderr
 
 
-def test_the_trainer_lock_excludes_other_connections_until_released_or_dropped(postgres_dsn):
+def test_the_trainer_lock_is_dropped_with_its_session(postgres_dsn):
+    """A trainer that dies (its session ends) does not keep the lock (that the lock excludes
+    other objects is the store's conformance check)."""
     first, second = PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)
     try:
-        got = threading.Event()
-
-        def take():
-            with second.trainer_lock("arm-a"):
-                got.set()
-
         with first.trainer_lock("arm-a"):
-            waiter = threading.Thread(target=take)
-            waiter.start()
-            assert not got.wait(0.5)  # held by the first trainer
-            with second.trainer_lock("arm-b"):  # another arm's lock is free
-                pass
-        assert got.wait(10)
-        waiter.join()
-        # a trainer that dies (its session ends) does not keep the lock
-        got.clear()
-        with first.trainer_lock("arm-a"):
-            waiter = threading.Thread(target=take)
-            waiter.start()
+            waiter, got = take_trainer_lock_in_thread(second, "arm-a")
             assert not got.wait(0.3)
             with psycopg.connect(postgres_dsn, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE "

@@ -1,7 +1,9 @@
 """Retention (store.retention), on every built-in store (SQLite and a real PostgreSQL
-server): it removes only what every arm has applied, compacts the running experiment's pages
-instead, what reads a compacted page says so, and a store under steady traffic stays the same
-size."""
+server): what reads a compacted page says so, the trainer and ``reranker prune`` remove only
+what every arm has applied, and a store under steady traffic stays the same size. (That
+retention removes only what every reader has applied and compacts the running experiment's
+pages instead is the store's conformance check: reranker.stores.conformance, run by
+test_events.py.)"""
 
 from __future__ import annotations
 
@@ -10,67 +12,19 @@ import time
 
 import numpy as np
 import pytest
-from conftest import learn, run_cli, store_rows, write_config
+from conftest import learn, run_cli, write_config
 from test_events import impression
 from test_experiments import experiment_config
 from test_impression_encoding import served_like
 
 from reranker.core.config import load_config
-from reranker.core.errors import GoneError, NotFoundError
+from reranker.core.errors import GoneError
 from reranker.core.plugins import get_plugin_manager
 from reranker.evaluation.logs import pages_from_log
 from reranker.experiments.experiment import offline_status
 from reranker.serving.explain import explain_impression
 from reranker.serving.service import RerankerService
 from reranker.stores import Reader, open_event_store
-
-
-def test_retention_removes_only_what_every_reader_has_applied(store):
-    for i, arm in enumerate(["a", "a", "b", None, "a"]):
-        store.log_impression(impression(f"i{i}", float(i), arm=arm))
-    for i in range(4):
-        store.record_click(f"i{i}", "d4")
-    store.record_reward("i0", 1.0)
-    assert store.close_impressions(3.5) == 4  # i0 .. i3 numbered 1 .. 4; i4 stays open
-    counts = store_rows(store, "SELECT * FROM click_stats ORDER BY query_key, doc_id")
-
-    # a has applied i0 only, b nothing: i0 goes (b does not read a's pages), no other
-    done = store.retain(100.0, [Reader(("a",), 1), Reader(("b",), 0)])
-    assert (done.deleted, done.compacted) == (1, 0)
-    with pytest.raises(NotFoundError):
-        store.get_impression("i0")
-    assert store_rows(store, "SELECT COUNT(*) FROM clicks WHERE impression_id = 'i0'") == [(0,)]
-    assert store_rows(store, "SELECT COUNT(*) FROM rewards") == [(0,)]
-    # b applies its page, a not yet the mixed list i3 that both read
-    assert store.retain(100.0, [Reader(("a",), 2), Reader(("b",), 3)]).deleted == 2
-    assert [imp.id for imp in store.closed_since(0, 10)] == ["i3"]
-    # too recent: kept whatever was applied
-    assert store.retain(3.0, [Reader(("a",), 4), Reader(("b",), 4)]).deleted == 0
-    assert store.retain(100.0, [Reader(("a",), 4), Reader(("b",), 4)]).deleted == 1
-    # the open page is never removed; the click features' counts stay as they were
-    assert store.get_impression("i4").closed_seq is None
-    assert store.stats()["impressions"] == 1 and store.stats()["clicks"] == 0
-    assert store_rows(store, "SELECT * FROM click_stats ORDER BY query_key, doc_id") == counts
-    assert store.last_closed_seq() == 4
-
-
-def test_the_running_experiments_pages_are_compacted_not_deleted(store):
-    store.log_impression(impression("x0", 1.0, arm=None, experiment="trial",
-                                    teams=["p", "r", "p"]))
-    store.log_impression(impression("x1", 2.0, arm=None, experiment="earlier", teams=["p"] * 3))
-    store.record_click("x0", "d3")
-    store.close_impressions(10.0)
-    rows = store.experiment_rows("trial", 0, 10)
-    everyone = [Reader(("p",), 2), Reader(("r",), 2)]
-    done = store.retain(100.0, everyone, keep_experiment="trial")
-    assert (done.deleted, done.compacted) == (1, 1)
-    kept = store.get_impression("x0")
-    assert kept.features is None and kept.clicked == ["d3"] and kept.shown_ids() == [
-        "d4", "d3", "d2"]
-    assert store.experiment_rows("trial", 0, 10) == rows  # its report reads the same
-    assert store.experiment_rows("earlier", 0, 10) == []
-    assert store.retain(100.0, everyone, keep_experiment="trial").compacted == 0
-    assert store.retain(100.0, everyone).deleted == 1  # once no longer the running one
 
 
 def test_what_reads_a_compacted_page_says_so(workdir):

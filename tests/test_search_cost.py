@@ -17,6 +17,7 @@ from reranker.backends import Candidates, embedded
 from reranker.core.config import load_config
 from reranker.core.errors import BackendUnavailableError
 from reranker.core.plugins import backend_class, get_plugin_manager
+from reranker.features.clicks import click_lifts
 from reranker.features.extraction import FeatureSpec
 from reranker.serving.service import RerankerService
 
@@ -156,8 +157,8 @@ def test_the_layer_ranks_as_the_checked_path_does(workdir):
     service = RerankerService(load_config(workdir / "config.yaml")).open()
     try:
         candidates = service.backend.search("tea kettle", 100)
-        X = service.spec.build(candidates, service.events.click_features(
-            "tea kettle", candidates.ids, 5.0))[:, service.arms[0].columns(service.spec.names)]
+        X = service.spec.build(candidates, click_lifts(service.events.click_counts(
+            "tea kettle", candidates.ids), 5.0))[:, service.arms[0].columns(service.spec.names)]
         model = service.model
         checked = model.rank(X, 10, np.random.default_rng(3))
         trusted = model.rank(X, 10, np.random.default_rng(3), check=False)

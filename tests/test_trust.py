@@ -342,10 +342,6 @@ def test_without_a_configured_key_processes_sharing_a_store_agree(server_for, mo
     assert served(two)["impression_id"].split(".")[0] == page["impression_id"].split(".")[0]
 
 
-def test_the_store_keeps_one_signing_secret(open_store):
-    first, second = open_store(), open_store()
-    secret = first.signing_secret()
-    assert len(secret) >= 32 and second.signing_secret() == secret == first.signing_secret()
 
 
 @pytest.mark.parametrize("text, fragment", [

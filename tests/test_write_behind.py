@@ -12,7 +12,7 @@ from conftest import store_rows, write_config
 
 from reranker.core.config import load_config
 from reranker.core.errors import StoreError
-from reranker.features.clicks import lifts_from_counts, query_key
+from reranker.features.clicks import click_lifts, lifts_from_counts, query_key
 from reranker.serving.service import RerankerService
 from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, EXPOSURE, CountCache
 from reranker.stores.events import Impression
@@ -178,9 +178,9 @@ def replay(mine, fresh, search, n, rng):
     logged = []
     for i in range(n):
         query, candidates = search(i, rng)
-        seen = mine.click_features(query, candidates, 5.0)
+        seen = click_lifts(mine.click_counts(query, candidates), 5.0)
         mine.flush()
-        assert np.array_equal(seen, fresh.click_features(query, candidates, 5.0)), i
+        assert np.array_equal(seen, click_lifts(fresh.click_counts(query, candidates), 5.0)), i
         imp = impression(i, query, candidates, rng)
         mine.log_impression(imp)
         logged.append(imp)
@@ -220,7 +220,7 @@ def tea_read_after_anothers_impression(open_store):
     docs = [f"d{i}" for i in range(6)]
     other.log_impression(impression(1, "tea", docs, np.random.default_rng(0)))
     other.flush()
-    mine.click_features("tea", docs, 5.0)
+    click_lifts(mine.click_counts("tea", docs), 5.0)
     return mine, other, fresh, now, docs
 
 
@@ -232,11 +232,11 @@ def test_a_query_searched_with_other_candidates_keeps_only_the_cells_of_its_last
     clicked = other.get_impression("i1").shown_ids()[0]
     other.record_click("i1", clicked)
     now[0] = 100.0
-    mine.click_features("tea", [d for d in docs if d != clicked], 5.0)
+    click_lifts(mine.click_counts("tea", [d for d in docs if d != clicked]), 5.0)
     for at in (101.0, 200.0):
         now[0] = at
-        assert np.array_equal(mine.click_features("tea", docs, 5.0),
-                              fresh.click_features("tea", docs, 5.0)), at
+        assert np.array_equal(click_lifts(mine.click_counts("tea", docs), 5.0),
+                              click_lifts(fresh.click_counts("tea", docs), 5.0)), at
 
 
 def test_a_refresh_time_of_0_reads_the_store_on_every_search(open_store):
@@ -244,7 +244,7 @@ def test_a_refresh_time_of_0_reads_the_store_on_every_search(open_store):
     store.click_refresh = 0.0
     docs = [f"d{i}" for i in range(6)]
     for _ in range(3):
-        store.click_features("tea", docs, 5.0)
+        click_lifts(store.click_counts("tea", docs), 5.0)
     assert (store._counts.reads, store._counts.checks) == (3, 0)
 
 
@@ -259,8 +259,8 @@ def test_a_lone_writer_keeps_its_counts_past_the_refresh_time_and_they_stay_exac
     rng = np.random.default_rng(1)
     for i in range(12):
         now[0] = 1.5 * i
-        assert np.array_equal(mine.click_features("tea", docs, 5.0),
-                              fresh.click_features("tea", docs, 5.0)), i
+        assert np.array_equal(click_lifts(mine.click_counts("tea", docs), 5.0),
+                              click_lifts(fresh.click_counts("tea", docs), 5.0)), i
         mine.log_impression(impression(i, "tea", docs, rng))
         mine.record_click(f"i{i}", mine.get_impression(f"i{i}").shown_ids()[i % 5])
     assert mine._counts.reads == 1 and mine._counts.checks == 11
@@ -274,13 +274,13 @@ def test_another_processes_writes_count_once_the_refresh_time_has_passed(open_st
     docs = [f"d{i}" for i in range(6)]
     rng = np.random.default_rng(0)
     other.log_impression(impression(1, "tea", docs, rng))
-    before = mine.click_features("tea", docs, 5.0)
+    before = click_lifts(mine.click_counts("tea", docs), 5.0)
     shown = other.get_impression("i1").shown_ids()
     other.record_click("i1", shown[0])
     now[0] = 9.0
-    assert np.array_equal(mine.click_features("tea", docs, 5.0), before)  # not yet
+    assert np.array_equal(click_lifts(mine.click_counts("tea", docs), 5.0), before)  # not yet
     now[0] = 10.5
-    after = mine.click_features("tea", docs, 5.0)
+    after = click_lifts(mine.click_counts("tea", docs), 5.0)
     assert after[docs.index(shown[0]), 0] > before[docs.index(shown[0]), 0]
 
 
@@ -551,12 +551,12 @@ def test_a_query_another_process_wrote_to_since_the_counts_were_kept_is_read_in_
     would make a state the store never held (its clicks taken out of counts that lack
     them): the total read with its cells tells of the write, and every cell is read."""
     mine, other, fresh, now, docs = tea_read_after_anothers_impression(open_store)
-    before = fresh.click_features("cup", docs, 5.0)
+    before = click_lifts(fresh.click_counts("cup", docs), 5.0)
     other.log_impression(impression(2, "cup", docs, np.random.default_rng(1)))
     other.record_click("i2", other.get_impression("i2").shown_ids()[0])
-    after = fresh.click_features("cup", docs, 5.0)
+    after = click_lifts(fresh.click_counts("cup", docs), 5.0)
     now[0] = 5.0
-    assert np.array_equal(mine.click_features("cup", docs, 5.0), after)
+    assert np.array_equal(click_lifts(mine.click_counts("cup", docs), 5.0), after)
     assert not np.array_equal(before, after)
     assert (mine._counts.reads, mine._counts.query_reads) == (2, 0)
 
@@ -578,11 +578,11 @@ def test_a_stored_query_with_more_cells_than_a_range_read_holds_is_read_in_full(
     mine.log_impression(impression(1, "tea", docs, np.random.default_rng(0)))
     mine.flush()
     few = docs[:2]  # "tea" has 5 cells (its shown documents), more than 2 per candidate
-    mine.click_features("cup", few, 5.0)  # the counts over all queries kept
-    assert np.array_equal(mine.click_features("tea", few, 5.0),
-                          fresh.click_features("tea", few, 5.0))
+    click_lifts(mine.click_counts("cup", few), 5.0)  # the counts over all queries kept
+    assert np.array_equal(click_lifts(mine.click_counts("tea", few), 5.0),
+                          click_lifts(fresh.click_counts("tea", few), 5.0))
     assert (mine._counts.reads, mine._counts.query_reads) == (2, 0)
-    mine.click_features("pot", few, 5.0)  # none: read alone
+    click_lifts(mine.click_counts("pot", few), 5.0)  # none: read alone
     assert (mine._counts.reads, mine._counts.query_reads) == (2, 1)
 
 
@@ -636,17 +636,17 @@ def test_new_queries_read_their_own_cells_and_their_counts_stay_exact(open_store
 def test_a_new_query_sees_another_processes_write_once_the_refresh_time_has_passed(
         open_store):
     mine, other, fresh, now, docs = tea_read_after_anothers_impression(open_store)
-    before = fresh.click_features("cup", docs, 5.0)
+    before = click_lifts(fresh.click_counts("cup", docs), 5.0)
     other.record_click("i1", other.get_impression("i1").shown_ids()[0])
-    after = fresh.click_features("cup", docs, 5.0)
+    after = click_lifts(fresh.click_counts("cup", docs), 5.0)
     assert not np.array_equal(before, after)
     now[0] = 5.0  # within the refresh time: the counts over all queries kept
-    assert np.array_equal(mine.click_features("cup", docs, 5.0), before)
+    assert np.array_equal(click_lifts(mine.click_counts("cup", docs), 5.0), before)
     assert (mine._counts.reads, mine._counts.query_reads) == (1, 1)
     now[0] = 10.5  # past it: the write is seen
-    assert np.array_equal(mine.click_features("cup", docs, 5.0), after)
-    assert np.array_equal(mine.click_features("mug", docs, 5.0),
-                          fresh.click_features("mug", docs, 5.0))
+    assert np.array_equal(click_lifts(mine.click_counts("cup", docs), 5.0), after)
+    assert np.array_equal(click_lifts(mine.click_counts("mug", docs), 5.0),
+                          click_lifts(fresh.click_counts("mug", docs), 5.0))
     assert (mine._counts.reads, mine._counts.query_reads) == (2, 2)
 
 
@@ -699,11 +699,11 @@ def test_the_counts_of_a_query_are_those_of_the_store_after_a_restart(workdir):
     pages = [service.search("tea kettle", 10) for _ in range(3)]
     service.click(pages[0]["impression_id"], pages[0]["hits"][2]["id"])
     candidates = service.backend.search("tea kettle", 100).ids
-    before = service.events.click_features("tea kettle", candidates, 5.0)
+    before = click_lifts(service.events.click_counts("tea kettle", candidates), 5.0)
     service.close()
     again = RerankerService(config).open()
     try:
-        assert np.array_equal(again.events.click_features("tea kettle", candidates, 5.0),
+        assert np.array_equal(click_lifts(again.events.click_counts("tea kettle", candidates), 5.0),
                               before)
         assert again.events.stats()["impressions"] == 3
     finally:
@@ -718,8 +718,8 @@ def test_lifts_of_the_cached_counts_match_the_formula(open_store):
     rows = {(k, d): (c, e) for k, d, c, e in store_rows(
         store, "SELECT query_key, doc_id, clicks, exposure FROM click_stats")}
     counts = np.array([[*rows[query_key("Tea"), d], *rows[ALL_QUERIES, d]] for d in docs])
-    np.testing.assert_array_equal(store.click_features("tea", docs, 5.0), lifts_from_counts(
-        counts, *rows[ALL_QUERIES, ALL_DOCS], 5.0))
+    np.testing.assert_array_equal(click_lifts(store.click_counts("tea", docs), 5.0),
+                                  lifts_from_counts(counts, *rows[ALL_QUERIES, ALL_DOCS], 5.0))
 
 
 @pytest.mark.parametrize("doc_ids", [[], ["b"], ["c", "a", "b"]])
@@ -756,8 +756,8 @@ def test_an_impression_the_database_refuses_is_dropped_and_the_others_are_writte
     assert store.record_click("i1", store.get_impression("i1").shown_ids()[0])
     fresh = open_store()
     fresh.click_refresh = 0.0
-    assert np.array_equal(store.click_features("tea", docs, 5.0),
-                          fresh.click_features("tea", docs, 5.0))
+    assert np.array_equal(click_lifts(store.click_counts("tea", docs), 5.0),
+                          click_lifts(fresh.click_counts("tea", docs), 5.0))
 
 
 def test_a_batch_written_again_after_its_commit_counts_once(open_store):
@@ -779,8 +779,8 @@ def test_a_batch_written_again_after_its_commit_counts_once(open_store):
     fresh = open_store()
     fresh.click_refresh = 0.0
     docs = [f"d{i}" for i in range(6)]
-    assert np.array_equal(store.click_features("tea", docs, 5.0),
-                          fresh.click_features("tea", docs, 5.0))
+    assert np.array_equal(click_lifts(store.click_counts("tea", docs), 5.0),
+                          click_lifts(fresh.click_counts("tea", docs), 5.0))
 
 
 def test_what_a_search_reads_never_waits_for_the_queue(open_store):

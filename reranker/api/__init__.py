@@ -1,2 +1,3 @@
-"""The HTTP edge: the Flask app and its server, the WSGI entry point for gunicorn, request
-validation and the OpenAPI document, and the browser snippet. Imports serving and below."""
+"""The HTTP edge: the Flask app and its route groups (search, clicks and rewards, the
+operator's endpoints, the browser snippet and CORS), its waitress server, the WSGI entry point
+for gunicorn, request validation and the OpenAPI document. Imports serving and below."""

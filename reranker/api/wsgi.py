@@ -160,7 +160,7 @@ def json_logging_config() -> dict[str, Any]:
 
 class WaitressWorker(Worker):
     """A gunicorn worker process that serves its app with waitress, as ``reranker serve``
-    does from a single process (:func:`reranker.api.app.create_server`): the ``server``
+    does from a single process (:func:`reranker.api.server.create_server`): the ``server``
     section's ``threads``, ``connection_limit``, ``idle_timeout`` and
     ``request_read_timeout`` hold in each worker.
 
@@ -173,7 +173,7 @@ class WaitressWorker(Worker):
     """
 
     def run(self) -> None:
-        from reranker.api.app import create_server
+        from reranker.api.server import create_server
 
         socket_map: dict = {}  # waitress's: listening sockets, wake-up pipe, connections
         server = create_server(self.wsgi, sockets=[listener.sock for listener in self.sockets],

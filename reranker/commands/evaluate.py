@@ -47,7 +47,8 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     from reranker.evaluation.estimators import SupportError
     from reranker.evaluation.estimators import evaluate as estimate
     from reranker.evaluation.logs import pages_from_log
-    from reranker.models.arms import ARM_DEFAULTS, Arm, arm_section, build_arm
+    from reranker.models.arm_identity import ARM_DEFAULTS, arm_section, build_arm
+    from reranker.models.arms import Arm
     from reranker.offline.simulation import parse_param
     from reranker.stores import open_event_store
 

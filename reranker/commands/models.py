@@ -56,7 +56,7 @@ def _one_arm(config_path: str | None, label: str | None) -> Arm:
 def _versions_of(arm: Arm) -> dict[str, Any]:
     """What ``models list`` shows of one arm, as JSON-ready data."""
     from reranker.core.errors import ModelLoadError
-    from reranker.models.arms import pinned_gone
+    from reranker.models.arm_serving import pinned_gone
 
     try:
         pinned = arm.models.pinned()

@@ -34,8 +34,10 @@ def reranker_register_event_stores() -> list[type]:
 
     Each class's ``name`` is the value users write in ``store.type`` (built in: ``sqlite``,
     ``postgresql``); its ``from_config(config)`` opens the store the ``store`` section
-    names. The class implements every abstract method of the interface with the guarantees
-    its module documents (durable clicks, gapless ``closed_seq`` numbers, a
-    :meth:`~reranker.stores.EventStore.trainer_lock` that spans every machine sharing the
-    store); :mod:`reranker.stores.sql` holds the statements a SQL database can share.
+    names. The class implements every abstract method of the interface's four parts
+    (:mod:`reranker.stores.base`: the impression log, the click counts, coordination and
+    maintenance) with the guarantees they document (durable clicks, gapless ``closed_seq``
+    numbers, a :meth:`~reranker.stores.EventStore.trainer_lock` that spans every machine
+    sharing the store), which :data:`reranker.testing.STORE_CHECKS` checks;
+    :mod:`reranker.stores.sql` holds the statements a SQL database can share.
     """

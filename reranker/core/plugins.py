@@ -120,7 +120,8 @@ def _registry(pm: pluggy.PluginManager, hook_name: str, what: str) -> dict[str, 
                 raise ConfigError(f"plugin {plugin!r} registers {cls!r} as a {what}, but it is "
                                   f"not a subclass of {module}.{base_name}")
             if inspect.isabstract(cls):
-                missing = ", ".join(sorted(cls.__abstractmethods__))
+                missing = ", ".join(sorted(_part_of(cls, base, name)
+                                           for name in cls.__abstractmethods__))
                 raise ConfigError(f"plugin {plugin!r} registers {what} class "
                                   f"{cls.__qualname__}, which does not implement {missing}")
             name = getattr(cls, "name", "")
@@ -137,6 +138,15 @@ def _registry(pm: pluggy.PluginManager, hook_name: str, what: str) -> dict[str, 
                 # subclass of one, defined elsewhere, is checked: the mark is the class's own).
                 cls._shipped = True
     return dict(sorted(registry.items()))
+
+
+def _part_of(cls: type, base: type, name: str) -> str:
+    """``name`` as a plugin author looks it up: qualified by the part of the interface that
+    declares it (``ClickCounts.click_counts``) when the base is composed of parts (the event
+    store's), else bare."""
+    declared = next((owner for owner in reversed(cls.__mro__) if name in vars(owner)), base)
+    return name if declared is base or not issubclass(base, declared) else \
+        f"{declared.__name__}.{name}"
 
 
 def learner_classes(pm: pluggy.PluginManager) -> dict[str, type]:

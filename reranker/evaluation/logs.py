@@ -12,7 +12,7 @@ import numpy as np
 from reranker.evaluation.estimators import LoggedPage
 from reranker.features.extraction import feature_columns
 from reranker.models.model import RankingModel
-from reranker.stores import EventStore
+from reranker.stores import ImpressionLog
 from reranker.stores.events import SHOWN_PROPENSITIES
 
 
@@ -23,7 +23,7 @@ class LoggedPages:
     skipped: Counter = field(default_factory=Counter)
 
 
-def pages_from_log(events: EventStore, model: RankingModel, batch: int = 2000, *,
+def pages_from_log(events: ImpressionLog, model: RankingModel, batch: int = 2000, *,
                    since: float | None = None, logged_by: str | None = None) -> LoggedPages:
     """Every closed first page the target ``model`` can read (its features among the
     logged ones), with the

@@ -39,7 +39,7 @@ from reranker.experiments.spec import ExperimentSpec
 from reranker.experiments.stats import compare, difference_interval, mean_confidence_bounds
 
 if TYPE_CHECKING:
-    from reranker.stores import EventStore
+    from reranker.stores import ImpressionLog
 
 
 #: A split's impressions of one arm that wait for a partner of another, at most: the latest
@@ -79,7 +79,7 @@ class Tally:
         self._cache: tuple[int, list[dict]] | None = None
         self._arm_cache: dict[str, tuple[int, dict[str, Any]]] = {}
 
-    def read(self, events: EventStore) -> None:
+    def read(self, events: ImpressionLog) -> None:
         """Add the experiment's impressions closed since the last read."""
         while True:
             rows = events.experiment_rows(self.spec.name, self.cursor, self.BATCH)

@@ -50,9 +50,10 @@ class Capabilities:
     per_item_feedback: bool = False
     #: True when the learner's feedback rule is defined on a list mixed from several
     #: learners' rankings (an interleaved experiment): it then learns from its own ranking
-    #: and the clicks on the results it contributed (:mod:`reranker.models.arms`). A learner
-    #: whose update needs the probability of the whole shown list under its own policy (an
-    #: off-policy estimator) sets it False and learns only from the lists it showed alone.
+    #: and the clicks on the results it contributed (:mod:`reranker.models.arm_feedback`). A
+    #: learner whose update needs the probability of the whole shown list under its own
+    #: policy (an off-policy estimator) sets it False and learns only from the lists it
+    #: showed alone.
     learns_from_mixed_lists: bool = True
     #: True for a reference ranking that never learns (the engine's order, a random one):
     #: its pages are shown as it ranks them, never refined by a query's own clicks

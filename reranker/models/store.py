@@ -82,6 +82,10 @@ class ModelStore:
                              f"{exc}") from exc
         return sorted(int(m.group(1)) for m in map(_NAME.match, names) if m)
 
+    def has(self, version: int) -> bool:
+        """Whether ``version`` is saved (it may still fail to load)."""
+        return self.path(version).exists()
+
     def saved_at(self, version: int) -> float | None:
         """When ``version`` was saved (its file's modification time), None when it is gone."""
         try:
@@ -123,6 +127,14 @@ class ModelStore:
         """The pinned version, or None when none is pinned; :class:`StoreError` naming the pin
         file when it cannot be read."""
         return self._read_number(PIN_FILE)
+
+    def pin_state(self) -> tuple[int | None, str | None]:
+        """The pinned version (None when none is), and the problem of a pin file that holds
+        no version number (then no version is pinned)."""
+        try:
+            return self.pinned(), None
+        except StoreError as exc:
+            return None, exc.message
 
     def pin(self, version: int) -> None:
         """Pin ``version`` (atomically: a reader sees the old pin or the new one). The caller

@@ -10,7 +10,7 @@ from typing import Any
 from reranker.core.errors import ConflictError, NotFoundError, RerankerError
 from reranker.serving.checks import check_doc_id, check_impression_id, check_reward
 from reranker.serving.trust import TrustGuard, rejection
-from reranker.stores import EventStore
+from reranker.stores import ImpressionLog
 from reranker.stores.events import ClickResult, RewardResult
 
 #: Seconds after its issue during which a click or reward on an impression the event store
@@ -24,7 +24,7 @@ UNWRITTEN_PAUSE = 0.02
 class FeedbackDesk:
     """Records the clicks and rewards of one service's pages."""
 
-    def __init__(self, events: EventStore, trust: TrustGuard, feedback_window: float):
+    def __init__(self, events: ImpressionLog, trust: TrustGuard, feedback_window: float):
         self.events = events
         self.trust = trust
         #: ``trainer.feedback_window``: named when feedback on a closed page is refused.

@@ -33,10 +33,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from reranker.core.errors import RerankerError
 from reranker.core.forks import renew_in_child
+
+if TYPE_CHECKING:
+    from reranker.stores import Coordination
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +174,7 @@ class SharedCounts:
     #: new requests are not counted for the others (each process still limits them).
     MAX_PENDING = 200_000
 
-    def __init__(self, store, counters: dict[str, Counter], interval: float,
+    def __init__(self, store: Coordination, counters: dict[str, Counter], interval: float,
                  clock: Callable[[], float] = time.time, counted=None):
         self.store = store
         #: A Prometheus counter labelled ``outcome`` (``ok``, ``failed``) of the exchanges.

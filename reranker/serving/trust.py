@@ -59,6 +59,7 @@ from reranker.core.errors import (
 from reranker.models.budget import CLIENT_PARTS
 from reranker.serving.checks import check_client
 from reranker.serving.limits import ImpressionCounter, RateLimiter, SharedCounts
+from reranker.stores import Coordination
 
 #: Bytes of a token: random id, issue time, binding tag, MAC.
 _ID, _TIME, _BIND, _MAC = 16, 4, 8, 16
@@ -117,7 +118,7 @@ class ImpressionSigner:
         self.clock = clock
 
     @classmethod
-    def from_config(cls, config, events, environ: Mapping[str, str] | None = None
+    def from_config(cls, config, events: Coordination, environ: Mapping[str, str] | None = None
                     ) -> ImpressionSigner:
         """The keys of ``security.signing_keys_env``, else the event store's secret."""
         security = config.security
@@ -286,7 +287,8 @@ class TrustGuard:
     """A service's signer, limits and API keys, and the count of what they refused."""
 
     def __init__(self, config, signer: ImpressionSigner, refused,
-                 api_keys: tuple[bytes, ...] = (), events=None, exchanges=None):
+                 api_keys: tuple[bytes, ...] = (), events: Coordination | None = None,
+                 exchanges=None):
         security = config.security
         self.signer = signer
         self.api_keys = api_keys
@@ -320,7 +322,7 @@ class TrustGuard:
         self.refused = refused
 
     @classmethod
-    def from_config(cls, config, events, refused, exchanges=None) -> TrustGuard:
+    def from_config(cls, config, events: Coordination, refused, exchanges=None) -> TrustGuard:
         return cls(config, ImpressionSigner.from_config(config, events), refused,
                    api_keys_from(config), events, exchanges)
 

@@ -1,12 +1,24 @@
-"""Event stores: the interface (:mod:`.base`), the statements SQL stores share (:mod:`.sql`),
-SQLite, the embedded default (:mod:`.sqlite`), and PostgreSQL, for several machines
-(:mod:`.postgres`). Stores register through the ``reranker_register_event_stores`` hook."""
+"""Event stores: the interface (:mod:`.base`: four narrow parts, :class:`ImpressionLog`,
+:class:`ClickCounts`, :class:`Coordination` and :class:`Maintenance`, composed into
+:class:`EventStore`) with its conformance checks (:mod:`.conformance`), the statements SQL
+stores share (:mod:`.sql`), SQLite, the embedded default (:mod:`.sqlite`), and PostgreSQL, for
+several machines (:mod:`.postgres`). Stores register through the
+``reranker_register_event_stores`` hook."""
 
 from __future__ import annotations
 
 import pluggy
 
-from reranker.stores.base import EventStore, Reader, Retained
+from reranker.stores.base import (
+    ClickCounts,
+    Coordination,
+    EventStore,
+    ImpressionLog,
+    Leadership,
+    Maintenance,
+    Reader,
+    Retained,
+)
 
 
 def open_event_store(config, pm: pluggy.PluginManager | None = None, *,
@@ -25,4 +37,5 @@ def open_event_store(config, pm: pluggy.PluginManager | None = None, *,
     return cls.from_config(config)
 
 
-__all__ = ["EventStore", "Reader", "Retained", "open_event_store"]
+__all__ = ["ClickCounts", "Coordination", "EventStore", "ImpressionLog", "Leadership",
+           "Maintenance", "Reader", "Retained", "open_event_store"]

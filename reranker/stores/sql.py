@@ -7,7 +7,8 @@ written once here, with ``?`` placeholders.
 An impression's candidates (ids, ranking, propensities) and their features are kept packed
 and compressed (:mod:`.encoding`), each feature set's names once in ``feature_sets``.
 
-The store also keeps what the click features are computed from (:mod:`reranker.features.clicks`):
+The store also keeps what the click features are computed from (:mod:`reranker.features.clicks`
+computes them; the store returns counts):
 every logged impression adds its shown documents' position-weighted exposures, and every
 click adds one click and, when it fell in a pair the learner randomised, the counts of the
 position-bias estimate. Both are written in the same transaction as the impression or the
@@ -240,7 +241,7 @@ class SQLEventStore(EventStore):
         itself (:mod:`.write_behind`). The search's answer does not wait for the store; the
         next durable write (a click) makes the impression durable too, and waits for it to
         be written first, as every read of this object does. Until written, its exposures
-        count in :meth:`click_features` from this object's queue."""
+        count in :meth:`click_counts` from this object's queue."""
         theta = self.position_bias().weights(imp.offset + imp.n_shown)[imp.offset:]
         exposures = exposure_rows(query_key(imp.query), imp.shown_ids(), theta)
         self._counts.queue(imp.id, exposures)

@@ -69,3 +69,12 @@ def lifts_from_counts(counts: np.ndarray, total_clicks: float, total_exposure: f
     other = np.maximum(counts[:, 2:] - counts[:, :2], 0.0)  # rounding never goes below 0
     out[:, 1] = click_rates(other[:, 0], other[:, 1], mean, smoothing)
     return (out / mean).astype(np.float32).astype(np.float64)
+
+
+def click_lifts(counted: tuple[np.ndarray, tuple[float, float]], smoothing: float) -> np.ndarray:
+    """The click features of a page's candidates, ``(n, 2)``, from what an event store's
+    ``click_counts(query, doc_ids)`` returns (its counts ``(n, 4)`` and the log's total clicks
+    and exposure). The store keeps counts only: turning them into features, and the
+    smoothing that takes, is this module's (the offline simulator shares it)."""
+    counts, (total_clicks, total_exposure) = counted
+    return lifts_from_counts(counts, total_clicks, total_exposure, smoothing)

@@ -1,0 +1,109 @@
+"""The browser side: ``GET /reranker.js`` (the snippet) and CORS, which lets pages on the
+origins ``server.cors_origins`` lists call ``/search``, ``/click`` and ``/reward``."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from importlib import resources
+
+from flask import Blueprint, Flask, current_app, request
+
+#: The endpoints a page on another origin may call, with the methods each one answers.
+CORS_ROUTES = {"search": "POST, OPTIONS", "click": "POST, OPTIONS",
+               "reward": "POST, OPTIONS", "snippet": "GET, OPTIONS"}
+CORS_PATHS = ("/search", "/click", "/reward", "/reranker.js")
+
+SNIPPET_CACHE = "public, max-age=3600"  # the snippet changes only with the package
+
+
+class CorsPolicy:
+    """Which ``Origin`` values may read the answers of :data:`CORS_ROUTES`
+    (``server.cors_origins``: origins, ``*`` for any, empty for none)."""
+
+    def __init__(self, origins: tuple[str, ...] | list[str], max_age: int):
+        self.any = "*" in origins
+        self.origins = frozenset(o.lower() for o in origins if o != "*")
+        self.max_age = max_age
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any origin is allowed (else no CORS header is ever sent)."""
+        return self.any or bool(self.origins)
+
+    def allow(self, origin: str | None) -> str | None:
+        """The ``Access-Control-Allow-Origin`` value for a request from ``origin``, or
+        ``None`` when that origin (or a request without one) is not allowed."""
+        if not origin:
+            return None
+        if self.any:
+            return "*"
+        return origin if origin.lower() in self.origins else None
+
+    def add_origin(self, response) -> None:
+        """Let the request's origin read ``response``, when it is allowed."""
+        response.vary.add("Origin")
+        allowed = self.allow(request.headers.get("Origin"))
+        if allowed is not None:
+            response.headers["Access-Control-Allow-Origin"] = allowed
+
+
+def _cors_route() -> str | None:
+    """The methods of the CORS endpoint this request is for (under any blueprint name and
+    URL prefix), or None."""
+    endpoint = (request.endpoint or "").rsplit(".", 1)[-1]
+    return CORS_ROUTES.get(endpoint)
+
+
+def register(bp: Blueprint, policy: CorsPolicy) -> None:
+    """``GET /reranker.js`` and the CORS hooks: a preflight ``OPTIONS`` on a CORS route is
+    answered 204 at once; every answer of a CORS route (errors too) carries
+    ``Access-Control-Allow-Origin`` when the request's origin is allowed. A disallowed
+    origin gets no CORS header, so its browser keeps the answer from the page."""
+
+    @bp.get("/reranker.js")
+    def snippet():
+        source, etag = _snippet_source()
+        response = current_app.response_class(source, mimetype="application/javascript")
+        response.headers["Cache-Control"] = SNIPPET_CACHE
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.set_etag(etag)
+        return response.make_conditional(request)
+
+    @bp.before_request
+    def preflight():
+        methods = _cors_route()
+        if request.method != "OPTIONS" or methods is None:
+            return None
+        response = current_app.response_class(status=204)
+        del response.headers["Content-Type"]  # no body
+        response.headers["Allow"] = methods
+        if policy.allow(request.headers.get("Origin")) is not None:
+            response.headers["Access-Control-Allow-Methods"] = methods
+            response.headers["Access-Control-Allow-Headers"] = "Content-Type"
+            response.headers["Access-Control-Max-Age"] = str(policy.max_age)
+        return response
+
+    @bp.after_request
+    def cors_headers(response):
+        if policy.enabled and _cors_route() is not None:
+            policy.add_origin(response)
+        return response
+
+
+def register_routing_errors(app: Flask, policy: CorsPolicy) -> None:
+    """CORS on the app's own answers for the CORS paths: a wrong method on a CORS route never
+    reaches the blueprint, and its page still reads why."""
+
+    @app.after_request
+    def cors_on_routing_errors(response):
+        if request.url_rule is None and policy.enabled and request.path in CORS_PATHS:
+            policy.add_origin(response)
+        return response
+
+
+@functools.lru_cache(maxsize=1)
+def _snippet_source() -> tuple[bytes, str]:
+    """The snippet's bytes (package data ``reranker/api/static/reranker.js``) and their ETag."""
+    source = (resources.files("reranker.api") / "static" / "reranker.js").read_bytes()
+    return source, hashlib.sha256(source).hexdigest()[:32]
