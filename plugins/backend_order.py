@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.learners import Learner, Param, RankResult
+from reranker.learners import Capabilities, Learner, Param, RankResult
 from reranker.learners.feedback import Feedback
 
 
@@ -15,7 +15,7 @@ class BackendOrder(Learner):
     backend); learns nothing."""
 
     name = "backend_order"
-    floor = True
+    capabilities = Capabilities(floor=True)
     description = ("Backend order (a floor): the backend's own ranking, or the order of one "
                    "named feature; never learns.")
     params = (Param("feature", str, "", "Feature to sort by, descending; empty keeps the "

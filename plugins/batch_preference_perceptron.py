@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from reranker import hookimpl
@@ -21,7 +23,7 @@ class BatchPreferencePerceptron(CoactiveLearner):
     params = CoactiveLearner.params + (
         Param("batch_size", int, 10, "informative feedbacks per applied update", minimum=1),)
 
-    supports_growth = True
+    capabilities = replace(CoactiveLearner.capabilities, supports_growth=True)
 
     def _initialize(self, n_features: int) -> None:
         self.w_ = np.zeros(n_features)  # Algorithm 2: w_1 = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -22,7 +23,7 @@ class ConvexPreferencePerceptron(CoactiveLearner):
         Param("B", float, 10.0, "radius of the feasible ball", minimum=0.0,
               exclusive_minimum=True),)
 
-    supports_growth = True
+    capabilities = replace(CoactiveLearner.capabilities, supports_growth=True)
 
     def _initialize(self, n_features: int) -> None:
         self.w_ = np.zeros(n_features)  # Algorithm 5: w_1 = 0

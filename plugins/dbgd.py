@@ -5,6 +5,7 @@ drew, the duel is judged on the list's randomised pairs (docs/algorithms.md, "DB
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import numpy as np
 
@@ -39,14 +40,13 @@ class DBGD(GradientStepLearner):
         *learning_rate_params(0.01, 0.9999977),  # the reference experiments' settings
         prior_steps_param(0.0),  # the paper starts from w = 0
     )
-    stochastic = True
-    policy = "interleaved"
-    #: Its shown list is random through the continuous direction u as well as the team-draft
-    #: coins: no finite sum gives the probability of a list, so it logs none.
-    exact_probabilities = False
-    # On its own lists it learns from which of its two rankings won the clicks; on a list
-    # another policy drew, from a duel judged on the list's randomised pairs (_pair_duel).
-    learns_from_mixed_lists = True
+    # Its shown list is random through the continuous direction u as well as the team-draft
+    # coins: no finite sum gives the probability of a list, so it logs none. On its own lists
+    # it learns from which of its two rankings won the clicks; on a list another policy drew,
+    # from a duel judged on the list's randomised pairs (_pair_duel).
+    capabilities = replace(GradientStepLearner.capabilities, stochastic=True,
+                           policy="interleaved", exact_probabilities=False,
+                           learns_from_mixed_lists=True)
 
     def _rank(self, X: np.ndarray, n_shown: int,
               rng: np.random.Generator | None) -> RankResult:

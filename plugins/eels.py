@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from reranker import hookimpl
-from reranker.learners import Learner, Param, RankResult, argmax_ranking
+from reranker.learners import Capabilities, Learner, Param, RankResult, argmax_ranking
 from reranker.learners.feedback import Feedback, item_feedback
 from reranker.learners.policies import uniform_log_prob
 
@@ -29,11 +29,10 @@ class EELS(Learner):
     name = "eels"
     description = ("EELS (Krishnamurthy et al. 2016): uniform exploration, position weights "
                    "from the pages' rewards (POST /reward), then the oracle's list for good.")
-    per_item_feedback = True
-    policy = "explore_then_exploit"
     # It learns from the rewards of its own uniformly random pages only (importance weights
     # of its own exploration): not from a list another policy drew, nor from judgments.
-    learns_from_mixed_lists = False
+    capabilities = Capabilities(stochastic=True, policy="explore_then_exploit",
+                                per_item_feedback=True, learns_from_mixed_lists=False)
     params = (
         Param("positions", int, 10, "length of the per-position feedback vector (the page)",
               minimum=1),
@@ -44,9 +43,11 @@ class EELS(Learner):
               exclusive_minimum=True),
     )
 
-    @property  # type: ignore[override]
-    def stochastic(self) -> bool:
-        return not getattr(self, "exploiting_", 0)
+    def current_capabilities(self) -> Capabilities:
+        """Once it exploits, it presents the oracle's list for good."""
+        capabilities = super().current_capabilities()
+        return capabilities.with_(stochastic=False) if getattr(self, "exploiting_", 0) \
+            else capabilities
 
     def _initialize(self, n_features: int) -> None:
         L = self.positions

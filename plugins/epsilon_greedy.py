@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from reranker import hookimpl
-from reranker.learners import Param, RankResult, argmax_ranking
+from reranker.learners import Capabilities, Param, RankResult, argmax_ranking
 from reranker.learners.feedback import Feedback
 from reranker.learners.oracles import OracleLearner, oracle_params
 from reranker.learners.policies import uniform_log_prob
@@ -30,11 +31,12 @@ class EpsilonGreedy(OracleLearner):
               maximum=1.0),
         *oracle_params(),
     )
-    policy = "epsilon_greedy"
+    capabilities = replace(OracleLearner.capabilities, stochastic=True, policy="epsilon_greedy")
 
-    @property  # type: ignore[override]
-    def stochastic(self) -> bool:
-        return self.epsilon > 0
+    def current_capabilities(self) -> Capabilities:
+        """Without exploration (``epsilon`` 0) it presents the oracle's list."""
+        capabilities = super().current_capabilities()
+        return capabilities if self.epsilon > 0 else capabilities.with_(stochastic=False)
 
     def _greedy(self, X: np.ndarray) -> np.ndarray:
         return argmax_ranking(self._leader_scores(X))
@@ -47,7 +49,7 @@ class EpsilonGreedy(OracleLearner):
         ranking = rng.permutation(X.shape[0]) if explore else greedy
         chance = self._marginals(greedy, X.shape[0], n_shown)
         log_prob = self._list_log_prob(greedy, ranking[:n_shown], X.shape[0]) \
-            if self.stochastic else None
+            if self.epsilon > 0 else None
         # (each candidate's chance of being shown, logged with the impression, is the
         # weight of its feedback)
         return RankResult(ranking=ranking, scores=scores, log_prob=log_prob,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.learners import Learner, Param, RankResult, argmax_ranking
+from reranker.learners import Capabilities, Learner, Param, RankResult, argmax_ranking
 from reranker.learners.feedback import Feedback, item_feedback
 
 
@@ -18,7 +18,7 @@ class LinUCB(Learner):
     name = "linucb"
     description = ("LinUCB for semibandits: ranks by theta . x + alpha sqrt(x' Sigma^-1 x) of "
                    "a ridge regression on per-item clicks, refreshed every N rounds.")
-    per_item_feedback = True
+    capabilities = Capabilities(per_item_feedback=True)
     params = (
         Param("alpha", float, 1.0, "width of the confidence bonus", minimum=0.0),
         Param("ridge", float, 1.0, "lambda of Sigma = lambda I + sum x x^T", minimum=0.0,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -141,8 +142,8 @@ class PDGD(PlackettLucePolicy, GradientStepLearner):
         prior_steps_param(0.0),  # the paper starts from w = 0, a uniformly random ranking
     )
     # On a list not drawn from its own policy it learns from the randomised pairs, whose
-    # probabilities the list logs (_pair_update).
-    learns_from_mixed_lists = True
+    # probabilities the list logs (_pair_update). (PlackettLucePolicy makes it stochastic.)
+    capabilities = replace(GradientStepLearner.capabilities, learns_from_mixed_lists=True)
 
     def policy_scores(self, X: np.ndarray) -> np.ndarray:
         return X @ self.weights()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from reranker import hookimpl
@@ -18,7 +20,7 @@ class PreferencePerceptron(CoactiveLearner):
                    "shown pairs perturbed (Raman et al. 2013), w += phi(ybar) - phi(y) on every "
                    "informative feedback.")
 
-    supports_growth = True
+    capabilities = replace(CoactiveLearner.capabilities, supports_growth=True)
 
     def _initialize(self, n_features: int) -> None:
         # Coactive Learning, Algorithm 1: w_1 = 0 (the starting ranking is kept apart, see

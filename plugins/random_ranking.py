@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from reranker import hookimpl
-from reranker.learners import Learner, RankResult
+from reranker.learners import Capabilities, Learner, RankResult
 from reranker.learners.feedback import Feedback
 from reranker.learners.policies import uniform_log_prob
 
@@ -15,9 +15,7 @@ class RandomRanking(Learner):
 
     name = "random"
     description = "Random ranking (a floor): a uniformly random permutation, never learns."
-    stochastic = True
-    policy = "uniform"
-    floor = True
+    capabilities = Capabilities(stochastic=True, policy="uniform", floor=True)
 
     def _initialize(self, n_features: int) -> None:
         pass

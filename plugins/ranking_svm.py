@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -70,7 +71,7 @@ class RankingSVM(CoactiveLearner):
         Param("max_pairs", int, 20000, "pairs kept (the newest); they are saved with the "
               "model", minimum=FEW_PAIRS),
     )
-    supports_growth = True
+    capabilities = replace(CoactiveLearner.capabilities, supports_growth=True)
 
     def _initialize(self, n_features: int) -> None:
         self.w_ = np.zeros(n_features)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from reranker import hookimpl
@@ -56,7 +58,7 @@ class SecondOrderPreferencePerceptron(CoactiveLearner):
               exclusive_minimum=True),
     )
 
-    supports_growth = True
+    capabilities = replace(CoactiveLearner.capabilities, supports_growth=True)
 
     def _initialize(self, n_features: int) -> None:
         self.w_ = np.zeros(n_features)  # Algorithm 6: w_1 = 0

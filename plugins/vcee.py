@@ -5,6 +5,7 @@ NIPS 2016, Algorithm 1 and its optimisation problem OP; docs/algorithms.md, "VCE
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -43,10 +44,11 @@ class VCEE(OracleLearner):
     name = "vcee"
     description = ("VCEE (Krishnamurthy et al. 2016): a distribution over the oracle's "
                    "policies with variance constraints, smoothed by mu_t; known weights.")
-    policy = "vcee"
+    capabilities = replace(
+        OracleLearner.capabilities, stochastic=True, policy="vcee",
+        variable_length_state=OracleLearner.capabilities.variable_length_state + (
+            "policies_", "policy_sizes_", "policy_weights_"))
     keeps_pages = True
-    variable_length_state = OracleLearner.variable_length_state + (
-        "policies_", "policy_sizes_", "policy_weights_")
     params = (
         Param("smoothing", float, 1.0, "c of the smoothing mu_t = c / sqrt(K t): the chance "
               "of a uniformly random list, K candidates, t pages learned from", minimum=0.0),
@@ -58,8 +60,6 @@ class VCEE(OracleLearner):
               minimum=1),
         *oracle_params(),
     )
-
-    stochastic = True
 
     def _initialize(self, n_features: int) -> None:
         super()._initialize(n_features)

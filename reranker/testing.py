@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from reranker.learners.base import Learner
+from reranker.learners.capabilities import Capabilities
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.feedback import Feedback, feedback_from_clicks
 from reranker.models.model import check_saveable, state_for_file
@@ -97,7 +98,9 @@ def check_declares_itself(cls: type[Learner], params: dict | None = None) -> Non
     assert cls.name and cls.name.isidentifier(), f"{cls.__name__}: name must be an identifier"
     assert cls.description and "\n" not in cls.description, f"{cls.name}: one-line description"
     learner = cls(**(params or {}))
-    assert isinstance(learner.policy, str) and learner.policy, f"{cls.name}: a policy name"
+    assert isinstance(cls.capabilities, Capabilities) and isinstance(
+        learner.capabilities, Capabilities), \
+        f"{cls.name}: capabilities must be a reranker.learners.capabilities.Capabilities"
     defaults = {p.name: p.default for p in cls.params}
     assert learner.get_params() == {**defaults, **(params or {})}, \
         f"{cls.name}: get_params() must return the constructor's parameters"
@@ -189,7 +192,7 @@ def check_bad_features_are_refused(cls: type[Learner], params: dict | None = Non
         raise AssertionError(f"{cls.name}: features of shape {shape} were accepted")
     assert _states_equal(before, learner.get_state()), f"{cls.name}: refused input changed it"
     wider = rng.random((6, N_FEATURES + 2))
-    if cls.supports_growth:
+    if cls.capabilities.supports_growth:
         before_scores = learner.rank(wider[:, :N_FEATURES], 3, np.random.default_rng(1)).scores
         result = learner.rank(wider, 3, np.random.default_rng(1))
         assert learner.n_features_in_ == N_FEATURES + 2, f"{cls.name}: did not grow"
@@ -238,7 +241,7 @@ def check_no_information_changes_nothing(cls: type[Learner], params: dict | None
     learner = _make(cls, params)
     _train(learner, 6, 10)
     rng = np.random.default_rng(8)
-    shown = 0 if cls.per_item_feedback else 5
+    shown = 0 if cls.capabilities.per_item_feedback else 5
     for X, _ in _requests(12, 10):
         before = copy.deepcopy(learner.get_state())
         ranking = learner.rank(X, 5, rng).ranking
@@ -259,10 +262,10 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
     learner = _make(cls, params)
     _train(learner, 13, 15)
     rng = np.random.default_rng(21)
-    if not cls.exact_probabilities:
+    if not cls.capabilities.exact_probabilities:
         # Randomness no finite sum covers: it must log no probability it cannot give.
-        assert learner.stochastic, f"{cls.name}: exact_probabilities=False is for policies " \
-                                   f"that sample"
+        assert learner.capabilities.stochastic, \
+            f"{cls.name}: exact_probabilities=False is for policies that sample"
         for n, k in ((3, 1), (6, 2)):
             result = learner.rank(rng.random((n, N_FEATURES)), k, rng)
             assert result.log_prob is None and result.propensities is None, \
@@ -281,7 +284,7 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
         assert np.allclose(first, expected_first, atol=1e-9), \
             f"{cls.name}: first_log_probabilities disagree with log_probability (n={n})"
         marginals = learner.marginals(X, k)
-        assert marginals is not None or not learner.stochastic, \
+        assert marginals is not None or not learner.capabilities.stochastic, \
             f"{cls.name}: a stochastic learner must give each candidate's chance of being " \
             f"shown (marginals), which its impressions log"
         if marginals is not None:
@@ -289,7 +292,7 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
             assert np.allclose(marginals, expected, atol=1e-9), \
                 f"{cls.name}: marginals of a top-{k} of {n} disagree with log_probability"
         at = learner.position_marginals(X, k)
-        assert at is not None or not learner.stochastic, \
+        assert at is not None or not learner.capabilities.stochastic, \
             f"{cls.name}: a stochastic learner must give each candidate's chance of each " \
             f"shown position (position_marginals)"
         if at is not None:
@@ -298,7 +301,7 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
             assert at.shape == (n, k) and np.allclose(at, expected, atol=1e-9), \
                 f"{cls.name}: position_marginals of a top-{k} of {n} disagree with " \
                 f"log_probability"
-        if not learner.stochastic:
+        if not learner.capabilities.stochastic:
             continue
         for _ in range(20):  # what it logs is the probability of what it shows
             result = learner.rank(X, k, rng)
@@ -314,7 +317,7 @@ def check_probabilities(cls: type[Learner], params: dict | None = None,
             assert abs(result.log_prob - expected_lp) < 1e-9, \
                 f"{cls.name}: logged log-probability {result.log_prob} of a top-{k} of {n}, " \
                 f"expected {expected_lp}"
-    if not learner.stochastic:
+    if not learner.capabilities.stochastic:
         return
     from scipy.stats import chisquare
 
@@ -375,10 +378,10 @@ def check_starts_from_the_prior(cls: type[Learner], params: dict | None = None) 
 
 def check_carries_over_to_another_feature_set(cls: type[Learner], params: dict | None = None
                                                ) -> None:
-    """A learner with :attr:`~reranker.learners.base.Learner.supports_growth` carries its learned
-    state onto a feature set that reorders, drops and adds features: it scores as before on
-    the features both sets share (a dropped feature as if it were 0, a new one without
-    influence), and keeps learning; a learner without it refuses with ``ValueError``."""
+    """A learner with ``capabilities.supports_growth`` carries its learned state onto a
+    feature set that reorders, drops and adds features: it scores as before on the features
+    both sets share (a dropped feature as if it were 0, a new one without influence), and
+    keeps learning; a learner without it refuses with ``ValueError``."""
     learner = _make(cls, params)
     _train(learner, 6, 15)
     names = ["x3", "new", "x1", "x0"]  # x2 dropped, "new" added, the rest reordered
@@ -386,7 +389,7 @@ def check_carries_over_to_another_feature_set(cls: type[Learner], params: dict |
     carried = cls(feature_map=FeatureMap(depth=5), **(params or {}))
     carried.validate_params()
     carried.initialize(len(names), names)
-    if not cls.supports_growth:
+    if not cls.capabilities.supports_growth:
         try:
             carried.carry_over(learner, source)
         except ValueError:
@@ -415,14 +418,15 @@ def check_carries_over_to_another_feature_set(cls: type[Learner], params: dict |
 
 
 def check_learns_judgments(cls: type[Learner], params: dict | None = None) -> None:
-    """A learner that learns from lists it did not draw (``learns_from_mixed_lists``) learns
-    the judgments of a specialised page (:func:`reranker.learners.specialization.judgment_feedback`:
-    its own ranking, a randomised pair whose better result was clicked): taught again and
-    again that the result it ranks just below another is the better one, it ends ranking it
-    above. Floors and learners that learn only from their own lists are not taught them."""
+    """A learner that learns from lists it did not draw
+    (``capabilities.learns_from_mixed_lists``) learns the judgments of a specialised page
+    (:func:`reranker.learners.specialization.judgment_feedback`: its own ranking, a
+    randomised pair whose better result was clicked): taught again and again that the result
+    it ranks just below another is the better one, it ends ranking it above. Floors and
+    learners that learn only from their own lists are not taught them."""
     from reranker.learners.specialization import general_ranking, judgment_feedback
 
-    if cls.floor or not cls.learns_from_mixed_lists:
+    if cls.capabilities.floor or not cls.capabilities.learns_from_mixed_lists:
         return
     learner = _make(cls, params)
     _train(learner, 5, 10)
@@ -443,8 +447,8 @@ def check_learns_judgments(cls: type[Learner], params: dict | None = None) -> No
     assert order.index(better) < order.index(worse), (
         f"{cls.name}: taught 200 times that candidate {better} is better than {worse} "
         f"(a judged randomised pair), it still ranks it below ({order}); a learner whose "
-        f"rule cannot learn from a list it did not draw declares learns_from_mixed_lists = "
-        f"False")
+        f"rule cannot learn from a list it did not draw declares capabilities with "
+        f"learns_from_mixed_lists=False")
 
 
 LEARNER_CHECKS: list[Callable[..., None]] = [

@@ -78,8 +78,8 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
         model, _ = arm.models.load_latest(factory)
         model = model or factory.new()
     def target(X, k):
-        at = model.learner.position_marginals(X, k) if model.learner.exact_probabilities \
-            else None
+        at = model.learner.position_marginals(X, k) \
+            if model.learner.capabilities.exact_probabilities else None
         if at is None:
             raise UnprocessableError(f"learner {name!r} cannot say where it would place each "
                                      f"result (its policy has no exact probabilities), so no "

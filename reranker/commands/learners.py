@@ -12,9 +12,9 @@ def learners() -> None:
 
     for name, cls in learner_classes(get_plugin_manager()).items():
         try:
-            stochastic = bool(cls().stochastic)  # with the default parameters
+            stochastic = cls().capabilities.stochastic  # with the default parameters
         except (TypeError, ValueError):  # a plugin that cannot be built without arguments
-            stochastic = cls.stochastic if isinstance(cls.stochastic, bool) else False
+            stochastic = cls.capabilities.stochastic
         click.echo(f"{name}  {'(stochastic) ' if stochastic else ''}{cls.description}")
         click.echo(f"    experiments: {_experiment_modes(cls)}")
         for param in cls.params:
@@ -23,9 +23,9 @@ def learners() -> None:
 
 def _experiment_modes(cls) -> str:
     """What a learner learns from as an experiment's arm, in words."""
-    if getattr(cls, "floor", False):
+    if cls.capabilities.floor:
         return "a floor: it never learns; any mode"
-    if getattr(cls, "learns_from_mixed_lists", False):
+    if cls.capabilities.learns_from_mixed_lists:
         return "learns from its own pages and the mixed pages it takes part in; any mode"
     return ("learns only from pages it ranks itself: experiment.mode split (interleave and "
             "multileave are refused)")

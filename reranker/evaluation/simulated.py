@@ -52,7 +52,7 @@ class OffPolicyCheck:
             propensities, marginals = at[shown, np.arange(k)], at.sum(axis=1)
         self.pages.append(LoggedPage(X=target_X.copy(), shown=shown, clicks=clicks,
                                      propensities=propensities, shown_marginals=marginals))
-        mine = self.target._rank(target_X, k, self.rng).ranking
+        mine = self.target.rank_validated(target_X, k, self.rng).ranking
         feedback = self.user.respond(mine, k, labels, utility, ideal_utility, self.rng)
         self.true_clicks.append(float(len(feedback.clicked)))
 

@@ -554,7 +554,8 @@ def offline_status(config, pm) -> dict[str, Any]:
                 arms[label] = {"id": arm.id, "learner": arm.spec.learner,
                                "params": dict(arm.spec.params),
                                "model_version": version if version is not None else pinned,
-                               "pinned": pinned, "learns": not arm.factory.learner_cls.floor,
+                               "pinned": pinned,
+                               "learns": not arm.factory.learner_cls.capabilities.floor,
                                "progress": progress}
         status = experiment.status(arms)
         if not status["impressions"]:  # (a renamed experiment starts with none)

@@ -14,13 +14,15 @@ rankings are arrays of candidate indices, best first, holding every candidate on
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
+from reranker.learners.capabilities import NAMES, Capabilities
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.feedback import Feedback
 
@@ -116,64 +118,108 @@ class RankResult:
     shown_propensities: np.ndarray | None = None
 
 
+class _CapabilitiesAttribute:
+    """``capabilities`` of a learner class (the object it declares) and of a learner (its
+    :meth:`Learner.current_capabilities`, which are the declared ones unless the class says
+    that one depends on a parameter or on the learned state)."""
+
+    def __get__(self, learner: Learner | None, cls: type[Learner]) -> Capabilities:
+        if learner is None or not cls._capabilities_vary:
+            return cls._declared_capabilities
+        return learner.current_capabilities()
+
+
+class _DeprecatedFlag:
+    """The reading of a capability by its old class-variable name (``learner.stochastic``),
+    kept for one release for plugins written against it."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, learner: Learner | None, cls: type[Learner]) -> Any:
+        warnings.warn(f"Learner.{self.name} is deprecated; read "
+                      f"learner.capabilities.{self.name} instead", DeprecationWarning,
+                      stacklevel=2)
+        return getattr((learner if learner is not None else cls).capabilities, self.name)
+
+
 class Learner(ABC):
     """Base class of learner plugins.
 
-    Subclasses set :attr:`name`, :attr:`description` and :attr:`params`, and implement
-    :meth:`_initialize`, :meth:`_rank` and :meth:`_update`. Learned attributes end in ``_``.
+    Subclasses set :attr:`name`, :attr:`description` and :attr:`params`, declare their
+    :attr:`capabilities`, and implement :meth:`_initialize`, :meth:`_rank` and
+    :meth:`_update`. Learned attributes end in ``_``.
     """
 
     #: Name used in YAML (``learner.name``) and on the command line.
     name: ClassVar[str] = ""
-    #: Whether the class ships with reranker (set for each subclass): the conformance suite
-    #: checks its results in the project's own tests, so :meth:`rank` does not check them
-    #: on every search as it does a plugin's (:meth:`_checked`).
-    _built_in: ClassVar[bool] = True
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._built_in = cls.__module__.split(".")[0] in ("reranker", "reranker_plugins")
     #: One line shown by ``reranker learners``.
     description: ClassVar[str] = ""
     #: The parameters the learner accepts, with defaults.
     params: ClassVar[tuple[Param, ...]] = ()
-    #: True when rankings are sampled (then ``RankResult.log_prob`` is set).
-    stochastic: ClassVar[bool] = False
-    #: How the presented ranking follows from the scores, one of :data:`POLICIES`. Evaluation
-    #: uses it to compute the probability the policy gave to the clicked item being first
-    #: (Delage's KL cost). ``stochastic`` and ``policy`` may be properties when they depend
-    #: on a parameter.
-    policy: ClassVar[str] = "argmax"
-    #: False for a stochastic learner whose randomness includes more than coins its
-    #: probabilities can sum over (DBGD's continuous exploration direction): it then logs no
-    #: probability of its lists, and :meth:`log_probability`,
-    #: :meth:`first_log_probabilities` and :meth:`marginals` are not defined for it
-    #: (``NotImplementedError``, None).
-    exact_probabilities: ClassVar[bool] = True
-    #: True when the learner's state is kept per feature: it extends its model with zeros
-    #: for features that appear later (:meth:`grow`) and carries it onto another feature set
-    #: (:meth:`carry_over`).
-    supports_growth: ClassVar[bool] = False
-    #: True when the learner learns each shown result's own reward (a click or none: the
-    #: semibandit feedback), so that a page without clicks tells it that every shown result
-    #: earned nothing; False for learners of preferences, which a page without clicks leaves
-    #: as they were.
-    per_item_feedback: ClassVar[bool] = False
-    #: True when the learner's feedback rule is defined on a list mixed from several
-    #: learners' rankings (an interleaved experiment): it then learns from its own ranking
-    #: and the clicks on the results it contributed (:mod:`reranker.models.arm_feedback`). A
-    #: learner whose update needs the probability of the whole shown list under its own
-    #: policy (an off-policy estimator) sets it False and learns only from the lists it
-    #: showed alone.
-    learns_from_mixed_lists: ClassVar[bool] = True
-    #: True for a reference ranking that never learns (the engine's order, a random one): its
-    #: pages are shown as it ranks them, never refined by a query's own clicks
-    #: (:mod:`reranker.learners.specialization`), so that it stays the floor it stands for.
-    floor: ClassVar[bool] = False
-    #: Learned state arrays whose first dimension grows with what the learner has seen (a
-    #: history of pages, a list of policies): a saved model's may differ from a new one's,
-    #: and only their other dimensions are checked on load.
-    variable_length_state: ClassVar[tuple[str, ...]] = ()
+    #: What the learner can do (:class:`~reranker.learners.capabilities.Capabilities`),
+    #: declared in the class body as ``capabilities = Capabilities(...)``, or from the
+    #: parent's with ``dataclasses.replace(Parent.capabilities, ...)``. Read on a class, it
+    #: is the declared object; on a learner, :meth:`current_capabilities`.
+    capabilities: ClassVar[Capabilities] = _CapabilitiesAttribute()  # type: ignore[assignment]
+    _declared_capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Whether ``capabilities`` of a learner is worked out per learner (a class that
+    #: overrides :meth:`current_capabilities`, or sets an old flag as a property).
+    _capabilities_vary: ClassVar[bool] = False
+    #: The old flags a class defines as properties (their values are its learners').
+    _flag_properties: ClassVar[tuple[str, ...]] = ()
+    #: Whether the class was registered by one of the project's own plugins
+    #: (:data:`reranker.core.plugins.DEFAULT_PLUGINS`), which the conformance suite checks in
+    #: the project's tests, so that :meth:`rank` does not check its results on every search
+    #: as it does a plugin's (:meth:`_checked`). Set by the plugin manager, never inherited.
+    _shipped: ClassVar[bool] = False
+
+    stochastic = _DeprecatedFlag("stochastic")
+    policy = _DeprecatedFlag("policy")
+    exact_probabilities = _DeprecatedFlag("exact_probabilities")
+    supports_growth = _DeprecatedFlag("supports_growth")
+    per_item_feedback = _DeprecatedFlag("per_item_feedback")
+    learns_from_mixed_lists = _DeprecatedFlag("learns_from_mixed_lists")
+    floor = _DeprecatedFlag("floor")
+    variable_length_state = _DeprecatedFlag("variable_length_state")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._shipped = False
+        own = cls.__dict__.get("capabilities")
+        if own is not None and not isinstance(own, Capabilities | _CapabilitiesAttribute):
+            raise TypeError(f"{cls.__qualname__}.capabilities must be a Capabilities (a "
+                            f"learner whose capabilities depend on its parameters overrides "
+                            f"current_capabilities()), got {own!r}")
+        if not isinstance(own, Capabilities):  # the first declaration along the MRO
+            own = next(klass.__dict__["_declared_capabilities"] for klass in cls.__mro__[1:]
+                       if "_declared_capabilities" in klass.__dict__)
+        old, properties = _old_flags(cls)
+        cls._flag_properties = tuple(dict.fromkeys(cls._flag_properties + properties))
+        cls._capabilities_vary = bool(cls._flag_properties) or \
+            cls.current_capabilities is not Learner.current_capabilities
+        cls._declare(replace(own, **old) if old else own)
+
+    @classmethod
+    def _declare(cls, capabilities: Capabilities) -> None:
+        """Make ``capabilities`` the class's declared ones. Where no learner's can differ,
+        ``capabilities`` is the object itself, read as a plain attribute on every search;
+        otherwise the attribute that asks :meth:`current_capabilities`. (Set on the class
+        itself, so that a mixin's attribute of that name cannot hide it.)"""
+        cls._declared_capabilities = capabilities
+        cls.capabilities = capabilities if not cls._capabilities_vary \
+            else _CapabilitiesAttribute()  # type: ignore[assignment]
+
+    def current_capabilities(self) -> Capabilities:
+        """What this learner can do with its parameters and learned state, which
+        ``learner.capabilities`` reads: the class's declared :attr:`capabilities`. A learner
+        one of whose facts depends on a parameter (a chance of exploring that may be 0) or on
+        its learned state overrides it, returning
+        ``super().current_capabilities().with_(stochastic=...)``."""
+        declared = type(self)._declared_capabilities
+        if not self._flag_properties:
+            return declared
+        return declared.with_(**{name: getattr(self, name) for name in self._flag_properties})
 
     def __init__(self, feature_map: FeatureMap | None = None, **params: Any):
         known = {p.name for p in self.params}
@@ -247,6 +293,7 @@ class Learner(ABC):
         expected = template.get_state()
         state = {**{k: v for k, v in template._state_defaults().items() if k in expected},
                  **state}
+        growing = self.capabilities.variable_length_state
         missing = sorted(set(expected) - set(state))
         extra = sorted(set(state) - set(expected))
         if missing or extra:
@@ -260,10 +307,10 @@ class Learner(ABC):
             value = state[key]
             if isinstance(ref, np.ndarray):
                 arr = np.array(value, dtype=ref.dtype)
-                if arr.size == 0 and ref.ndim > 1 and key in self.variable_length_state:
+                if arr.size == 0 and ref.ndim > 1 and key in growing:
                     # an empty array of rows is an empty list in a model file
                     arr = arr.reshape((0, *ref.shape[1:]))
-                if key in self.variable_length_state and arr.ndim == ref.ndim \
+                if key in growing and arr.ndim == ref.ndim \
                         and arr.shape[1:] == ref.shape[1:]:
                     pass  # any length
                 elif arr.shape != ref.shape:
@@ -299,12 +346,13 @@ class Learner(ABC):
         if not self.initialized:
             self.initialize(X.shape[1])
         elif X.shape[1] != self.n_features_in_:
-            if X.shape[1] > self.n_features_in_ and self.supports_growth:
+            grows = self.capabilities.supports_growth
+            if X.shape[1] > self.n_features_in_ and grows:
                 self.grow(X.shape[1])
             else:
                 raise ValueError(
                     f"learner {self.name!r} was trained on {self.n_features_in_} features but "
-                    f"got {X.shape[1]}" + ("" if self.supports_growth else
+                    f"got {X.shape[1]}" + ("" if grows else
                                           "; it does not support a changing feature set"))
         return X
 
@@ -322,12 +370,13 @@ class Learner(ABC):
         if check or not self.initialized or X.shape[1] != self.n_features_in_:
             X = self.check_features(X)
         n_shown = X.shape[0] if n_shown is None else max(0, min(int(n_shown), X.shape[0]))
-        if rng is None and self.stochastic:
+        capabilities = self.capabilities
+        if rng is None and capabilities.stochastic:
             rng = _fallback_rng()
         result = self._rank(X, n_shown, rng)
-        if not self._built_in:  # (the built-in learners' results are checked by their tests)
+        if not self._shipped:  # (the built-in learners' results are checked by their tests)
             result = self._checked(result, X.shape[0], n_shown)
-        if self.stochastic and self.exact_probabilities:
+        if capabilities.stochastic and capabilities.exact_probabilities:
             self._log_chances(X, n_shown, result)
             result.propensities = self._checked_array(result.propensities, "propensities",
                                                       X.shape[0])
@@ -388,8 +437,8 @@ class Learner(ABC):
         """Fill in what a stochastic policy's impression logs and ``_rank`` left out: the
         shown list's probability (:meth:`log_probability`), each candidate's chance of being
         shown and each shown result's chance at its position (from
-        :meth:`position_marginals`, or :meth:`marginals`). The offline simulator, which calls
-        ``_rank``, does without them."""
+        :meth:`position_marginals`, or :meth:`marginals`). :meth:`rank_validated` (the offline
+        simulator's) does without them."""
         if result.log_prob is None:
             result.log_prob = self.log_probability(X, result.ranking[:n_shown])
         if result.shown_propensities is None:
@@ -413,8 +462,32 @@ class Learner(ABC):
 
     def _learn(self, X: np.ndarray, feedback: Feedback) -> bool:
         """:meth:`_update` on validated input, with whatever bookkeeping the base class
-        keeps around it (the offline simulator calls this directly)."""
+        keeps around it (:meth:`update` and :meth:`update_validated` call it)."""
         return self._update(X, feedback)
+
+    # -- the same on input the caller has validated, for tight loops ----------------------
+
+    def rank_validated(self, X: np.ndarray, n_shown: int,
+                       rng: np.random.Generator | None) -> RankResult:
+        """The learner's own ranking of features the caller has validated: a 2-D array of
+        finite numbers with the model's feature count (:meth:`check_features` returns one),
+        and ``0 <= n_shown <= len(X)``; ``rng`` must be set for a stochastic learner. It
+        does none of :meth:`rank`'s work around the ranking: no check of the input or of the
+        result, and a stochastic policy's probabilities stay as its ranking rule gives them
+        (what :meth:`rank` adds for the impression's log, from :meth:`log_probability` and
+        the marginals, costs more than the ranking). It draws the same random numbers as
+        :meth:`rank`. For loops over data checked once (the offline simulator)."""
+        return self._rank(X, n_shown, rng)
+
+    def update_validated(self, X: np.ndarray, feedback: Feedback) -> bool:
+        """:meth:`update` on features the caller has validated (as for
+        :meth:`rank_validated`) and a feedback on all of their candidates, unchecked."""
+        return bool(self._learn(X, feedback))
+
+    def first_log_probabilities_validated(self, X: np.ndarray) -> np.ndarray:
+        """:meth:`first_log_probabilities` of features the caller has validated (as for
+        :meth:`rank_validated`), unchecked."""
+        return self._first_log_probabilities(X)
 
     @abstractmethod
     def _initialize(self, n_features: int) -> None:
@@ -433,8 +506,8 @@ class Learner(ABC):
              prior: np.ndarray | None = None) -> None:
         """Extend the model to ``n_features`` features, the new ones appended after the old
         (a new feature in the config, or a growing item library). Learners without
-        :attr:`supports_growth` refuse with a ``ValueError``."""
-        if not self.supports_growth:
+        ``capabilities.supports_growth`` refuse with a ``ValueError``."""
+        if not self.capabilities.supports_growth:
             raise ValueError(f"learner {self.name!r} does not support a growing feature set "
                              f"(it was trained on {self.n_features_in_} features, now "
                              f"{n_features}); start a new model for it")
@@ -466,9 +539,9 @@ class Learner(ABC):
         The default copies every learned array along the axes as long as ``old``'s feature
         count, and every learned number, which is right for state kept per feature (weight
         vectors, per-feature statistics, feature-by-feature matrices); a learner whose state
-        has another shape overrides it. Learners without :attr:`supports_growth` refuse with
-        a ``ValueError``."""
-        if not self.supports_growth or not isinstance(old, type(self)):
+        has another shape overrides it. Learners without ``capabilities.supports_growth``
+        refuse with a ``ValueError``."""
+        if not self.capabilities.supports_growth or not isinstance(old, type(self)):
             raise ValueError(f"learner {old.name!r} cannot carry its learned state onto "
                              f"another feature set")
         source = np.asarray(source, dtype=np.intp)
@@ -508,7 +581,7 @@ class Learner(ABC):
         ``len(top)`` results for these features, with its current model (``n_shown`` =
         ``len(top)``). A deterministic learner: 0 for its own top, ``-inf`` for any other;
         stochastic learners override it."""
-        if self.stochastic:
+        if self.capabilities.stochastic:
             raise NotImplementedError(f"learner {self.name!r} is stochastic and does not say "
                                       f"the probability of its rankings")
         X = self.check_features(X)
@@ -525,7 +598,7 @@ class Learner(ABC):
         """:meth:`first_log_probabilities` of validated features; by default from
         :meth:`log_probability` of every one-result list (learners override it with a closed
         form)."""
-        if not self.stochastic:  # all the mass on its own first
+        if not self.capabilities.stochastic:  # all the mass on its own first
             out = np.full(X.shape[0], -math.inf)
             if X.shape[0]:
                 out[self._rank(X, 1, None).ranking[0]] = 0.0
@@ -536,7 +609,7 @@ class Learner(ABC):
         """The probability of each candidate to be among the first ``n_shown`` (its
         propensity of being shown), or None where the learner cannot say it exactly. A
         deterministic learner: 1 for its top ``n_shown``, 0 for the rest."""
-        if self.stochastic:
+        if self.capabilities.stochastic:
             return None
         X = self.check_features(X)
         out = np.zeros(X.shape[0])
@@ -548,7 +621,7 @@ class Learner(ABC):
         (``r < n_shown``), the propensity an off-policy estimate of a per-position click
         metric divides by; None where the learner cannot say it exactly. A deterministic
         learner: 1 where its ranking puts each of its top ``n_shown``."""
-        if self.stochastic:
+        if self.capabilities.stochastic:
             return None
         X = self.check_features(X)
         k = min(int(n_shown), X.shape[0])
@@ -559,6 +632,39 @@ class Learner(ABC):
     @classmethod
     def describe(cls) -> str:
         return cls.description
+
+
+def _old_flags(cls: type[Learner]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The capabilities ``cls`` still sets as class variables (in its body, or through a mixin
+    that is not a learner), as the plugins written before :attr:`Learner.capabilities` did:
+    their values, and the names of those it sets as properties. Both are deprecated, with a
+    warning that says what to write instead."""
+    values: dict[str, Any] = {}
+    properties: list[str] = []
+    parents = [klass for klass in cls.__mro__[1:] if issubclass(klass, Learner)]
+    for name in NAMES:
+        owner = next(klass for klass in cls.__mro__ if name in klass.__dict__)
+        if owner is not cls and any(owner in parent.__mro__ for parent in parents):
+            continue  # the base class's reading, or a parent that was told already
+        value = owner.__dict__[name]
+        if hasattr(value, "__get__"):
+            properties.append(name)
+        else:
+            values[name] = value
+    if values:
+        changes = ", ".join(f"{key}={value!r}" for key, value in values.items())
+        warnings.warn(f"learner class {cls.__qualname__} sets {', '.join(values)} as class "
+                      f"variables, which are deprecated: declare capabilities = "
+                      f"dataclasses.replace({parents[0].__name__}.capabilities, {changes}) "
+                      f"(reranker.learners.capabilities) instead", DeprecationWarning,
+                      stacklevel=4)
+    if properties:
+        warnings.warn(f"learner class {cls.__qualname__} defines {', '.join(properties)} as "
+                      f"properties, which are deprecated: override current_capabilities() to "
+                      f"return super().current_capabilities().with_("
+                      f"{', '.join(f'{name}=...' for name in properties)}) instead",
+                      DeprecationWarning, stacklevel=4)
+    return values, tuple(properties)
 
 
 def prior_steps_param(default: float) -> Param:
@@ -678,7 +784,7 @@ class GradientStepLearner(LinearLearner):
     ``learning_rate`` and multiplied by ``learning_rate_decay`` after each step (PDGD and
     DBGD, as their reference implementation runs them). It starts from ``w = 0``."""
 
-    supports_growth = True
+    capabilities = replace(LinearLearner.capabilities, supports_growth=True)
     learning_rate: float = 0.1
     learning_rate_decay: float = 1.0
 

@@ -27,12 +27,14 @@ position-bias estimate uses them as interventions).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from reranker.features.clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
 from reranker.features.extraction import kernels
 from reranker.learners.base import LinearLearner, Param, RankResult, argmax_ranking
+from reranker.learners.capabilities import Capabilities
 from reranker.learners.feedback import Feedback, pair_swapped_ranking
 
 SWAP_PROBABILITY = Param(
@@ -115,14 +117,15 @@ class CoactiveLearner(LinearLearner):
     :meth:`improved`, ``y`` is ``feedback.ranking``)."""
 
     params: tuple[Param, ...] = (SWAP_PROBABILITY, *LinearLearner.params)
+    capabilities = replace(LinearLearner.capabilities, stochastic=True,
+                           policy="perturbed_pairs")
 
-    @property  # type: ignore[override]
-    def stochastic(self) -> bool:
-        return self.swap_probability > 0
-
-    @property  # type: ignore[override]
-    def policy(self) -> str:
-        return "perturbed_pairs" if self.swap_probability > 0 else "argmax"
+    def current_capabilities(self) -> Capabilities:
+        """Without swaps (``swap_probability`` 0) it presents the argmax."""
+        capabilities = super().current_capabilities()
+        if self.swap_probability > 0:
+            return capabilities
+        return capabilities.with_(stochastic=False, policy="argmax")
 
     def _rank(self, X: np.ndarray, n_shown: int,
               rng: np.random.Generator | None) -> RankResult:
@@ -139,7 +142,7 @@ class CoactiveLearner(LinearLearner):
         """Log-probability of showing ``top`` as the whole shown list (``n_shown`` =
         ``len(top)``): the argmax's top with the pairs of one pairing each kept (1 - p) or
         swapped (p)."""
-        if not self.stochastic:
+        if not self.capabilities.stochastic:
             return super().log_probability(X, top)
         X = self.check_features(X)
         top = np.asarray(top, dtype=np.intp).tolist()
@@ -166,7 +169,7 @@ class CoactiveLearner(LinearLearner):
         """Every result of the argmax's top is shown but the last, which the pair reaching
         below the page (in one pairing of two, swapped with chance p) trades for the first
         result left out."""
-        if not self.stochastic:
+        if not self.capabilities.stochastic:
             return super().marginals(X, n_shown)
         X = self.check_features(X)
         out = np.zeros(X.shape[0])
@@ -179,7 +182,7 @@ class CoactiveLearner(LinearLearner):
         """Each pairing (chance 1/2) keeps every pair of its own (chance 1 - p) or swaps it
         (chance p); the positions outside its pairs keep the argmax's result. A position
         can only hold the argmax's result there or one of its two neighbours."""
-        if not self.stochastic:
+        if not self.capabilities.stochastic:
             return super().position_marginals(X, n_shown)
         X = self.check_features(X)
         k = max(0, min(int(n_shown), X.shape[0]))

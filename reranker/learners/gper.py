@@ -18,6 +18,7 @@ ranking that their own pages and clicks confirm for good.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -30,7 +31,7 @@ class GPERLearner(LinearLearner):
     clicked items; subclasses give the loss gradient (and may sample instead of presenting
     the argmax)."""
 
-    supports_growth = True
+    capabilities = replace(LinearLearner.capabilities, supports_growth=True)
     #: The items a clicked item is compared with (the loss's normaliser): ``"all"``, every
     #: candidate (Delage's user, who finds the item wherever it is ranked), or ``"shown"``,
     #: the results the user saw (:meth:`_choice`). A parameter of the argmax learners.

@@ -27,6 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from reranker.learners.base import Learner, Param, argmax_ranking
+from reranker.learners.capabilities import Capabilities
 from reranker.learners.feedback import Feedback, item_feedback
 
 ORACLES = ("linear", "trees")
@@ -170,9 +171,8 @@ class OracleLearner(Learner):
     results, target ``y`` and weight ``1 / q`` (Krishnamurthy et al., appendix C). The linear
     leader uses every page seen (running sums); the trees leader the ``history`` newest."""
 
-    per_item_feedback = True
-    variable_length_state: ClassVar[tuple[str, ...]] = (
-        "theta_", "pages_X_", "pages_y_", "pages_q_", "pages_sizes_")
+    capabilities = Capabilities(per_item_feedback=True, variable_length_state=(
+        "theta_", "pages_X_", "pages_y_", "pages_q_", "pages_sizes_"))
 
     #: True when the learner needs its pages even with the linear oracle
     keeps_pages: ClassVar[bool] = False

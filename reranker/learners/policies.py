@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -151,10 +152,13 @@ class PlackettLucePolicy:
     """What a learner that presents Plackett-Luce samples of its scores knows of its policy:
     mix it into a :class:`reranker.learners.base.Learner` whose ``policy_scores(X)`` gives the
     scores. Its rankings are logged with the probability of the shown list and each
-    candidate's chance of being shown."""
+    candidate's chance of being shown. The learner's capabilities say so (``stochastic``,
+    policy ``plackett_luce``) over what it declares: the mixin is what presents them."""
 
-    stochastic = True
-    policy = "plackett_luce"
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)  # (the learner's declaration, read first)
+        cls._declare(replace(cls._declared_capabilities, stochastic=True,
+                             policy="plackett_luce"))
 
     def policy_scores(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError

@@ -253,7 +253,8 @@ def specializes(learner_cls, specialize: bool = True) -> bool:
     for a learner that learns only from the pages it drew itself
     (``learns_from_mixed_lists`` false: EELS), which specialised pages would starve of the
     pages it learns from and whose page is not an order of scores to refine."""
-    return bool(specialize) and not learner_cls.floor and learner_cls.learns_from_mixed_lists
+    capabilities = learner_cls.capabilities
+    return bool(specialize) and not capabilities.floor and capabilities.learns_from_mixed_lists
 
 
 def general_features(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:

@@ -5,8 +5,8 @@ An arm learns from:
 
 * the impressions it showed alone (``Impression.arm`` is its id);
 * mixed lists (interleaving, multileaving) it took part in, when its learner's feedback
-  rule is defined on a list another policy showed
-  (:attr:`reranker.learners.base.Learner.learns_from_mixed_lists`): it learns from the page as
+  rule is defined on a list another policy showed (``learns_from_mixed_lists`` of its
+  :class:`reranker.learners.capabilities.Capabilities`): it learns from the page as
   shown, with every click, and the adjacent pairs the experiment randomised on it
   (:func:`reranker.experiments.interleaving.perturb_pairs`), which compare two results
   without position bias whichever arm contributed them;
@@ -71,7 +71,7 @@ class ArmFeedback:
                 # ranking, once it has a click (docs/algorithms.md, "General model and
                 # query specialisation"); otherwise nothing (an empty feedback)
                 taught = None
-                if len(clicked) and self.factory.learner_cls.learns_from_mixed_lists:
+                if len(clicked) and self.factory.learner_cls.capabilities.learns_from_mixed_lists:
                     taught = taught_by(imp.context, len(imp.doc_ids), imp.n_shown)
                 return X, taught or Feedback(ranking=imp.ranking, n_shown=imp.n_shown)
             return X, feedback_from_clicks(
@@ -80,7 +80,7 @@ class ArmFeedback:
         logged = (imp.context or {}).get("arms", {})
         if imp.arm is not None or not any(entry.get("id") in names
                                            for entry in logged.values()) \
-                or not self.factory.learner_cls.learns_from_mixed_lists:
+                or not self.factory.learner_cls.capabilities.learns_from_mixed_lists:
             return None
         # A mixed list it took part in: the page as shown, with every click, and the pairs
         # the experiment randomised on it (the arms' own perturbations are not what was

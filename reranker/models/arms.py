@@ -217,8 +217,9 @@ def arms_from_config(config, pm) -> list[Arm]:
                                             "params_key": named("learner.params")}
         spec, factory = build_arm(label, section, config, pm, f"{where}{key}", **keys)
         learner_cls = factory.learner_cls
-        if key != "learner" and experiment.mode != "split" and not learner_cls.floor \
-                and not learner_cls.learns_from_mixed_lists:
+        capabilities = learner_cls.capabilities
+        if key != "learner" and experiment.mode != "split" and not capabilities.floor \
+                and not capabilities.learns_from_mixed_lists:
             # its pages would be mixed with the others' and it would never learn
             raise ConfigError(
                 f"{where}{key}: learner {learner_cls.name!r} learns only from pages it ranks "

@@ -271,7 +271,7 @@ class ModelFactory:
             if not appended:
                 raise fail(f"it was trained on other features than the config gives "
                            f"({feature_change(names, self.feature_names)})")
-            if not self.learner_cls.supports_growth:
+            if not self.learner_cls.capabilities.supports_growth:
                 raise fail(f"the config adds features {list(self.feature_names[len(names):])} "
                            f"and learner {self.learner_cls.name!r} does not support new "
                            f"features; start a new model for it")

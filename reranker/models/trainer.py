@@ -487,7 +487,7 @@ def uninformative_reason(learner, feedback, context: dict | None = None) -> str:
     from reranker.learners.coactive import CoactiveLearner
 
     if SPECIALISED in (context or {}):
-        if not learner.learns_from_mixed_lists:
+        if not learner.capabilities.learns_from_mixed_lists:
             return "a page its query's clicks specialised, which this learner cannot learn from"
         return "a page its query's clicks specialised, whose judgments cover none of the " \
             "model's own adjacent pairs"

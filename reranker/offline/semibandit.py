@@ -94,7 +94,7 @@ def run_semibandit(data: SimulationData, spec: LearnerSpec, settings: Semibandit
         lo, hi = offsets[qi], offsets[qi + 1]
         X, labels = learner.check_features(train.X[lo:hi]), train.labels[lo:hi]
         k = min(settings.positions, hi - lo)
-        result = learner._rank(X, k, learner_rng)
+        result = learner.rank_validated(X, k, learner_rng)
         shown = result.ranking[:k]
         values = labels[shown].astype(np.float64)
         feedback = Feedback(ranking=result.ranking, n_shown=k,
@@ -103,7 +103,7 @@ def run_semibandit(data: SimulationData, spec: LearnerSpec, settings: Semibandit
         feedback.propensities = result.propensities  # as the service logs them
         total += float(w[:k] @ values)
         best += float(w[:k] @ np.sort(labels)[::-1][:k])
-        learner._learn(X, feedback)
+        learner.update_validated(X, feedback)
         if t == checkpoints[j]:
             average[j], ideal[j] = total / t, best / t
             j += 1

@@ -13,8 +13,8 @@ one feature, ``backend_feature``) and see the click features of :mod:`reranker.f
 counted from the simulated users' clicks on the training queries, which repeat; the
 literature's protocol (all-zero start, no click features) is ``start="zero"`` and
 ``click_features=False``. The dataset is validated once, up front; the hot loop then calls
-each learner's own ranking and learning rules (``_rank``, ``_learn``) without re-checking
-every request.
+the learner interface's unchecked entries (:meth:`~reranker.learners.base.Learner.rank_validated`,
+:meth:`~reranker.learners.base.Learner.update_validated`) without re-checking every request.
 """
 
 from __future__ import annotations
@@ -532,9 +532,11 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     stream_rng, user_rng = np.random.default_rng(streams[0]), np.random.default_rng(streams[1])
     learner_rng, test_rng = np.random.default_rng(streams[2]), np.random.default_rng(streams[3])
     learner = simulation_factory(data, spec, settings).new().learner
-    rank, learn = learner._rank, learner._learn
-    first_log_probabilities = learner._first_log_probabilities
-    if not learner.exact_probabilities:  # no KL cost for a policy without probabilities
+    # (the features are built finite here, with the model's columns: no check per call)
+    rank, learn = learner.rank_validated, learner.update_validated
+    first_log_probabilities = learner.first_log_probabilities_validated
+    capabilities = learner.capabilities
+    if not capabilities.exact_probabilities:  # no KL cost for a policy without probabilities
         def first_log_probabilities(X):
             return np.full(X.shape[0], np.nan)
     respond = make_user(settings.click_model, data.grades).respond
@@ -555,7 +557,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     X_rows = train.X if not columns else np.hstack(
         [train.X, np.zeros((len(train.X), len(columns)))])
     specialize = clicks is not None and specializes(type(learner), settings.specialize)
-    judged_teach = learner.learns_from_mixed_lists
+    judged_teach = capabilities.learns_from_mixed_lists
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
     n_train = len(train)
@@ -709,7 +711,7 @@ def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator,
 
     A :class:`reranker.learners.base.LinearLearner` scores a candidate by ``x . weights()``
     alone, so all test queries are scored at once; any other learner's scores come from
-    its ``_rank`` on each query's candidates."""
+    its :meth:`~reranker.learners.base.Learner.rank_validated` on each query's candidates."""
     test = data.test
     queries = queries if queries is not None else _TestQueries(test)
     X = test.X
@@ -721,7 +723,7 @@ def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator,
     scores = np.zeros(len(X))
     for i in queries.queries:
         lo, hi = test.offsets[i], test.offsets[i + 1]
-        scores[lo:hi] = learner._rank(X[lo:hi], min(PAGE, hi - lo), rng).scores
+        scores[lo:hi] = learner.rank_validated(X[lo:hi], min(PAGE, hi - lo), rng).scores
     return queries.ndcg(scores)
 
 

@@ -238,7 +238,7 @@ def training(service: RerankerService, arm: Arm, imp: Impression) -> dict[str, A
                                         "whose order they randomised"}
     if not clicks:
         return {"learns": False, "why": "no click"}
-    if arm.factory.learner_cls.floor:
+    if arm.factory.learner_cls.capabilities.floor:
         return {"learns": False, "why": f"{arm.model.learner_name} is a floor: it never "
                                         f"learns"}
     learned = arm.feedback(imp)
@@ -253,7 +253,7 @@ def training(service: RerankerService, arm: Arm, imp: Impression) -> dict[str, A
                   "over": imp.doc_ids[general[u] if lower else general[u + 1]],
                   "general_rank": u + 1}
                  for u, lower in judged if u + 1 < len(general)]
-        if not arm.factory.learner_cls.learns_from_mixed_lists:
+        if not arm.factory.learner_cls.capabilities.learns_from_mixed_lists:
             return {"learns": False, "why": f"a page this query's clicks specialised: "
                                             f"{arm.model.learner_name} learns only from its own "
                                             f"pages"}

@@ -59,7 +59,7 @@ class Ranker:
                 return backend_order(X.shape[0], label, "learner")
             result = self.specialised(arm, result, X, evidence, n_shown)
             log_prob = result.log_prob
-            if log_prob is None and not model.learner.stochastic:
+            if log_prob is None and not model.learner.capabilities.stochastic:
                 log_prob = 0.0  # a deterministic policy shows its ranking with certainty
             context = result.context
             if result.shown_propensities is not None:
@@ -83,8 +83,8 @@ class Ranker:
         if columns is not None and len(columns) != X.shape[1]:
             X = X[:, columns]  # (the model leaves the query's own click lift out)
         try:
-            result = model.rank(X, n_shown, self.rng if model.learner.stochastic else None,
-                                check=False)  # X is built finite
+            rng = self.rng if model.learner.capabilities.stochastic else None
+            result = model.rank(X, n_shown, rng, check=False)  # X is built finite
         except Exception as exc:  # noqa: BLE001 -- any learner failure: the engine's order
             log.exception("learner %s (arm %s) failed to rank %d candidates: the backend's "
                           "order is served", model.learner_name, arm.labels[0], X.shape[0])

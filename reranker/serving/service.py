@@ -342,7 +342,8 @@ class RerankerService:
             for label in arm.labels:
                 out[label] = {"id": arm.id, "learner": arm.spec.learner,
                               "params": dict(arm.spec.params), "model_version": model.version,
-                              "pinned": arm.pinned, "learns": not arm.factory.learner_cls.floor,
+                              "pinned": arm.pinned,
+                              "learns": not arm.factory.learner_cls.capabilities.floor,
                               "progress": model.progress.to_dict()}
         return out
 

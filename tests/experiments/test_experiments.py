@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -270,7 +271,8 @@ def test_every_arm_of_an_interleaved_experiment_learns_from_the_mixed_pages(
         server.stop()
 
 
-def test_mixed_lists_give_every_arm_the_page_with_its_randomised_pairs(workdir, corpus):
+def test_mixed_lists_give_every_arm_the_page_with_its_randomised_pairs(workdir, corpus,
+                                                                        monkeypatch):
     server = LiveServer(experiment_config(workdir))
     try:
         offsets, swaps = set(), 0
@@ -294,11 +296,10 @@ def test_mixed_lists_give_every_arm_the_page_with_its_randomised_pairs(workdir, 
         assert offsets == {0, 1} and 0.35 < swaps / (40 * 4.5) < 0.65
         # a learner whose update needs the whole list's probability takes none of it
         arm = server.service.by_label["perceptron"]
-        arm.factory.learner_cls.learns_from_mixed_lists = False
-        try:
-            assert arm.feedback(imp) is None
-        finally:
-            del arm.factory.learner_cls.learns_from_mixed_lists
+        cls = arm.factory.learner_cls
+        monkeypatch.setattr(cls, "capabilities",
+                            replace(cls.capabilities, learns_from_mixed_lists=False))
+        assert arm.feedback(imp) is None
     finally:
         server.stop()
 
@@ -826,13 +827,14 @@ def test_an_arm_that_learned_before_is_named_and_even_start_starts_every_arm_afr
         server.stop()
 
 
-def test_an_arm_that_learns_from_none_of_its_pages_is_flagged(workdir, corpus):
+def test_an_arm_that_learns_from_none_of_its_pages_is_flagged(workdir, corpus, monkeypatch):
     """A learner whose arm applies none of the mixed pages it took part in is flagged in
     /experiments and by `reranker report` once it took part in enough pages with a click."""
     server = LiveServer(experiment_config(workdir, arms={"perceptron": PERCEPTRON,
                                                          "engine": ENGINE}))
-    arm = server.service.by_label["perceptron"]
-    arm.factory.learner_cls.learns_from_mixed_lists = False  # (after the start-up check)
+    cls = server.service.by_label["perceptron"].factory.learner_cls
+    monkeypatch.setattr(cls, "capabilities",  # (after the start-up check)
+                        replace(cls.capabilities, learns_from_mixed_lists=False))
     try:
         users_search(server, corpus, 60)
         server.service.trainer.run_once(close_all=True)
@@ -843,7 +845,7 @@ def test_an_arm_that_learns_from_none_of_its_pages_is_flagged(workdir, corpus):
         assert "learned from none of them" in flag
         assert "not_learning" not in status["engine"]  # a floor learns nothing by design
     finally:
-        del arm.factory.learner_cls.learns_from_mixed_lists
+        monkeypatch.undo()
         server.stop()
     printed = " ".join(run_cli("report", "-c", str(workdir / "config.yaml")).stdout.split())
     assert f"not learning: arm 'perceptron' (preference_perceptron) took part in {clicked} " \

@@ -1,9 +1,12 @@
 """The conformance checks fail on learners that break their contract."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from reranker.learners.base import Learner, LinearLearner, RankResult, argmax_ranking
+from reranker.learners.capabilities import Capabilities
 from reranker.learners.policies import (
     gumbel_top_k,
     plackett_luce_log_prob,
@@ -93,8 +96,7 @@ class LearnsFromNothing(Good):
 
 class WrongProbabilities(Good):
     name = "wrong_probabilities"
-    stochastic = True
-    policy = "plackett_luce"
+    capabilities = Capabilities(stochastic=True, policy="plackett_luce")
 
     def _initialize(self, n):
         self.w_ = np.linspace(-1, 1, n)
@@ -167,7 +169,7 @@ class ForgetsWhenGrowing(Good):
     """Supports growth but resets its weights when it grows."""
 
     name = "forgets_when_growing"
-    supports_growth = True
+    capabilities = Capabilities(supports_growth=True)
 
     def _grow(self, n):
         self.w_ = np.zeros(n)
@@ -175,7 +177,7 @@ class ForgetsWhenGrowing(Good):
 
 class GrowsWell(Good):
     name = "grows_well"
-    supports_growth = True
+    capabilities = Capabilities(supports_growth=True)
 
     def _grow(self, n):
         self.w_ = np.concatenate([self.w_, np.zeros(n - len(self.w_))])
@@ -194,7 +196,7 @@ class NoMarginals(Good):
     """A Plackett-Luce sampler that does not say each candidate's chance of being shown."""
 
     name = "no_marginals"
-    stochastic = True
+    capabilities = Capabilities(stochastic=True)
 
     def _rank(self, X, n_shown, rng):
         s = X @ self.w_
@@ -210,7 +212,7 @@ class ClaimsInexactButLogs(NoMarginals):
     """Says its probabilities are not exact, and logs one anyway."""
 
     name = "claims_inexact_but_logs"
-    exact_probabilities = False
+    capabilities = replace(NoMarginals.capabilities, exact_probabilities=False)
 
 
 class GoodLinear(LinearLearner):

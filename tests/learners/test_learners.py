@@ -307,3 +307,34 @@ def test_klrank_grows_with_new_features():
     learner.rank(wider, 3, np.random.default_rng(0))
     np.testing.assert_array_equal(learner.theta_, np.append(theta, 0.0))
     assert learner.feature_names_in_ == ["a", "b", "feature_2"]
+
+
+@pytest.mark.parametrize("name", ["preference_perceptron", "pdgd", "epsilon_greedy", "random",
+                                  "dbgd", "linucb"])
+def test_the_unchecked_entries_rank_and_learn_as_the_checked_ones(name):
+    """rank_validated, update_validated and first_log_probabilities_validated (the offline
+    simulator's) are rank, update and first_log_probabilities without the checks: the same
+    random numbers, rankings, scores and learned state."""
+    from reranker.core.plugins import get_plugin_manager, learner_classes
+
+    cls = learner_classes(get_plugin_manager(load_entrypoints=False))[name]
+    checked, fast = cls(), cls()
+    data = np.random.default_rng(3)
+    rngs = np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(30):
+        X = data.random((7, 4))
+        a = checked.rank(X, 4, rngs[0])
+        b = fast.rank_validated(fast.check_features(X), 4, rngs[1])
+        assert np.array_equal(a.ranking, b.ranking) and np.array_equal(a.scores, b.scores)
+        if checked.capabilities.exact_probabilities:
+            assert np.array_equal(checked.first_log_probabilities(X),
+                                  fast.first_log_probabilities_validated(X))
+        clicked = np.array([int(a.ranking[1])])
+        logged = {"log_prob": a.log_prob, "propensities": a.propensities}
+        assert checked.update(X, feedback_from_clicks(a.ranking, 4, clicked, context=a.context,
+                                                      **logged)) == \
+            fast.update_validated(X, feedback_from_clicks(b.ranking, 4, clicked,
+                                                          context=b.context, **logged))
+    assert rngs[0].random() == rngs[1].random()
+    for key, value in checked.get_state().items():
+        np.testing.assert_array_equal(fast.get_state()[key], value, err_msg=key)

@@ -40,7 +40,7 @@ def test_perturbed_presentation_and_update_by_hand(seed):
     X = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5], [0.2, 0.9], [0.3, 0.3]])
     p = 0.3
     learner = PreferencePerceptron(feature_map=FeatureMap(depth=4), swap_probability=p)
-    assert learner.stochastic and learner.policy == "perturbed_pairs"
+    assert learner.capabilities.stochastic and learner.capabilities.policy == "perturbed_pairs"
     draws = np.random.default_rng(seed).random(3)  # the pairing, then one coin per pair
     result = learner.rank(X, 4, np.random.default_rng(seed))
     offset = 1 if draws[0] < 0.5 else 0

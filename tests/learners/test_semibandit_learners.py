@@ -85,7 +85,8 @@ def test_eels_explores_then_estimates_the_position_weights_and_exploits():
 
     eels = learner(EELS, positions=2, min_rounds=2, min_eigenvalue=0.5, ridge=1.0)
     rng = np.random.default_rng(0)
-    assert eels.stochastic and eels.rank(X, 2, rng).log_prob == pytest.approx(math.log(1 / 6))
+    assert eels.capabilities.stochastic
+    assert eels.rank(X, 2, rng).log_prob == pytest.approx(math.log(1 / 6))
     no_reward = page([0, 1], [0])
     assert not eels.update(X, no_reward)  # a page without a reward teaches nothing
     first = page([0, 1], [0])
@@ -96,7 +97,7 @@ def test_eels_explores_then_estimates_the_position_weights_and_exploits():
     assert eels.update(X, second)
     # sum y y^T = I reaches the eigenvalue: w = (2, 1), and the oracle is fitted once, each
     # shown result weighted 3 / 2 (the inverse of a random list's chance to show it)
-    assert eels.exploiting_ and not eels.stochastic
+    assert eels.exploiting_ and not eels.capabilities.stochastic
     np.testing.assert_allclose(eels.w_hat_, [2.0, 1.0])
     A = np.eye(2) + 1.5 * (np.outer(X[0], X[0]) + 2 * np.outer(X[1], X[1])
                            + np.outer(X[2], X[2]))

@@ -716,12 +716,12 @@ def test_the_results_of_plugins_are_checked_and_those_of_built_in_learners_by_th
     pm = get_plugin_manager(load_entrypoints=False)
     from reranker.core.plugins import learner_classes
 
-    assert all(cls._built_in for cls in learner_classes(pm).values())
+    assert all(cls._shipped for cls in learner_classes(pm).values())
 
     class Subclass(learner_classes(pm)["preference_perceptron"]):
         name = "subclass_test"
 
-    assert not Broken._built_in and not Subclass._built_in
+    assert not Broken._shipped and not Subclass._shipped
 
 
 def test_one_arms_model_folder_in_trouble_leaves_the_other_arms_training(workdir):
