@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from reranker.learners.base import Learner, LinearLearner, RankResult, argmax_ranking
+from reranker.learners.base import LinearLearner, RankResult, argmax_ranking
 from reranker.learners.capabilities import Capabilities
 from reranker.learners.policies import (
     gumbel_top_k,
@@ -24,24 +24,7 @@ from reranker.testing import (
     check_seeded_runs_reproduce,
     check_starts_from_the_prior,
 )
-
-
-class Good(Learner):
-    name = "good"
-    description = "a correct learner"
-
-    def _initialize(self, n):
-        self.w_ = np.zeros(n)
-
-    def _rank(self, X, n_shown, rng):
-        s = X @ self.w_
-        return RankResult(ranking=argmax_ranking(s), scores=s)
-
-    def _update(self, X, fb):
-        if not fb.informative:
-            return False
-        self.w_ = self.w_ + self.feature_map.phi_difference(X, fb.improved, fb.ranking)
-        return True
+from tests.support.learners import Good, NoMarginals
 
 
 class DropsOne(Good):
@@ -190,22 +173,6 @@ class CarriesByPosition(GrowsWell):
 
     def carry_over(self, old, source):
         self.w_[: min(len(old.w_), len(self.w_))] = old.w_[: len(self.w_)]
-
-
-class NoMarginals(Good):
-    """A Plackett-Luce sampler that does not say each candidate's chance of being shown."""
-
-    name = "no_marginals"
-    capabilities = Capabilities(stochastic=True)
-
-    def _rank(self, X, n_shown, rng):
-        s = X @ self.w_
-        ranking = gumbel_top_k(s, rng)
-        return RankResult(ranking=ranking, scores=s,
-                          log_prob=plackett_luce_log_prob(s, ranking, n_shown))
-
-    def log_probability(self, X, top):
-        return plackett_luce_prefix_log_prob(X @ self.w_, top)
 
 
 class ClaimsInexactButLogs(NoMarginals):

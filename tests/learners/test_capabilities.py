@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from test_conformance_catches import Good, NoMarginals
 
 from reranker.core.plugins import get_plugin_manager, learner_classes
 from reranker.learners import Capabilities
@@ -17,6 +16,7 @@ from reranker.learners.policies import (
     plackett_luce_position_marginals,
 )
 from reranker.testing import check_declares_itself, check_probabilities
+from tests.support.learners import Good, NoMarginals
 
 
 class Scores(Good):
