@@ -68,3 +68,38 @@ def test_nothing_of_the_project_imports_an_old_path():
              for path in (ROOT / folder).rglob("*.py") if path.name != "test_architecture.py"
              for name, line in architecture.imported_names(path) if name in MOVED]
     assert found == []
+
+
+#: Test folders that are not a package of reranker: the shared helpers, the documentation's
+#: own tests and the end-to-end walk-throughs.
+TEST_FOLDERS_BESIDE = {"support", "docs", "scenarios"}
+
+
+def test_the_tests_mirror_the_packages():
+    folders = {p.name for p in (ROOT / "tests").iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    packages = {name for names in architecture.FLOW for name in names}
+    assert folders - TEST_FOLDERS_BESIDE <= packages, "a test folder names no package"
+    assert not list((ROOT / "tests").glob("test_*.py")), "a test file sits outside a folder"
+
+
+def shared_wrongly(tests: Path) -> list[str]:
+    """Imports from conftest.py or from a test module: fixtures come through conftest.py,
+    helpers from tests.support."""
+    wrong = []
+    for path in sorted(tests.rglob("*.py")):
+        for name, line in architecture.imported_names(path):
+            parts = name.split(".")
+            where = f"{path.relative_to(tests)}:{line}"
+            if ("conftest" in parts or any(part.startswith("test_") for part in parts)) \
+                    and not any(w.startswith(where + " ") for w in wrong):
+                wrong.append(f"{where} imports {name}")
+    return wrong
+
+
+def test_tests_share_helpers_through_support_not_conftest_or_test_modules(tmp_path):
+    assert shared_wrongly(ROOT / "tests") == []
+    (tmp_path / "test_a.py").write_text("from conftest import write_config\n"
+                                        "from tests.stores.test_events import impression\n")
+    assert [line.split(" imports ")[0] for line in shared_wrongly(tmp_path)] == \
+        ["test_a.py:1", "test_a.py:2"]
