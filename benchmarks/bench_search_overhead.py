@@ -186,7 +186,7 @@ def embedded_part(folder: Path, documents: list[dict], queries: list[str], n: in
         def features_and_ranking():
             i = which()
             X = new.spec.build(fixed[i][1], clicks[i])
-            return new.model.rank(X, 10, new._rng, check=False)
+            return new.model.rank(X, 10, new.ranker.rng, check=False)
 
         # Queries never searched, each searched once by the default service (and as often
         # as the timing takes by the plain search, which keeps nothing between searches).

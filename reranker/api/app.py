@@ -87,7 +87,7 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
 
 def _register_errors(app: Flask | Blueprint) -> None:
     @app.errorhandler(RerankerError)
-    def projecterror_response(exc: RerankerError):
+    def project_error(exc: RerankerError):
         if exc.status >= 500:  # the log keeps the details; the client gets the problem
             log.warning("%s", exc.message)
             response = error_response(exc.status, redact(exc.message), exc.field)
@@ -104,7 +104,7 @@ def _register_errors(app: Flask | Blueprint) -> None:
         return error_response(413, body_too_large(request.max_content_length))
 
     @app.errorhandler(HTTPException)
-    def httperror_response(exc: HTTPException):
+    def http_error(exc: HTTPException):
         return error_response(exc.code or 500, exc.description or exc.name)
 
     @app.errorhandler(Exception)

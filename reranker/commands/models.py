@@ -119,7 +119,7 @@ def list_models(config_path: str | None, label: str | None, as_json: bool) -> No
 
     from rich.table import Table
 
-    from reranker.experiments.report import format_time
+    from reranker.experiments.report_model import format_time
 
     arms = [_one_arm(config_path, label)] if label else _config_arms(config_path)[1]
     listing = [_versions_of(arm) for arm in arms]
@@ -231,7 +231,7 @@ def show(config_path: str | None, label: str | None, version: int | None,
     import numpy as np
     from rich.table import Table
 
-    from reranker.experiments.report import format_time
+    from reranker.experiments.report_model import format_time
 
     arm = _one_arm(config_path, label)
     if version is None:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from reranker.core.renamed import renamed
+
 #: The normal quantile of a two-sided 95% interval.
 Z95 = 1.959963984540054
 
@@ -227,3 +229,6 @@ def evaluate(target: PositionPolicy, pages: Sequence[LoggedPage], depth: int = 1
                      f"logging policy that few pages inform the estimate; the intervals are "
                      f"unreliable")
     return Evaluation(depth, N, estimates, logged[0], (logged[1], logged[2]), notes)
+
+
+__getattr__ = renamed(__name__, {"mean_interval": "mean_estimate"}, globals())

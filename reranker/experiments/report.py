@@ -23,27 +23,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from reranker.experiments.report_model import (  # noqa: F401  (importable from here too)
-    DASH,
+from reranker.experiments.report_model import (
     ArmReport,
     Cell,
     Column,
     ExperimentReport,
     PairReport,
     build_report,
-    format_bool,
-    format_int,
-    format_interval,
-    format_learned,
-    format_measure,
-    format_number,
-    format_p,
-    format_rate,
-    format_text,
-    format_time,
-    format_traffic,
-    interval_bounds,
-    measure_name,
 )
 
 #: One colour per arm, in the arms' order (the dashboard's light palette).

@@ -36,6 +36,8 @@ import numpy as np
 from scipy import special
 from scipy import stats as scipy_stats
 
+from reranker.core.renamed import renamed
+
 __all__ = [
     "DEFAULT_MIXTURE",
     "Comparison",
@@ -224,3 +226,6 @@ def impressions_to_significance(outcomes: Sequence[int] | np.ndarray, *, alpha: 
     looks = p_all[every - 1::every]
     hits = np.flatnonzero(looks <= alpha)
     return int((hits[0] + 1) * every) if hits.size else None
+
+
+__getattr__ = renamed(__name__, {"mean_interval": "mean_confidence_bounds"}, globals())

@@ -46,6 +46,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 
 from reranker.core.errors import RerankerError
+from reranker.core.renamed import renamed
 
 log = logging.getLogger(__name__)
 
@@ -265,3 +266,6 @@ def configure_logging(kind: str, level: int = logging.INFO) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     logging.getLogger("reranker.access").setLevel(level if kind == "json" else logging.WARNING)
+
+
+__getattr__ = renamed(__name__, {"Metrics": "PrometheusMetrics"}, globals())

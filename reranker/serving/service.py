@@ -93,7 +93,7 @@ class RerankerService:
                                             server.breaker_strikes, server.breaker_cooldown),
                              self.prometheus.fallbacks, np.random.default_rng(config.learner.seed))
         self.by_label: dict[str, Arm] = self.ranker.by_label
-        self.checks = HealthChecks(self)
+        self.health_checks = HealthChecks(self)
         #: The threads HTTP searches run in, each answered within server.search_timeout.
         self.searches = Deadline(config.server.threads, config.server.search_timeout,
                                  "search")
@@ -358,19 +358,19 @@ class RerankerService:
     def store_writable(self) -> bool:
         """Whether the event store took a write at the last check
         (:meth:`HealthChecks.store_writable`)."""
-        return self.checks.store_writable()
+        return self.health_checks.store_writable()
 
     def ready(self) -> dict[str, Any]:
         """The readiness check (:meth:`HealthChecks.ready`)."""
-        return self.checks.ready()
+        return self.health_checks.ready()
 
     def health(self) -> dict[str, Any]:
         """The health report (:meth:`HealthChecks.health`)."""
-        return self.checks.health()
+        return self.health_checks.health()
 
     def shared_trainer(self) -> dict[str, Any] | None:
         """The status the store's trainer keeps in the event store, or None."""
-        return self.checks.shared_trainer()
+        return self.health_checks.shared_trainer()
 
     #: How far the trainer has applied an arm's impressions (``/metrics`` reads it).
     applied_cursor = staticmethod(applied_cursor)

@@ -362,6 +362,8 @@ def check_clicks_racing_the_close_are_counted_or_refused(open_store: OpenStore) 
                f"{where}: the closing order")
         assert {(imp.id, doc) for imp in closed for doc in imp.clicked} == accepted, \
             f"{where}: the clicks read back are not those accepted"
+        if isinstance(writer, Maintenance):  # (and counted as many in its statistics)
+            _equal(writer.stats()["clicks"], len(accepted), f"{where}: stats()['clicks']")
 
 
 # -- ClickCounts -------------------------------------------------------------------------------

@@ -103,3 +103,15 @@ def test_tests_share_helpers_through_support_not_conftest_or_test_modules(tmp_pa
                                         "from tests.stores.test_events import impression\n")
     assert [line.split(" imports ")[0] for line in shared_wrongly(tmp_path)] == \
         ["test_a.py:1", "test_a.py:2"]
+
+
+@pytest.mark.parametrize("module, old, new", [
+    ("reranker.experiments.stats", "mean_interval", "mean_confidence_bounds"),
+    ("reranker.evaluation.estimators", "mean_interval", "mean_estimate"),
+    ("reranker.serving.monitoring", "Metrics", "PrometheusMetrics")])
+def test_a_renamed_name_still_imports_with_a_warning(module, old, new):
+    loaded = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=f"{module}.{old} is renamed {new}"):
+        assert getattr(loaded, old) is getattr(loaded, new)
+    with pytest.raises(AttributeError):
+        loaded.never_there  # noqa: B018

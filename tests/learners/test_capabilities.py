@@ -10,6 +10,8 @@ import pytest
 
 from reranker.core.plugins import get_plugin_manager, learner_classes
 from reranker.learners import Capabilities
+from reranker.learners.base import Learner
+from reranker.learners.capabilities import NAMES
 from reranker.learners.policies import (
     PlackettLucePolicy,
     plackett_luce_marginals,
@@ -29,7 +31,8 @@ def test_every_built_in_learner_declares_one_object_and_no_old_flag():
     for cls in learner_classes(get_plugin_manager(load_entrypoints=False)).values():
         assert isinstance(cls.capabilities, Capabilities), cls.name
         assert isinstance(cls().capabilities, Capabilities), cls.name
-        # (importing them raised no DeprecationWarning: the tests turn warnings into errors)
+        for klass in cls.__mro__[:cls.__mro__.index(Learner)]:  # no old class flag above
+            assert not set(vars(klass)) & set(NAMES) - {"capabilities"}, (cls.name, klass)
 
 
 def test_a_subclass_starts_from_its_parents_capabilities():

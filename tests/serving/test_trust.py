@@ -343,8 +343,6 @@ def test_without_a_configured_key_processes_sharing_a_store_agree(server_for, mo
     assert served(two)["impression_id"].split(".")[0] == page["impression_id"].split(".")[0]
 
 
-
-
 @pytest.mark.parametrize("text, fragment", [
     ("nocolon", "entry 1 must be kid:secret"),
     ("a b:" + "x" * 20, "entry 1 must be kid:secret"),

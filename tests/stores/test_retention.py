@@ -24,8 +24,24 @@ from reranker.stores import Reader, open_event_store
 from reranker.stores.conformance import impression
 from tests.support.configs import experiment_config, write_config
 from tests.support.servers import run_cli
-from tests.support.stores import served_like
+from tests.support.stores import served_like, store_rows
 from tests.support.traffic import learn
+
+
+def test_retention_deletes_the_rows_of_a_removed_page(store):
+    """Under the conformance check's counts: a removed page's click and reward rows go with
+    it, in the tables themselves, while the click counts the features read stay."""
+    for i in range(2):
+        store.log_impression(impression(f"i{i}", float(i), arm="a"))
+        store.record_click(f"i{i}", "d4")
+    store.record_reward("i0", 1.0)
+    store.close_impressions(5.0)
+    counts = store_rows(store, "SELECT * FROM click_stats ORDER BY query_key, doc_id")
+    assert store.retain(100.0, [Reader(("a",), 1)]).deleted == 1
+    assert store_rows(store, "SELECT COUNT(*) FROM clicks WHERE impression_id = 'i0'") == [(0,)]
+    assert store_rows(store, "SELECT COUNT(*) FROM rewards") == [(0,)]
+    assert store_rows(store, "SELECT COUNT(*) FROM clicks WHERE impression_id = 'i1'") == [(1,)]
+    assert store_rows(store, "SELECT * FROM click_stats ORDER BY query_key, doc_id") == counts
 
 
 def test_what_reads_a_compacted_page_says_so(workdir):
