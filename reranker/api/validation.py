@@ -221,7 +221,7 @@ def _error(path: list, template: str, where: list | None = None) -> BadRequestEr
     quoted location (``'filter'[0].range``) of ``where`` (default: ``path``)."""
     where = path if where is None else where
     return BadRequestError(template.replace("{where}", quoted_path(where)),
-                           field=field_path(path) or None)
+                           field=field_path(path) if path else None)
 
 
 def read_json(data: bytes, max_depth: int) -> Any:
@@ -257,7 +257,7 @@ def _beyond_range(body: Any, text: str) -> BadRequestError:
             return BadRequestError(f"{quoted_path(path)} is a number beyond the range of a "
                                    f"float ({text})" if path else
                                    "the request body is a number beyond the range of a float",
-                                   field=field_path(path) or None)
+                                   field=field_path(path) if path else None)
         if isinstance(value, dict):
             stack.extend(([*path, key], item) for key, item in reversed(value.items()))
         elif isinstance(value, list):

@@ -283,3 +283,15 @@ def test_limits_are_checked_in_the_config(tmp_path, key, value, words):
     with pytest.raises(ConfigError, match=words) as info:
         load_config(path)
     assert str(path) in info.value.message
+
+
+@pytest.mark.parametrize("body, field", [({"query": "tea", "": 1}, ""),
+                                         ({"query": "tea", "size ": 1}, "size ")])
+def test_an_unknown_field_is_named_even_when_its_name_is_empty(body, field):
+    from reranker.api.validation import RequestValidator
+    from reranker.core.config import config_from_dict
+    from reranker.core.errors import BadRequestError
+
+    with pytest.raises(BadRequestError) as refused:
+        RequestValidator(config_from_dict({})).check("search", body)
+    assert refused.value.field == field and "unknown field" in refused.value.message

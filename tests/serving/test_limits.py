@@ -423,9 +423,10 @@ def test_the_workers_of_one_serve_limit_one_client_together(workdir):
              if line.startswith("{")]
     served = [e["pid"] for e in lines if e.get("path") == "/search" and e.get("status") == 200]
     assert len(served) == accepted and len(set(served)) == 2, served
-    # 20, a token every 3 s, and what one exchange's interval lets through on each worker:
+    # 20, a token every 3 s, and what the exchanges' intervals let through on each worker
+    # (more when a busy machine delays an exchange: 31 was seen in a full parallel run):
     # not 40 and more, as when each worker limits alone
-    assert 20 <= accepted < 30 + int(elapsed / 3), (elapsed, statuses)
+    assert 20 <= accepted < 35 + int(elapsed / 3), (elapsed, statuses)
 
 
 def test_an_opened_service_exchanges_before_its_first_request(workdir):
