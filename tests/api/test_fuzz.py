@@ -614,7 +614,7 @@ def post_request(campaign: Campaign) -> Request:
         text, too_big = rng.choice(NUMBERS)
         data = with_raw(body, node, text, rng)
         if too_big:
-            beyond = (field_path(node) or None,)
+            beyond = (field_path(node) if node else None,)
     elif r < 0.90:
         data = text_mutation(dumps(body, rng), campaign)
     else:
