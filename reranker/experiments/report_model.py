@@ -304,16 +304,12 @@ HISTORY_COLUMNS = (Column("at", "When"), Column("action", "Action", text=True),
                    Column("because", "Why", text=True))
 
 
-def _label(value: Any) -> str:
-    return format_text(value)
-
-
 AT_MOST = "\u2264"
 
 
 def verdict(pair: Mapping[str, Any], alpha: Any) -> tuple[str, str | None, str]:
     """``(verdict, leader, sentence)`` of a pair (see :class:`PairReport`)."""
-    arms = [_label(arm) for arm in _list(pair.get("arms"))] or [DASH, DASH]
+    arms = [format_text(arm) for arm in _list(pair.get("arms"))] or [DASH, DASH]
     first, second = (arms + [DASH])[:2]
     wins, losses = pair.get("wins"), pair.get("losses")
     numbers = (f"win rate of {first} {format_rate(pair.get('win_rate'))}, 95% interval "
@@ -331,7 +327,7 @@ def verdict(pair: Mapping[str, Any], alpha: Any) -> tuple[str, str | None, str]:
                 f"({format_int(pair.get('ties'))} ties).")
     if pair.get("significant") is True and pair.get("winner") is not None:
         # the arm ahead when the sequential test first rejected: the decision stands
-        leader = _label(pair.get("winner"))
+        leader = format_text(pair.get("winner"))
         other = second if leader == first else first
         return ("beats", leader,
                 f"{leader} beats {other}: {numbers}; significant ({test(AT_MOST)}).")
@@ -347,7 +343,7 @@ def verdict(pair: Mapping[str, Any], alpha: Any) -> tuple[str, str | None, str]:
 
 def _pair(pair: Mapping[str, Any], alpha: Any) -> PairReport:
     arms = tuple(str(arm) for arm in _list(pair.get("arms")))
-    label = " vs ".join(_label(arm) for arm in _list(pair.get("arms")))
+    label = " vs ".join(format_text(arm) for arm in _list(pair.get("arms")))
     significant = pair.get("significant") is True
     cells = (
         Cell("arms", label),

@@ -96,10 +96,6 @@ class Arm:
         """Older names of this arm's impressions (:attr:`ArmIdentity.aliases`)."""
         return self.identity.aliases
 
-    @aliases.setter
-    def aliases(self, names: tuple[str, ...]) -> None:
-        self.identity.aliases = tuple(names)
-
     def names(self) -> tuple[str, ...]:
         """The values of ``Impression.arm`` that are this arm's own impressions."""
         return self.identity.names()
@@ -144,14 +140,6 @@ class Arm:
     def model_errors(self) -> list[str]:
         """Why this process does not serve what it should (:attr:`ServedModel.model_errors`)."""
         return self.served.model_errors
-
-    @property
-    def FULL_CHECK_INTERVAL(self) -> float:  # noqa: N802 (the served model's setting)
-        return self.served.FULL_CHECK_INTERVAL
-
-    @FULL_CHECK_INTERVAL.setter
-    def FULL_CHECK_INTERVAL(self, seconds: float) -> None:  # noqa: N802
-        self.served.FULL_CHECK_INTERVAL = seconds
 
     # -- managing its versions (``reranker models``) -----------------------------------------
 

@@ -26,11 +26,11 @@ from reranker.core.errors import ConfigError
 from reranker.serving.service import RerankerService
 from tests.support.configs import write_config
 from tests.support.headless import chromium, require_browser
+from tests.support.paths import ROOT
 from tests.support.servers import LiveServer
 
 require_browser()
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "browser"
 SNIPPET = ROOT / "reranker" / "api" / "static" / "reranker.js"
 PAGE = "https://shop.example.com"  # an allowed origin in the HTTP tests

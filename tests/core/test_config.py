@@ -1,13 +1,11 @@
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
 from reranker.core.config import SCHEMA, config_from_dict, defaults, load_config
 from reranker.core.errors import ConfigError
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 def test_default_yaml_is_the_schema_defaults():

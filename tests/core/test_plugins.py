@@ -1,6 +1,5 @@
 import inspect
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +15,7 @@ from reranker.core.plugins import (
     learner_classes,
 )
 from reranker.learners.base import Learner, Param, RankResult
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 class Reverse(Learner):

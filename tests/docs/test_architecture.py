@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+
 spec = importlib.util.spec_from_file_location("architecture", ROOT / "docs" / "architecture.py")
 architecture = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(architecture)

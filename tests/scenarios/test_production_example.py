@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import requests
 import yaml
@@ -15,10 +14,10 @@ import yaml
 from reranker.core.config import load_config
 from reranker.testing import cli_env, reranker_command
 from tests.support.configs import write_docs
+from tests.support.paths import ROOT
 from tests.support.servers import ServeProcess
 from tests.support.traffic import learn
 
-ROOT = Path(__file__).resolve().parents[2]
 MARK = "<!-- production-example -->"
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support.paths import ROOT
 from tests.support.servers import ServeProcess, run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shop"
 TEA = [{"term": {"category": "tea"}}, {"term": {"in_stock": True}},
        {"range": {"price": {"lte": 30}}}]

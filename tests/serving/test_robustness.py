@@ -61,7 +61,7 @@ def test_an_impression_whose_update_fails_is_skipped_and_learning_goes_on(tmp_pa
     events = store
     factory = ModelFactory(Fragile, {}, FeatureMap(5), ["a", "b"], "none")
     arm = Arm.from_factory(factory, tmp_path / "models")
-    arm.aliases = ("fragile",)  # the name its impressions are logged under here
+    arm.identity.aliases = ("fragile",)  # the name its impressions are logged under here
     trainer = Trainer([arm], events, feedback_window=0.0)
     log_impression(events, "good1", np.array([[1.0, 0.0], [2.0, 1.0]]), "d1")
     log_impression(events, "poison", np.array([[-5.0, 7.0], [1.0, 1.0]]), "d0")
@@ -146,7 +146,7 @@ def test_a_model_folder_that_is_a_file(workdir, live):
     # at run time: the folder becomes unreadable; the last good model keeps serving
     shutil.rmtree(live.service.models.dir)
     live.service.models.dir.write_text("not a folder")
-    live.service.arms[0].FULL_CHECK_INTERVAL = 0.0
+    live.service.arms[0].served.FULL_CHECK_INTERVAL = 0.0
     assert live.post("/search", {"query": "tea"}).status_code == 200
     health = live.get("/healthz").json()
     assert health["status"] == "degraded" and "model folder" in health["model_errors"][0]
@@ -237,9 +237,9 @@ def test_new_versions_are_found_even_when_the_folder_time_did_not_change(live):
     stamp = os.stat(service.models.dir).st_mtime_ns
     train_once()
     os.utime(service.models.dir, ns=(stamp, stamp))  # as if both saves fell in one clock tick
-    service.arms[0].FULL_CHECK_INTERVAL = 3600.0
+    service.arms[0].served.FULL_CHECK_INTERVAL = 3600.0
     assert service.model.version == 1  # the folder's time alone does not reveal version 2
-    service.arms[0].FULL_CHECK_INTERVAL = 0.0
+    service.arms[0].served.FULL_CHECK_INTERVAL = 0.0
     assert service.model.version == 2
 
 

@@ -211,7 +211,7 @@ def test_two_trainers_sharing_a_store_apply_every_impression_once(open_store, tm
 
     def trainer(store):
         arm = Arm.from_factory(factory, tmp_path / "models")
-        arm.aliases = ("summing",)
+        arm.identity.aliases = ("summing",)
         return Trainer([arm], store, feedback_window=0.0, batch_size=7)
 
     trainers = [trainer(open_store()), trainer(open_store())]
