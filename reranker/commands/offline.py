@@ -104,6 +104,13 @@ class _GreedyCommand(click.Command):
               "learners see both click features (earlier versions) [default: on].")
 @click.option("--confidence", type=click.FloatRange(min=0.5, max=0.999), help="Confidence at "
               "which a query's clicks judge a result (learner.confidence) [default: 0.95].")
+@click.option("--takeover/--no-takeover", default=None, help="An experiment: the learners' "
+              "pages serve alone only once duels (randomised pairs that the learner's order "
+              "and the engine's rank the other way round, on queries without clicks of their "
+              "own) show, at --confidence, that users prefer the learner; until then those "
+              "queries get the two orders interleaved. Reports when each run's learner took "
+              "over (docs/algorithms.md, \"Taking over from the engine, tried\") "
+              "[default: off].")
 @click.option("--window", type=click.IntRange(min=1), help="Impressions per window of online "
               "NDCG@10 for the worst-window report [default: 200].")
 @click.option("--reward", type=click.Choice(["none", "dcg"]), help="The reward the "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "out": "simulation", "depth": None, "discount": "log2", "gain": "linear",
     "backend_feature": "best", "checkpoints": 40, "workers": None, "library": "fixed",
     "reveal": 0.5, "start": "engine", "click_features": True, "window": 200, "evaluate": None,
-    "reward": "none", "specialize": True, "confidence": 0.95,
+    "reward": "none", "specialize": True, "confidence": 0.95, "takeover": False,
 }
 SHOWN = ("offline_ndcg@10", "online_ndcg@10", "utility_regret")
 
@@ -111,6 +112,7 @@ def run_simulate(options: dict[str, Any], console: Console | None = None,
                             click_features=bool(plan["click_features"]),
                             specialize=bool(plan["specialize"]),
                             confidence=float(plan["confidence"]),
+                            takeover=bool(plan["takeover"]),
                             window=plan["window"], backend_feature=feature,
                             evaluate=_target(plan["evaluate"], plan["params"]),
                             reward=plan["reward"])
@@ -150,6 +152,8 @@ def run_simulate(options: dict[str, Any], console: Console | None = None,
     _print_summary(console, document["learners"], settings.impressions, settings.runs)
     if settings.evaluate is not None:
         _print_off_policy(console, document["learners"], settings.evaluate.key)
+    if settings.takeover:
+        _print_takeover(console, document["learners"], settings.confidence)
     console.print(f"Wrote {out / 'results.csv'}, {out / 'windows.csv'}, "
                   f"{out / 'summary.json'} and {len(QUALITY_MEASURES) + 1} plots in "
                   f"{out}.")
@@ -188,6 +192,23 @@ def _target(entry: Any, params: dict[str, dict]) -> LearnerSpec | None:
         return None
     specs = learner_specs([entry], params, None)
     return specs[0]
+
+
+def _print_takeover(console: Console, summary: dict, confidence: float) -> None:
+    """Per learner and run: when its pages took over from the engine's order, and the duels
+    behind the decision."""
+    table = Table(title=f"Takeover: duels on queries without clicks of their own, won and "
+                        f"lost against the engine's order (takes over at p <= "
+                        f"{1 - confidence:.3g})")
+    for column in ("learner", "run", "won", "lost", "p-value", "took over at"):
+        table.add_column(column, justify="left" if column == "learner" else "right")
+    for learner, entry in summary.items():
+        for run, record in enumerate(entry.get("takeover") or []):
+            p_value = min(1.0, math.exp(-record["peak"]))
+            table.add_row(learner, str(run), str(record["wins"]), str(record["losses"]),
+                          f"{p_value:.3g}",
+                          "never" if record["at"] is None else f"{record['at']:,}")
+    console.print(table)
 
 
 def _print_off_policy(console: Console, summary: dict, target: str) -> None:

@@ -225,18 +225,21 @@ SWAP = 0.5
 
 
 def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_shown: int,
-               rng: np.random.Generator, confidence: float = CONFIDENCE
-               ) -> tuple[RankResult, Judgment | None]:
+               rng: np.random.Generator, confidence: float = CONFIDENCE,
+               base: np.ndarray | None = None) -> tuple[RankResult, Judgment | None]:
     """The page of a search: the general model's own (``own``, as its learner ranked it)
     when the query's clicks judge no pair of its candidates; else the specialised page
-    (:func:`specialised_scores` shown with randomised pairs), whose context also records the
-    general model's own top and the judgments on its adjacent pairs, which are what the page
-    will teach it (:func:`judgment_feedback`). Returns the page and the strongest judgment
-    (None: the general model's page)."""
+    (:func:`specialised_scores` of the general model's scores, or of ``base``, the engine's,
+    while the model has not taken over from the engine: :mod:`reranker.models.takeover`,
+    shown with randomised pairs), whose context also records the general model's own top and
+    the judgments on its adjacent pairs, which are what the page will teach it
+    (:func:`judgment_feedback`). Returns the page and the strongest judgment (None: the
+    general model's page)."""
     judgment = evidence.strongest(confidence)
     if judgment is None:
         return own, None
-    page = perturbed_page(specialised_scores(own.scores, lift), n_shown, SWAP, rng)
+    page = perturbed_page(specialised_scores(own.scores if base is None else base, lift),
+                          n_shown, SWAP, rng)
     general = general_ranking(own.scores)
     offset = int(rng.random() < 0.5)
     judged = evidence.judged_pairs(general, n_shown, offset, confidence)

@@ -34,10 +34,11 @@ import numpy as np
 
 from reranker.core.errors import DataError
 from reranker.core.plugins import get_plugin_manager, learner_class
+from reranker.experiments.probation import probation_page
 from reranker.features.clicks import CLICK_FEATURES, PositionBias, lifts_from_counts
 from reranker.features.clicks.position_bias import randomized_pairs
 from reranker.features.extraction import PerQueryMinMax, engine_prior
-from reranker.learners.base import LinearLearner
+from reranker.learners.base import LinearLearner, RankResult
 from reranker.learners.coactive import pair_first_log_probabilities
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.specialization import (
@@ -47,11 +48,13 @@ from reranker.learners.specialization import (
     JUDGED_OFFSET,
     QUERY_FEATURE,
     QueryEvidence,
+    general_ranking,
     judgment_feedback,
     specialise,
     specializes,
 )
 from reranker.models.model import ModelFactory
+from reranker.models.takeover import Takeover, duels, on_probation
 from reranker.offline.letor import RankingData, load_letor, load_many
 from reranker.offline.ranking_quality import dcg
 from reranker.offline.users import USER_DEPTH, make_user, user_utility
@@ -147,7 +150,12 @@ class Settings:
     #: click_lift:query_doc, a query's judged pairs refine its page and teach the learner at
     #: its own ranking; False: the learners see both click features (earlier versions)
     specialize: bool = True
-    confidence: float = CONFIDENCE  # of a judgment
+    confidence: float = CONFIDENCE  # of a judgment, and of the general model's takeover
+    #: an experiment (docs/algorithms.md, "Taking over from the engine, tried"): the general
+    #: model's pages serve alone only once duels on queries without clicks of their own show
+    #: users prefer it to the engine's order; until then those queries get probation pages, the
+    #: two orders interleaved; False: the learner's own pages from the first impression
+    takeover: bool = False
     click_smoothing: float = 5.0
     window: int = 200  # impressions per window of online NDCG@10
     backend_feature: str | None = None  # the engine's order; None: the best single feature
@@ -557,6 +565,12 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     X_rows = train.X if not columns else np.hstack(
         [train.X, np.zeros((len(train.X), len(columns)))])
     specialize = clicks is not None and specializes(type(learner), settings.specialize)
+    probation = on_probation(capabilities, settings.takeover)
+    takeover, takeover_at = Takeover(), None
+    engine_column = None
+    if probation:  # the engine's order: the feature that stands in for it
+        engine_column = list(data.feature_names).index(
+            with_backend_feature(data, settings).backend_feature)
     judged_teach = capabilities.learns_from_mixed_lists
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
@@ -597,12 +611,19 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             n = hi - lo
             k = PAGE if n > PAGE else n
             t0 = clock()
-            result = rank(X, k, learner_rng)
+            result = own = rank(X, k, learner_rng)
             t1 = clock()
             judgment = None
+            untrusted = probation and not takeover.trusted
+            # only a query without clicks of its own tests what carries over to new queries
+            fresh = untrusted and (clicks is None or not clicks.evidence(candidates).any_clicks)
             if specialize:  # the query's own clicks refine its page where they judge a pair
-                result, judgment = specialise(result, lifts[:, 0], clicks.evidence(candidates),
-                                              k, learner_rng, settings.confidence)
+                result, judgment = specialise(
+                    result, lifts[:, 0], clicks.evidence(candidates), k, learner_rng,
+                    settings.confidence, base=X[:, engine_column] if untrusted else None)
+            if untrusted and judgment is None:  # the engine's order and the model's, mixed
+                result = probation_page(result, general_ranking(X[:, engine_column]), k,
+                                        learner_rng)
             y = result.ranking
             feedback = respond(y, k, labels, utility, ideal_utility[qi], user_rng)
             feedback.context = result.context
@@ -612,13 +633,13 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                     feedback.positions < k]].sum()) if feedback.positions is not None else 0.0
             positions = feedback.positions
             if positions is not None and len(positions):  # before the model changes
-                first_log_probs = first_log_probabilities(X) if judgment is None else \
+                first_log_probs = first_log_probabilities(X) if result is own else \
                     pair_first_log_probabilities(result.scores, 0.5)
             if check is not None:
                 target_X = X if target_columns == columns else np.hstack(
                     [X[:, :X.shape[1] - len(columns)], lifts[:, target_columns]])
                 check.observe(learner, X, y, k, positions, labels, utility, ideal_utility[qi],
-                              target_X=target_X, page=None if judgment is None else result)
+                              target_X=target_X, page=None if result is own else result)
             t2 = clock()
             if judgment is None:  # the learner's own page
                 learn(X, feedback)
@@ -631,6 +652,11 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 if taught is not None:
                     learn(X, taught)
             learner_seconds += (t1 - t0) + (clock() - t2)
+            if fresh and positions is not None and len(positions) and takeover.observe(
+                    duels(result.context, k, y, positions.tolist(), own.scores,
+                          rank_of(general_ranking(X[:, engine_column]))),
+                    settings.confidence):
+                takeover_at = t
             if clicks is not None:
                 clicks.add(candidates, y[:k], positions if positions is not None
                            else np.empty(0, dtype=np.intp), result.context)
@@ -641,8 +667,10 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 add_clicks(i, n, result.scores, feedback.clicked, positions, first_log_probs)
             if t in checkpoints:
                 metrics.mark(t, {"learner": spec.key, "run": run, "t": t},
-                             {"offline_ndcg@10": offline_ndcg(data, learner, test_rng, clicks,
-                                                              test_queries, columns),
+                             {"offline_ndcg@10": offline_ndcg(
+                                 data, learner, test_rng, clicks, test_queries, columns,
+                                 engine_column if probation and not takeover.trusted
+                                 else None),
                               "seconds": round(clock() - started, 4)})
             if len(impressions) == block:
                 metrics.flush(train, labels_chunk, utility_chunk)
@@ -653,7 +681,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
     if progress is not None:
         progress(settings.impressions - last_reported)
     total = clock() - started
-    timing = {"seconds": total, "learner_seconds": learner_seconds,
+    timing = {"seconds": total, "learner_seconds": learner_seconds, "takeover_at": takeover_at,
+              "takeover": takeover.to_dict(),
               "impressions_per_second": settings.impressions / total if total > 0 else math.inf,
               "windows": (metrics.windows / np.maximum(metrics.window_sizes, 1)).tolist()}
     if check is not None:
@@ -703,7 +732,7 @@ class _TestQueries:
 
 def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator,
                  clicks: _ClickLog | None = None, queries: _TestQueries | None = None,
-                 columns: list[int] | None = None) -> float:
+                 columns: list[int] | None = None, engine_column: int | None = None) -> float:
     """Mean NDCG@10 of the current model's argmax ranking (by its scores; ties in the
     file's order) over the test queries that have at least one relevant document. With
     click features, the test queries' own counts are empty (they were never asked);
@@ -711,20 +740,38 @@ def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator,
 
     A :class:`reranker.learners.base.LinearLearner` scores a candidate by ``x . weights()``
     alone, so all test queries are scored at once; any other learner's scores come from
-    its :meth:`~reranker.learners.base.Learner.rank_validated` on each query's candidates."""
+    its :meth:`~reranker.learners.base.Learner.rank_validated` on each query's candidates.
+
+    With ``engine_column`` (the general model has not taken over from the engine, whose
+    order that feature stands for), each test query's page is a probation page, the two
+    orders interleaved (:func:`reranker.experiments.probation.probation_page`), as a new
+    query would get it."""
     test = data.test
     queries = queries if queries is not None else _TestQueries(test)
     X = test.X
     if clicks is not None:
         lifts = clicks.test_features(test.docs)
         X = np.hstack([X, lifts if columns is None else lifts[:, columns]])
-    if isinstance(learner, LinearLearner):
+    if isinstance(learner, LinearLearner) and engine_column is None:
         return queries.ndcg(X @ learner.weights())
+    linear = X @ learner.weights() if isinstance(learner, LinearLearner) else None
     scores = np.zeros(len(X))
     for i in queries.queries:
         lo, hi = test.offsets[i], test.offsets[i + 1]
-        scores[lo:hi] = learner.rank_validated(X[lo:hi], min(PAGE, hi - lo), rng).scores
+        k = min(PAGE, hi - lo)
+        own = RankResult(ranking=np.empty(0, dtype=np.intp), scores=linear[lo:hi]) \
+            if linear is not None else learner.rank_validated(X[lo:hi], k, rng)
+        if engine_column is not None:
+            own = probation_page(own, general_ranking(X[lo:hi, engine_column]), k, rng)
+        scores[lo:hi] = own.scores
     return queries.ndcg(scores)
+
+
+def rank_of(ranking: np.ndarray) -> np.ndarray:
+    """Each candidate's place in ``ranking``."""
+    out = np.empty(len(ranking), dtype=np.intp)
+    out[ranking] = np.arange(len(ranking))
+    return out
 
 
 # -- many runs, in parallel ----------------------------------------------------------------
@@ -837,6 +884,10 @@ def summarize(result: SimulationResult) -> dict[str, dict[str, Any]]:
         checks = [t["off_policy"] for t in timings if "off_policy" in t]
         if checks:
             entry["off_policy"] = _off_policy_summary(checks)
+        if any(t.get("takeover", {}).get("wins", 0) + t.get("takeover", {}).get("losses", 0)
+               or t.get("takeover_at") is not None for t in timings):
+            entry["takeover"] = [{"at": t.get("takeover_at"), **t["takeover"]}
+                                 for t in timings]
         summary[learner] = entry
     return summary
 
@@ -956,6 +1007,8 @@ PLAN_KEYS = {
     "click_features": "give the learners the click features (true or false)",
     "specialize": "keep the general model and each query's own clicks apart (true or false)",
     "confidence": "confidence at which a query's clicks judge a result",
+    "takeover": "serve the learner's pages alone only once duels show users prefer it to the "
+                "engine's order (an experiment; true or false)",
     "window": "impressions per window of online NDCG@10",
     "evaluate": "a learner (name, or mapping with name and params) whose clicks@10 every "
                 "learner's logged pages estimate off-policy, checked against its true value",

@@ -534,3 +534,34 @@ def test_the_evaluate_target_may_be_a_mapping_or_take_params_by_name(tiny, tmp_p
                      "noregret_klrank.prior_steps=0", "--impressions", "60", "--runs", "1",
                      "--workers", "1", "--out", str(tmp_path / "o2"), check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_learner_takes_over_from_a_weak_engine_on_evidence_only(tmp_path):
+    """--takeover: with a feature of noise as the engine, the duels on queries without clicks
+    of their own soon show users prefer the learner, which then serves alone; until then
+    (and by default) nothing is counted."""
+    data = prepare([synthetic_letor(tmp_path, "train.txt", 600, 3)],
+                   synthetic_letor(tmp_path, "test.txt", 20, 9))
+    settings = Settings(impressions=2000, click_model="navigational", checkpoints=4,
+                        takeover=True, backend_feature="f3")
+    _, timing = run_one(data, LearnerSpec("preference_perceptron"), settings, 0)
+    record = timing["takeover"]
+    assert timing["takeover_at"] is not None and record["trusted"]
+    assert record["wins"] > 2 * record["losses"]
+    _, timing = run_one(data, LearnerSpec("preference_perceptron"),
+                        Settings(impressions=300, click_model="navigational", checkpoints=2,
+                                 backend_feature="f3"), 0)
+    assert timing["takeover_at"] is None and timing["takeover"]["wins"] == 0
+
+
+def test_simulate_takeover_reports_each_run(tiny, tmp_path):
+    train, test = tiny
+    result = run_cli("simulate", "--train", *map(str, train), "--test", str(test),
+                     "--learner", "preference_perceptron", "--impressions", "300", "--runs",
+                     "2", "--checkpoints", "3", "--takeover", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "Takeover" in result.stdout and "took over at" in result.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    entry = summary["learners"]["preference_perceptron"]
+    assert len(entry["takeover"]) == 2
+    assert summary["settings"]["takeover"] is True
