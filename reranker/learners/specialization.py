@@ -230,7 +230,7 @@ def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_sho
     """The page of a search: the general model's own (``own``, as its learner ranked it)
     when the query's clicks judge no pair of its candidates; else the specialised page
     (:func:`specialised_scores` of the general model's scores, or of ``base``, the engine's,
-    while the model has not taken over from the engine: :mod:`reranker.models.takeover`,
+    while the model has not taken over from the engine, :mod:`reranker.models.takeover`;
     shown with randomised pairs), whose context also records the general model's own top and
     the judgments on its adjacent pairs, which are what the page will teach it
     (:func:`judgment_feedback`). Returns the page and the strongest judgment (None: the

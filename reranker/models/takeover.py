@@ -1,21 +1,20 @@
-"""When the general model takes over from the engine's order: only once users are shown, with
-high confidence, to prefer it (docs/algorithms.md, "Taking over from the engine").
+"""Letting the general model take over from the engine's order only once users are shown,
+with high confidence, to prefer it: an evidence gate that ``reranker simulate --takeover``
+tries and the service does not use (docs/algorithms.md, "Taking over from the engine,
+tried", which gives the measurements and why).
 
-Until then an arm is *on probation*: the page of a query that its own clicks do not judge
-(:mod:`reranker.learners.specialization`) is the team-draft interleaving of the engine's order
-and the general model's own order, with randomised adjacent pairs
-(:func:`reranker.experiments.probation.probation_page`), so that the learner keeps learning
-from every page, as it learns from an experiment's mixed list. Every randomised pair of any
-page that the two orders rank the other way round is a duel, which a click on one of its two
-results decides (:func:`duels`). A one-sided always-valid test of "the model wins more
-duels than it loses" (:class:`Takeover`: the mixture sequential
-probability ratio test of :mod:`reranker.experiments.stats`, its mixture restricted to win
-rates above 1/2, :func:`one_sided_log_likelihood_ratio`) decides: once its p-value reaches
-``1 - confidence``, the arm's own pages serve every query. The test stays valid while the
-model changes between comparisons, and however often it is looked at.
-
-The decision is kept with the model (its ``takeover`` section), so every process serving the
-arm sees it with the version the trainer saves.
+Until the model has taken over, a query that its own clicks do not judge
+(:mod:`reranker.learners.specialization`) gets a *probation page*: the team-draft
+interleaving of the engine's order and the general model's own order, with randomised
+adjacent pairs (:func:`reranker.experiments.probation.probation_page`), from which the learner
+learns as from an experiment's mixed list. A randomised pair that the two orders rank the
+other way round is a duel, which a click on exactly one of its two results decides
+(:func:`duels`); the simulator counts the duels of queries without clicks of their own. A
+one-sided always-valid test of "the model wins more duels than it loses" (:class:`Takeover`:
+the mixture sequential probability ratio test of :mod:`reranker.experiments.stats`, its
+mixture restricted to win rates above 1/2, :func:`one_sided_log_likelihood_ratio`) decides:
+once its p-value reaches ``1 - confidence``, the model's own pages serve every query. The
+test stays valid while the model changes between duels, and however often it is looked at.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ def one_sided_log_likelihood_ratio(wins: int, losses: int, mixture: float = MIXT
     is a martingale under a win rate of 1/2 and a supermartingale under any lower one, so the
     running maximum gives an always-valid p-value of the composite null "the model wins at
     most half of the decided comparisons", even when the rate changes from one comparison to
-    the next (docs/algorithms.md, "Taking over from the engine")."""
+    the next (docs/algorithms.md, "Taking over from the engine, tried")."""
     if not mixture > 0:
         raise ValueError(f"the mixture parameter h must be positive, got {mixture}")
     a, b = wins + mixture, losses + mixture
@@ -119,12 +118,6 @@ class Takeover:
             raise ValueError(f"takeover.trusted must be true or false, got {trusted!r}")
         return cls(**counts, peak=float(peak), trusted=trusted)
 
-    def explain(self, confidence: float) -> dict:
-        """The numbers behind the decision, for ``/explain``."""
-        return {"trusted": self.trusted, "wins": self.wins, "losses": self.losses,
-                "p_value": self.p_value,
-                "needed_p_value": round(1.0 - confidence, 6)}
-
 
 def duels(context: dict | None, n_shown: int, ranking: np.ndarray, clicked_positions,
           model_scores: np.ndarray, engine_rank: np.ndarray | None = None) -> list[int]:
@@ -157,9 +150,9 @@ def duels(context: dict | None, n_shown: int, ranking: np.ndarray, clicked_posit
 
 
 def on_probation(capabilities, takeover_setting: bool) -> bool:
-    """Whether an arm whose learner declares ``capabilities`` waits for evidence before its
-    pages serve alone (``learner.takeover``): never a floor (it is the reference), nor a
-    learner that learns only from the pages it drew itself (``learns_from_mixed_lists``
-    false), which probation pages would starve."""
+    """Whether a learner that declares ``capabilities`` waits for evidence before its pages
+    serve alone (``takeover_setting``, the simulator's ``--takeover``): never a floor (it is
+    the reference), nor a learner that learns only from the pages it drew itself
+    (``learns_from_mixed_lists`` false), which probation pages would starve."""
     return bool(takeover_setting) and not capabilities.floor \
         and capabilities.learns_from_mixed_lists
