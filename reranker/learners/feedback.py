@@ -97,6 +97,14 @@ def feedback_from_positions(ranking: np.ndarray, n_shown: int, positions: np.nda
                     log_prob, None, True, positions)
 
 
+def positions_in(ranking: np.ndarray) -> np.ndarray:
+    """Each candidate's 0-based position in ``ranking`` (the inverse permutation)."""
+    ranking = np.asarray(ranking, dtype=np.intp)
+    position = np.empty(len(ranking), dtype=np.intp)
+    position[ranking] = np.arange(len(ranking))
+    return position
+
+
 def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray, *,
                          log_prob: float | None = None,
                          propensities: np.ndarray | None = None,
@@ -108,9 +116,7 @@ def feedback_from_clicks(ranking: np.ndarray, n_shown: int, clicked: np.ndarray,
     clicked = np.asarray(clicked, dtype=np.intp)
     positions = np.empty(0, dtype=np.intp)
     if len(clicked):
-        position = np.empty(len(ranking), dtype=np.intp)
-        position[ranking] = np.arange(len(ranking))
-        positions = np.sort(position[clicked])
+        positions = np.sort(positions_in(ranking)[clicked])
     feedback = feedback_from_positions(ranking, int(n_shown), positions, log_prob=log_prob)
     feedback.propensities = propensities
     feedback.context = context

@@ -41,6 +41,7 @@ from reranker.features.extraction import PerQueryMinMax, engine_prior
 from reranker.learners.base import LinearLearner, RankResult
 from reranker.learners.coactive import pair_first_log_probabilities
 from reranker.learners.featuremap import FeatureMap
+from reranker.learners.feedback import positions_in
 from reranker.learners.specialization import (
     CONFIDENCE,
     GENERAL,
@@ -615,15 +616,16 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             t1 = clock()
             judgment = None
             untrusted = probation and not takeover.trusted
-            # only a query without clicks of its own tests what carries over to new queries
-            fresh = untrusted and (clicks is None or not clicks.evidence(candidates).any_clicks)
+            evidence = clicks.evidence(candidates) \
+                if clicks is not None and (specialize or untrusted) else None
             if specialize:  # the query's own clicks refine its page where they judge a pair
                 result, judgment = specialise(
-                    result, lifts[:, 0], clicks.evidence(candidates), k, learner_rng,
-                    settings.confidence, base=X[:, engine_column] if untrusted else None)
+                    result, lifts[:, 0], evidence, k, learner_rng, settings.confidence,
+                    base=X[:, engine_column] if untrusted else None)
+            engine = None
             if untrusted and judgment is None:  # the engine's order and the model's, mixed
-                result = probation_page(result, general_ranking(X[:, engine_column]), k,
-                                        learner_rng)
+                engine = general_ranking(X[:, engine_column])
+                result = probation_page(result, engine, k, learner_rng)
             y = result.ranking
             feedback = respond(y, k, labels, utility, ideal_utility[qi], user_rng)
             feedback.context = result.context
@@ -652,10 +654,11 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 if taught is not None:
                     learn(X, taught)
             learner_seconds += (t1 - t0) + (clock() - t2)
-            if fresh and positions is not None and len(positions) and takeover.observe(
-                    duels(result.context, k, y, positions.tolist(), own.scores,
-                          rank_of(general_ranking(X[:, engine_column]))),
-                    settings.confidence):
+            # only a query without clicks of its own tests what carries over to new queries
+            if engine is not None and not (evidence is not None and evidence.any_clicks) \
+                    and positions is not None and len(positions) and takeover.observe(
+                        duels(result.context, k, y, positions.tolist(), own.scores,
+                              positions_in(engine)), settings.confidence):
                 takeover_at = t
             if clicks is not None:
                 clicks.add(candidates, y[:k], positions if positions is not None
@@ -765,13 +768,6 @@ def offline_ndcg(data: SimulationData, learner, rng: np.random.Generator,
             own = probation_page(own, general_ranking(X[lo:hi, engine_column]), k, rng)
         scores[lo:hi] = own.scores
     return queries.ndcg(scores)
-
-
-def rank_of(ranking: np.ndarray) -> np.ndarray:
-    """Each candidate's place in ``ranking``."""
-    out = np.empty(len(ranking), dtype=np.intp)
-    out[ranking] = np.arange(len(ranking))
-    return out
 
 
 # -- many runs, in parallel ----------------------------------------------------------------

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reranker.learners.featuremap import FeatureMap
-from reranker.learners.feedback import Feedback, feedback_from_positions
+from reranker.learners.feedback import Feedback, feedback_from_positions, positions_in
 from reranker.offline.click_models import CascadeClickModel, PositionBasedClickModel, cascade_model
 
 #: Depth of the users' utility, as in the coactive papers' web-search experiments.
@@ -162,9 +162,7 @@ class ExpectedAlphaInformativeUser(StrictAlphaInformativeUser):
 
 def _random_feedback(ranking: np.ndarray, improved: np.ndarray, n_shown: int) -> Feedback:
     """A random ranking as feedback; its top five count as the user's clicks."""
-    position = np.empty(len(ranking), dtype=np.intp)
-    position[ranking] = np.arange(len(ranking))
-    positions = np.sort(position[improved[:USER_DEPTH]])
+    positions = np.sort(positions_in(ranking)[improved[:USER_DEPTH]])
     return Feedback(ranking=ranking, n_shown=n_shown, clicked=ranking[positions],
                     improved=improved, positions=positions)
 

@@ -26,14 +26,7 @@ def clean_cluster():
     scenarios.clean_up(URL)
 
 
-@pytest.mark.parametrize("name", ["features_come_from_one_search",
-                                  "user_text_is_only_a_parameter",
-                                  "template_parameters_are_never_rendered_again",
-                                  "template_and_stored_template",
-                                  "template_aggregations_are_kept",
-                                  "start_up_checks_name_the_problem",
-                                  "service_uses_elasticsearch_features",
-                                  "clicked_result_moves_up"])
+@pytest.mark.parametrize("name", [*scenarios.SEARCH_SCENARIOS, "clicked_result_moves_up"])
 def test_scenario_on_a_real_cluster(tmp_path, corpus, name):
     getattr(scenarios, f"scenario_{name}")(tmp_path, URL, corpus)
 

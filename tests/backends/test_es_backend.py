@@ -30,13 +30,7 @@ def es8():
     server.stop()
 
 
-@pytest.mark.parametrize("name", ["features_come_from_one_search",
-                                  "user_text_is_only_a_parameter",
-                                  "template_parameters_are_never_rendered_again",
-                                  "template_and_stored_template",
-                                  "template_aggregations_are_kept",
-                                  "start_up_checks_name_the_problem",
-                                  "service_uses_elasticsearch_features"])
+@pytest.mark.parametrize("name", scenarios.SEARCH_SCENARIOS)
 def test_scenario(standin, tmp_path, corpus, name):
     getattr(scenarios, f"scenario_{name}")(tmp_path, standin.url, corpus)
 

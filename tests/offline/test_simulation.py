@@ -2,6 +2,7 @@
 
 import csv
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -544,10 +545,15 @@ def test_a_learner_takes_over_from_a_weak_engine_on_evidence_only(tmp_path):
                    synthetic_letor(tmp_path, "test.txt", 20, 9))
     settings = Settings(impressions=2000, click_model="navigational", checkpoints=4,
                         takeover=True, backend_feature="f3")
-    _, timing = run_one(data, LearnerSpec("preference_perceptron"), settings, 0)
-    record = timing["takeover"]
-    assert timing["takeover_at"] is not None and record["trusted"]
-    assert record["wins"] > 2 * record["losses"]
+    for name in ("preference_perceptron", "pdgd"):
+        _, timing = run_one(data, LearnerSpec(name), settings, 0)
+        record = timing["takeover"]
+        assert record["trusted"] and timing["takeover_at"] <= 1000, name
+        assert record["wins"] > 2 * record["losses"], name
+    # without click features every query is one without clicks of its own
+    _, timing = run_one(data, LearnerSpec("preference_perceptron"),
+                        replace(settings, click_features=False), 0)
+    assert timing["takeover"]["trusted"]
     _, timing = run_one(data, LearnerSpec("preference_perceptron"),
                         Settings(impressions=300, click_model="navigational", checkpoints=2,
                                  backend_feature="f3"), 0)

@@ -187,21 +187,28 @@ def engine_order(server, query: str) -> list[str]:
     return candidates.ids[:10]
 
 
+def engine_order_served_for_an_error(server, caplog) -> tuple[dict, str]:
+    """A search whose learner fails: answered in the engine's order, under no learner, and
+    counted as a fallback of the arm for an error. Returns the body and the arm's label."""
+    with caplog.at_level(logging.ERROR):
+        page = server.post("/search", {"query": "tea kettle"})
+    assert page.status_code == 200
+    body = page.json()
+    assert [hit["id"] for hit in body["hits"]] == engine_order(server, "tea kettle")
+    assert body["learner"] == BACKEND_ORDER
+    label = server.service.arms[0].labels[0]
+    assert samples(server)[("reranker_learner_fallbacks_total",
+                            (("arm", label), ("reason", "error")))] == 1
+    return body, label
+
+
 def test_a_failing_learner_leaves_the_engines_order_serving_logged_and_counted(workdir, caplog):
     server = serve_with(write_config(workdir, learner={"name": "failing_test", "params": {}}))
     try:
-        with caplog.at_level(logging.ERROR):
-            page = server.post("/search", {"query": "tea kettle"})
-        assert page.status_code == 200
-        body = page.json()
-        assert [hit["id"] for hit in body["hits"]] == engine_order(server, "tea kettle")
-        assert body["learner"] == BACKEND_ORDER
+        body, label = engine_order_served_for_an_error(server, caplog)
         assert "failed to rank" in caplog.text and "broken plugin" in caplog.text
         logged = server.service.events.get_impression(body["impression_id"])
         assert logged.arm == BACKEND_ORDER and logged.context == {"fallback": "learner"}
-        label = server.service.arms[0].labels[0]
-        assert samples(server)[("reranker_learner_fallbacks_total",
-                                (("arm", label), ("reason", "error")))] == 1
         # no arm takes the page for its own
         server.post("/click", {"impression_id": body["impression_id"],
                                "doc_id": body["hits"][3]["id"]})
@@ -219,16 +226,8 @@ def test_a_ranking_that_cannot_be_served_leaves_the_engines_order_serving(workdi
     server = serve_with(write_config(workdir, learner={"name": "broken_test",
                                                        "params": {"mode": mode}}))
     try:
-        with caplog.at_level(logging.ERROR):
-            page = server.post("/search", {"query": "tea kettle"})
-        assert page.status_code == 200
-        body = page.json()
-        assert [hit["id"] for hit in body["hits"]] == engine_order(server, "tea kettle")
-        assert body["learner"] == BACKEND_ORDER
+        _, label = engine_order_served_for_an_error(server, caplog)
         assert "learner 'broken_test'" in caplog.text and BROKEN_RESULTS[mode][1] in caplog.text
-        label = server.service.arms[0].labels[0]
-        assert samples(server)[("reranker_learner_fallbacks_total",
-                                (("arm", label), ("reason", "error")))] == 1
         health = server.get("/healthz").json()
         assert health["status"] == "degraded" and "learner" in health["problems"]
         assert health["ranking"][label]["status"] == "failing"

@@ -33,6 +33,13 @@ def unique_index() -> str:
 
 #: The prefix of every index the scenarios of this test run create, and the stored
 #: template's id (another run against the same cluster has its own).
+#: The scenarios of a search (``scenario_<name>(tmp_path, url, corpus)``) that run against
+#: the stand-in and a real cluster alike.
+SEARCH_SCENARIOS = ("features_come_from_one_search", "user_text_is_only_a_parameter",
+                    "template_parameters_are_never_rendered_again",
+                    "template_and_stored_template", "template_aggregations_are_kept",
+                    "start_up_checks_name_the_problem", "service_uses_elasticsearch_features")
+
 RUN = uuid.uuid4().hex[:6]
 TEST_PREFIX = f"reranker-test-{RUN}-"
 TEST_TEMPLATE = f"reranker-test-template-{RUN}"
