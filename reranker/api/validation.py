@@ -29,6 +29,7 @@ from reranker.backends.filters import MAX_TERMS, MAX_VALUE_LENGTH, RANGE_BOUNDS
 from reranker.core.config import Config
 from reranker.core.errors import BadRequestError, field_path, quoted_path, shorten
 from reranker.core.jsontext import beyond_float, json_error, strict_loads
+from reranker.core.suggest import did_you_mean
 
 #: Longest impression, user or session id accepted (a served impression id has about 60
 #: characters: :mod:`reranker.serving.trust`).
@@ -123,8 +124,10 @@ def request_schemas(config: Config) -> dict[str, dict[str, Any]]:
 
 
 def _body(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    # (unknown fields before missing ones: the validator checks in this order, and a typo
+    # such as "docid" is better named than reported as a missing "doc_id")
     return {"type": "object", "x-expected": "a JSON object", "x-names": "field",
-            "required": required, "properties": properties, "additionalProperties": False}
+            "additionalProperties": False, "required": required, "properties": properties}
 
 
 def _string(expected: str, max_length: int, description: str, *,
@@ -199,8 +202,10 @@ def _bad_request(error: jsonschema.ValidationError) -> BadRequestError:
         name = next(n for n in instance if n not in schema.get("properties", {}))
         known = ", ".join(sorted(schema.get("properties", {})))
         prefix = "{where}: " if path else ""
+        suggestion = did_you_mean(name, schema.get("properties", {}))
         return _error(path + [name], f"{prefix}unknown {schema['x-names']} "
-                                     f"{quoted_path([name])} (known: {known})", where=path)
+                                     f"{quoted_path([name])}{suggestion} (known: {known})",
+                      where=path)
     limit = f" ({schema['x-limit']})" if "x-limit" in schema else ""
     if keyword == "maxLength":
         return _error(path, f"{{where}} is {len(instance)} characters long; at most "

@@ -73,7 +73,8 @@ def test_click_answers_202_and_counts_duplicates_once(live):
     ({"json": {"query": "tea", "size": "10"}}, ["'size'"]),
     ({"json": {"query": "tea", "size": True}}, ["'size'"]),
     ({"json": {"query": "tea", "user_id": 7}}, ["'user_id' must be a string"]),
-    ({"json": {"query": "tea", "sise": 3}}, ["unknown field 'sise'"]),
+    ({"json": {"query": "tea", "sise": 3}}, ["unknown field 'sise'; did you mean 'size'?"]),
+    ({"json": {"qeury": "tea"}}, ["unknown field 'qeury'; did you mean 'query'?"]),
 ])
 def test_malformed_searches_are_400(live, kwargs, fragments):
     assert_error(live.post("/search", **kwargs), 400, *fragments)
@@ -84,6 +85,9 @@ def test_malformed_searches_are_400(live, kwargs, fragments):
     ({"impression_id": "x"}, ["'doc_id' must be a non-empty string"]),
     ({"impression_id": 5, "doc_id": "d"}, ["'impression_id'"]),
     ({"impression_id": "x", "doc_id": "d", "rank": 1}, ["unknown field 'rank'"]),
+    # a misspelt field is named as such, not reported as the missing one it stands for
+    ({"impression_id": "x", "docid": "d"},
+     ["unknown field 'docid'; did you mean 'doc_id'?", "(known: "]),
 ])
 def test_malformed_clicks_are_400(live, body, fragments):
     assert_error(live.post("/click", body), 400, *fragments)
