@@ -73,7 +73,9 @@ def blueprint(service: RerankerService, name: str = "reranker") -> Blueprint:
     blueprint's routes."""
     bp = Blueprint(name, __name__)
     limits = service.config.server
-    policy = CorsPolicy(limits.cors_origins, limits.cors_max_age)
+    policy = CorsPolicy(limits.cors_origins, limits.cors_max_age,
+                        explain=limits.cors_explain,
+                        refused=service.prometheus.cors_refused)
     bp.cors_policy = policy
     gate = RequestGate(service, policy)
     _register_errors(bp)

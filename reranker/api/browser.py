@@ -1,10 +1,14 @@
 """The browser side: ``GET /reranker.js`` (the snippet) and CORS, which lets pages on the
-origins ``server.cors_origins`` lists call ``/search``, ``/click`` and ``/reward``."""
+origins ``server.cors_origins`` lists call ``/search``, ``/click`` and ``/reward`` (and
+``/explain`` with ``server.cors_explain``); a request from any other page's origin is
+counted and logged (once a minute per origin)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import logging
+import time
 from importlib import resources
 
 from flask import Blueprint, Flask, current_app, request
@@ -14,17 +18,35 @@ CORS_ROUTES = {"search": "POST, OPTIONS", "click": "POST, OPTIONS",
                "reward": "POST, OPTIONS", "snippet": "GET, OPTIONS"}
 CORS_PATHS = ("/search", "/click", "/reward", "/reranker.js")
 
+#: ... and with ``server.cors_explain``.
+EXPLAIN_ROUTE = ("explain", "POST, OPTIONS", "/explain")
+
 SNIPPET_CACHE = "public, max-age=3600"  # the snippet changes only with the package
+#: Seconds between two log lines about requests from the same refused origin, and how many
+#: origins are remembered for it (a flood of made-up origins cannot grow it further).
+REFUSAL_LOG_INTERVAL, REFUSAL_LOG_ORIGINS = 60.0, 1000
+
+log = logging.getLogger(__name__)
 
 
 class CorsPolicy:
-    """Which ``Origin`` values may read the answers of :data:`CORS_ROUTES`
-    (``server.cors_origins``: origins, ``*`` for any, empty for none)."""
+    """Which ``Origin`` values may read the answers of the CORS routes
+    (``server.cors_origins``: origins, ``*`` for any, empty for none; ``explain``:
+    ``server.cors_explain``), and the record of the others (``refused``: a counter by
+    endpoint, or None)."""
 
-    def __init__(self, origins: tuple[str, ...] | list[str], max_age: int):
+    def __init__(self, origins: tuple[str, ...] | list[str], max_age: int, *,
+                 explain: bool = False, refused=None):
         self.any = "*" in origins
         self.origins = frozenset(o.lower() for o in origins if o != "*")
         self.max_age = max_age
+        self.routes = dict(CORS_ROUTES)
+        self.paths = CORS_PATHS
+        if explain:
+            self.routes[EXPLAIN_ROUTE[0]] = EXPLAIN_ROUTE[1]
+            self.paths = (*CORS_PATHS, EXPLAIN_ROUTE[2])
+        self.refused = refused
+        self._logged: dict[str, float] = {}
 
     @property
     def enabled(self) -> bool:
@@ -47,12 +69,33 @@ class CorsPolicy:
         if allowed is not None:
             response.headers["Access-Control-Allow-Origin"] = allowed
 
+    def note_refusal(self, endpoint: str) -> None:
+        """Count and log (once a minute per origin) a request to ``endpoint`` from a page
+        on another origin than the service's own that the policy does not allow: a page
+        that tries to call the service and whose browser keeps the answer from it."""
+        origin = request.headers.get("Origin")
+        # (the service's own pages: the same host, whatever scheme a proxy in front of it
+        # terminates)
+        if not origin or self.allow(origin) is not None \
+                or origin.lower().partition("://")[2] == request.host.lower():
+            return
+        if self.refused is not None:
+            self.refused.labels(endpoint).inc()
+        now = time.monotonic()
+        key = origin[:200]
+        if now - self._logged.get(key, -REFUSAL_LOG_INTERVAL) < REFUSAL_LOG_INTERVAL:
+            return
+        if len(self._logged) >= REFUSAL_LOG_ORIGINS:
+            self._logged.clear()
+        self._logged[key] = now
+        log.warning("a page on %r called %s %s, and server.cors_origins does not list that "
+                    "origin: its browser keeps the answer from it (add the origin to allow "
+                    "it; logged once a minute per origin)", key, request.method, request.path)
 
-def _cors_route() -> str | None:
-    """The methods of the CORS endpoint this request is for (under any blueprint name and
-    URL prefix), or None."""
-    endpoint = (request.endpoint or "").rsplit(".", 1)[-1]
-    return CORS_ROUTES.get(endpoint)
+
+def _endpoint() -> str:
+    """The name of the endpoint this request is for, under any blueprint name."""
+    return (request.endpoint or "").rsplit(".", 1)[-1]
 
 
 def register(bp: Blueprint, policy: CorsPolicy) -> None:
@@ -72,7 +115,7 @@ def register(bp: Blueprint, policy: CorsPolicy) -> None:
 
     @bp.before_request
     def preflight():
-        methods = _cors_route()
+        methods = policy.routes.get(_endpoint())
         if request.method != "OPTIONS" or methods is None:
             return None
         response = current_app.response_class(status=204)
@@ -86,8 +129,11 @@ def register(bp: Blueprint, policy: CorsPolicy) -> None:
 
     @bp.after_request
     def cors_headers(response):
-        if policy.enabled and _cors_route() is not None:
-            policy.add_origin(response)
+        endpoint = _endpoint()
+        if endpoint in policy.routes:
+            if policy.enabled:
+                policy.add_origin(response)
+            policy.note_refusal(endpoint)
         return response
 
 
@@ -97,7 +143,7 @@ def register_routing_errors(app: Flask, policy: CorsPolicy) -> None:
 
     @app.after_request
     def cors_on_routing_errors(response):
-        if request.url_rule is None and policy.enabled and request.path in CORS_PATHS:
+        if request.url_rule is None and policy.enabled and request.path in policy.paths:
             policy.add_origin(response)
         return response
 

@@ -294,6 +294,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "cors_origins": Key("list[str]", [], "Origins (scheme://host[:port]) of the web pages "
                             "that may call /search, /click and /reward from the browser; '*' "
                             "allows any; empty: no CORS headers, same-origin pages only."),
+        "cors_explain": Key("bool", False, "Let the origins of server.cors_origins call "
+                            "POST /explain too, for a 'why this result' panel on the page "
+                            "(with API keys set, /explain still needs one, which a public "
+                            "page should not hold)."),
         "cors_max_age": Key("int", 600, "Seconds a browser may cache the answer to a CORS "
                             "preflight request.", minimum=0, maximum=86400),
         "admin_token": Key("str", None, "Token of the operator view, GET /healthz?detail=1 "

@@ -89,6 +89,10 @@ class PrometheusMetrics:
                                "endpoint and reason (forged, expired, foreign, replayed, "
                                "impression_limit, rate_limited, unauthorized).",
                                ["endpoint", "reason"], registry=self.registry)
+        self.cors_refused = Counter("reranker_cors_refused", "Requests from a web page on "
+                                    "an origin that server.cors_origins does not list, by "
+                                    "endpoint (the browser keeps the answer from the page).",
+                                    ["endpoint"], registry=self.registry)
         self.limit_exchanges = Counter("reranker_limit_exchanges", "Exchanges of request "
                                        "counts with the other processes of the event store "
                                        "(security.limits_exchange), by outcome: ok, failed.",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import logging
 import shutil
 import threading
 import time
@@ -46,9 +47,9 @@ def client_for(workdir) -> Iterator[Callable]:
     corpus with those ``server.cors_origins``."""
     services: list[RerankerService] = []
 
-    def make(origins: list[str], max_age: int = 600):
+    def make(origins: list[str], max_age: int = 600, **server):
         config = load_config(write_config(workdir, server={"cors_origins": origins,
-                                                           "cors_max_age": max_age}))
+                                                           "cors_max_age": max_age, **server}))
         service = RerankerService(config).open()
         services.append(service)
         return create_app(service=service).test_client()
@@ -131,6 +132,48 @@ def test_another_origin_gets_answers_without_cors_headers(client_for):
     assert "Access-Control-Allow-Origin" not in page.headers
     assert "Access-Control-Allow-Origin" not in client.post("/search", json={"query": "tea"}
                                                             ).headers
+
+
+def test_explain_is_cross_origin_only_when_configured(client_for):
+    closed = client_for([PAGE])
+    assert "Access-Control-Allow-Origin" not in preflight(closed, "/explain", PAGE).headers
+    answer = closed.post("/explain", json={"query": "tea"}, headers={"Origin": PAGE})
+    assert answer.status_code == 200 and "Access-Control-Allow-Origin" not in answer.headers
+    opened = client_for([PAGE], cors_explain=True)
+    response = preflight(opened, "/explain", PAGE)
+    assert response.status_code == 204 and response.headers["Access-Control-Allow-Origin"] == PAGE
+    assert response.headers["Access-Control-Allow-Methods"] == "POST, OPTIONS"
+    answer = opened.post("/explain", json={"query": "tea"}, headers={"Origin": PAGE})
+    assert answer.status_code == 200 and answer.headers["Access-Control-Allow-Origin"] == PAGE
+    assert answer.get_json()["hits"]
+    # still only for the origins listed
+    assert "Access-Control-Allow-Origin" not in preflight(opened, "/explain", OTHER).headers
+
+
+def refused(client, endpoint: str) -> float:
+    service = client.application.extensions["reranker"]
+    return service.prometheus.registry.get_sample_value("reranker_cors_refused_total",
+                                                        {"endpoint": endpoint}) or 0.0
+
+
+def test_a_refused_origin_is_counted_and_logged_once_a_minute(client_for, caplog):
+    client = client_for([PAGE])
+    with caplog.at_level(logging.WARNING, logger="reranker.api.browser"):
+        for _ in range(3):
+            client.post("/search", json={"query": "tea"}, headers={"Origin": OTHER})
+        preflight(client, "/click", OTHER)
+        # neither an allowed origin, nor the service's own pages, nor a request without one
+        client.post("/search", json={"query": "tea"}, headers={"Origin": PAGE})
+        client.post("/search", json={"query": "tea"}, headers={"Origin": "http://localhost"})
+        client.post("/search", json={"query": "tea"})
+    assert refused(client, "search") == 3 and refused(client, "click") == 1
+    lines = [r.getMessage() for r in caplog.records if OTHER in r.getMessage()]
+    assert len(lines) == 1 and "server.cors_origins" in lines[0]
+    assert not [r for r in caplog.records if PAGE in r.getMessage()]
+    # with no origin allowed at all, a page elsewhere is refused all the same
+    closed = client_for([])
+    closed.post("/search", json={"query": "tea"}, headers={"Origin": PAGE})
+    assert refused(closed, "search") == 1
 
 
 def test_no_cors_headers_when_no_origin_is_configured(client_for):
@@ -259,8 +302,9 @@ def service_for(workdir) -> Iterator[Callable[[list[str]], LiveServer]]:
     """``service_for(origins)``: the real service over HTTP with those CORS origins."""
     servers: list[LiveServer] = []
 
-    def start(origins: list[str]) -> LiveServer:
-        servers.append(LiveServer(write_config(workdir, server={"cors_origins": origins})))
+    def start(origins: list[str], **server) -> LiveServer:
+        servers.append(LiveServer(write_config(workdir, server={"cors_origins": origins,
+                                                               **server})))
         return servers[-1]
 
     yield start
@@ -338,6 +382,31 @@ def test_a_page_on_an_origin_not_allowed_gets_an_error(browser, site, service_fo
     assert browser.find_elements(By.CSS_SELECTOR, "#results li") == []
     # The preflight was refused, so the search itself never reached the service.
     assert server.service.events.stats()["impressions"] == before
+    assert server.service.prometheus.registry.get_sample_value(
+        "reranker_cors_refused_total", {"endpoint": "search"}) >= 1
+
+
+EXPLAIN_FROM_THE_PAGE = """
+const [url, done] = arguments;
+fetch(url + '/explain', {method: 'POST', headers: {'Content-Type': 'application/json'},
+                         body: JSON.stringify({query: 'espresso grinder', size: 3})})
+  .then(r => r.json()).then(body => done(body), error => done({failed: String(error)}));
+"""
+
+
+def test_a_why_this_result_panel_can_call_explain_from_another_origin(browser, site,
+                                                                      service_for):
+    """With server.cors_explain, a page on an allowed origin reads /explain (the preflight
+    and the answer, in a real browser); without it, the browser keeps the answer away."""
+    open_example(browser, site, service_for([site]))
+    closed = service_for([site])
+    answer = browser.execute_async_script(EXPLAIN_FROM_THE_PAGE, closed.url)
+    assert "failed" in answer
+    opened = service_for([site], cors_explain=True)
+    answer = browser.execute_async_script(EXPLAIN_FROM_THE_PAGE, opened.url)
+    assert "failed" not in answer, answer
+    assert len(answer["hits"]) == 3 and answer["decided_by"]
+    assert {"engine", "learned"} <= set(answer["hits"][0]["general_parts"])
 
 
 def test_click_and_reward_answer_promises_and_a_refusal_reaches_the_error_hook(browser, site,
