@@ -81,6 +81,8 @@ def _versions_of(arm: Arm) -> dict[str, Any]:
         else:
             row.update({key: getattr(model.progress, key)
                         for key in ("impressions", "clicks", "updates", "skipped", "cursor")})
+            if model.origin:
+                row["origin"] = model.origin
             newest_good = version
         rows.append(row)
     loads = {row["version"] for row in rows if "error" not in row}
@@ -162,6 +164,8 @@ def list_models(config_path: str | None, label: str | None, as_json: bool) -> No
                      if info[name] == row["version"]]
             if "error" in row:
                 marks.append("refused")
+            if "origin" in row:
+                marks.append(origin_text(row["origin"]))
             table.add_row(str(row["version"]), format_time(row["saved"]),
                           *(str(row.get(key, "-")) for key in
                             ("impressions", "clicks", "updates", "skipped", "cursor")),
@@ -171,6 +175,16 @@ def list_models(config_path: str | None, label: str | None, as_json: bool) -> No
             if "error" in row:
                 click.echo(f"  version {row['version']} is refused: {row['error']}")
         click.echo(f"  next version: {info['next_version']}")
+
+
+def origin_text(origin: dict[str, int]) -> str:
+    """How a version came to be, in a few words (``RankingModel.origin``)."""
+    if "rollback_of" in origin:
+        return (f"rollback: weights of v{origin['rollback_of']}, cursor of "
+                f"v{origin.get('cursor_of', '?')}")
+    if "restart_after" in origin:
+        return f"restart after v{origin['restart_after']}"
+    return ", ".join(f"{key} {value}" for key, value in origin.items())
 
 
 def _summary(value: Any) -> str:
@@ -211,7 +225,8 @@ def _describe(arm: Arm, model: RankingModel) -> dict[str, Any]:
             "saved": arm.models.saved_at(model.version) if model.version else None,
             "learner": saved["learner"], "feature_map": saved["feature_map"],
             "features": names, "normalization": saved["features"]["normalization"],
-            "training": saved["training"], "weights": weights, "state": saved["state"]}
+            "training": saved["training"], "origin": model.origin, "weights": weights,
+            "state": saved["state"]}
 
 
 @models.command()
@@ -264,6 +279,8 @@ def show(config_path: str | None, label: str | None, version: int | None,
                                         ("cursor", "impressions", "clicks", "updates",
                                          "skipped"))
                + f", event store {training['store_id'] or '-'}")
+    if info["origin"]:
+        click.echo(f"made by {origin_text(info['origin'])}")
 
     console = wide_console()
     names = info["features"]

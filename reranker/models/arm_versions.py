@@ -99,7 +99,9 @@ class ArmVersions:
             model = RankingModel(learner=target.learner, normalizer=target.normalizer,
                                  feature_names=target.feature_names,
                                  version=self.models.next_version(),
-                                 progress=dataclasses.replace(newest.progress))
+                                 progress=dataclasses.replace(newest.progress),
+                                 origin={"rollback_of": target.version,
+                                         "cursor_of": newest.version})
             self.models.save(model)
         return model, target, newest
 
@@ -117,6 +119,7 @@ class ArmVersions:
             model.progress = TrainingProgress(cursor=newest.progress.cursor,
                                               store_id=newest.progress.store_id)
             model.version = self.models.next_version()
+            model.origin = {"restart_after": newest.version}
             self.models.save(model)
         return model.version
 

@@ -57,6 +57,11 @@ class RankingModel:
     feature_names: tuple[str, ...]
     version: int = 0
     progress: TrainingProgress = field(default_factory=TrainingProgress)
+    #: How this version came to be when not by training (``reranker models rollback`` and
+    #: ``restart``): ``{"rollback_of": the version whose weights it took, "cursor_of": the
+    #: version whose training cursor}``, or ``{"restart_after": the newest version then}``;
+    #: None for a trained version (the trainer saves its next one without it).
+    origin: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         # The columns normalisation leaves raw (the click features), as a mask.
@@ -114,6 +119,8 @@ class RankingModel:
             "training": self.progress.to_dict(),
             "state": state,
         }
+        if self.origin:
+            payload["origin"] = dict(self.origin)
         try:
             payload["checksum"] = checksum(payload)
         except (TypeError, ValueError):  # name what a model file cannot hold
@@ -299,8 +306,14 @@ class ModelFactory:
             version = int(version)
         except (ValueError, TypeError, KeyError) as exc:
             raise fail(str(exc)) from None
+        origin = data.get("origin")
+        if origin is not None and (not isinstance(origin, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                for k, v in origin.items())):
+            raise fail(f"section 'origin' must map names to version numbers, got {origin!r}")
         return RankingModel(learner=learner, normalizer=normalizer,
-                            feature_names=self.feature_names, version=version, progress=progress)
+                            feature_names=self.feature_names, version=version, progress=progress,
+                            origin=origin)
 
 
 def feature_change(old: tuple[str, ...] | list[str], new: tuple[str, ...] | list[str]) -> str:

@@ -255,6 +255,7 @@ class Trainer:
                         and read < unsaved_limit:
                     continue  # nothing learned since the last save: not worth a version
                 model.version = arm.models.next_version()
+                model.origin = None  # a trained version (a rollback's is its first only)
                 arm.models.save(model)
                 report.versions.append(model.version)
                 updates, skipped, read = report.updates, report.skipped, 0

@@ -315,9 +315,18 @@ def test_rollback_saves_the_old_weights_with_the_newest_cursor(workdir):
         assert rolled["state"] == old["state"] and rolled["features"] == old["features"]
         assert rolled["training"] == newest["training"] and rolled["version"] == 3
         assert served_version(live, 3) == 3
+        # where the weights came from, in the model file, the listing and the version shown
+        assert rolled["origin"] == {"rollback_of": 1, "cursor_of": 2} and "origin" not in old
+        listed = models("list", "-c", str(path)).stdout
+        assert "rollback: weights of v1, cursor of v2" in listed
+        assert json.loads(models("list", "--json", "-c", str(path)).stdout)[0]["versions"][
+            2]["origin"] == {"rollback_of": 1, "cursor_of": 2}
+        assert "made by rollback: weights of v1, cursor of v2" in models(
+            "show", "3", "-c", str(path)).stdout
         # learning goes on from the old weights and never applies the dropped pages again
         learn_over_http(live)
         assert "saved model version 4" in train(path)
+        assert "origin" not in saved(folder, 4)  # a trained version
         after, cursor = saved(folder, 4)["training"], newest["training"]["cursor"]
         since = live.service.events.closed_since(cursor, 1000)  # (with the searches above)
         assert len(since) >= 2

@@ -805,6 +805,7 @@ def test_an_arm_that_learned_before_is_named_and_even_start_starts_every_arm_afr
         arm = server.service.by_label["perceptron"]
         fresh = arm.model
         assert fresh.version == alone.version + 1 and fresh.progress.impressions == 0
+        assert fresh.origin == {"restart_after": alone.version}  # as `models list` says
         assert alone.version in arm.models.versions()  # kept
         assert np.allclose(fresh.learner.w_, arm.factory.new().learner.w_)
         status = server.get("/experiments").json()["arms"]["perceptron"]

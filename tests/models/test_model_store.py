@@ -115,6 +115,23 @@ def test_state_with_wrong_shape_is_refused(tmp_path):
         factory().from_dict(data, "m.json")
 
 
+def test_a_versions_origin_is_kept_and_a_malformed_one_refused(tmp_path):
+    from reranker.models.model import checksum
+
+    store = ModelStore(tmp_path, "preference_perceptron")
+    model = trained_model(1)
+    model.origin = {"rollback_of": 4, "cursor_of": 6}
+    store.save(model)
+    assert store.load(1, factory()).origin == {"rollback_of": 4, "cursor_of": 6}
+    assert "origin" not in trained_model(2).to_dict()  # a trained version has none
+    for bad in (["rollback_of", 4], {"rollback_of": "4"}, {"rollback_of": True}):
+        data = model.to_dict()
+        data["origin"] = bad
+        data["checksum"] = checksum(data)
+        with pytest.raises(ModelLoadError, match="section 'origin'"):
+            factory().from_dict(data, "m.json")
+
+
 def test_a_model_saved_before_the_starting_ranking_loads_and_ranks_as_it_did(tmp_path):
     """A model file written before learners kept a starting ranking (no prior_, step_sum_,
     steps_ in its state) loads with none: it ranks by its weights alone, as it did."""
