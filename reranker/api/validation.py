@@ -30,6 +30,7 @@ from reranker.core.config import Config
 from reranker.core.errors import BadRequestError, field_path, quoted_path, shorten
 from reranker.core.jsontext import beyond_float, json_error, strict_loads
 from reranker.core.suggest import did_you_mean
+from reranker.core.times import ISO_DATE
 
 #: Longest impression, user or session id accepted (a served impression id has about 60
 #: characters: :mod:`reranker.serving.trust`).
@@ -148,8 +149,11 @@ def _filter_schema(max_clauses: int) -> dict[str, Any]:
                 "additionalProperties": value}
 
     bounds = {"type": "object", "minProperties": 1,
-              "x-expected": f"an object of bounds ({', '.join(RANGE_BOUNDS)}) with numbers",
-              "properties": {name: {"type": "number", "x-expected": "a finite number"}
+              "x-expected": f"an object of bounds ({', '.join(RANGE_BOUNDS)}) with numbers "
+                            f"or dates",
+              "properties": {name: {"type": ["number", "string"],
+                                    "pattern": f"^{ISO_DATE.pattern}$",
+                                    "x-expected": "a finite number or an ISO 8601 date"}
                              for name in RANGE_BOUNDS},
               "additionalProperties": False}
     clause = {"type": "object", "minProperties": 1, "maxProperties": 1,

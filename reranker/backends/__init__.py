@@ -52,6 +52,9 @@ class IndexReport:
 
     indexed: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)  # (where, why)
+    #: The types a new index gave its filter fields, read from the documents (``keyword``,
+    #: ``number``, ``boolean``, ``date``); empty when they were given or kept.
+    filter_types: dict[str, str] = field(default_factory=dict)
 
 
 class Backend(ABC):

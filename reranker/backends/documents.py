@@ -13,6 +13,7 @@ from typing import Any
 
 from reranker.core.errors import DataError
 from reranker.core.jsontext import json_error, strict_loads
+from reranker.core.times import epoch_millis
 
 #: Documents read to check that every configured field exists, before anything is written.
 CHECK_FIRST = 1000
@@ -114,9 +115,16 @@ def _numbers_checked(documents: Iterator[tuple[str, dict[str, Any]]], config,
             held = repr(bad[1])
             held = held if len(held) <= 60 else held[:59] + "\u2026"
             too_large = isinstance(bad[1], int) and not isinstance(bad[1], bool)
-            why = ("a number too large for a float (features.numeric_fields); keep it "
-                   "within ±1.8e308" if too_large else "not a number "
-                   "(features.numeric_fields); store it as a JSON number")
+            if too_large:
+                why = "a number too large for a float (features.numeric_fields); keep it " \
+                      "within ±1.8e308"
+            elif epoch_millis(bad[1]) is not None:
+                why = ("a date, and a numeric feature (features.numeric_fields) needs a "
+                       "number: store it as a JSON number (epoch milliseconds, or days), "
+                       "or filter by it through backend.filter_fields, where ISO 8601 dates "
+                       "are read as dates")
+            else:
+                why = "not a number (features.numeric_fields); store it as a JSON number"
             failures.append((f"{where} (id {doc_id})" if doc_id is not None else where,
                              f"numeric field {bad[0]!r} holds {held}, {why}"))
             continue

@@ -41,7 +41,13 @@ import numpy as np
 from reranker import hookimpl
 from reranker.backends import Backend, Candidates, IndexReport, numeric_value
 from reranker.backends.documents import field_value
-from reranker.backends.filters import FACET_PREFIX, FACET_SIZE, Clause, filter_types
+from reranker.backends.filters import (
+    FACET_PREFIX,
+    FACET_SIZE,
+    Clause,
+    check_clause_types,
+    filter_types,
+)
 from reranker.core.errors import BackendError, BackendUnavailableError
 
 log = logging.getLogger(__name__)
@@ -245,6 +251,10 @@ class ElasticsearchBackend(Backend):
         #: milliseconds from the documents' doc values, not from ``_source``, where a date
         #: is usually text, and are given in days (:data:`MS_PER_DAY`).
         self.date_fields: tuple[str, ...] = ()
+        #: Each filter field's kind as the mapping has it (read at start-up: ``keyword``,
+        #: ``number``, ``boolean`` or ``date``), which a search's clauses are checked against
+        #: (:func:`reranker.backends.filters.check_clause_types`).
+        self.filter_kinds: dict[str, str] = {}
         self.id_field = backend.id_field
         self.timeout = backend.request_timeout
         self.sources_with_search = backend.fetch_sources == "candidates"
@@ -505,6 +515,9 @@ class ElasticsearchBackend(Backend):
                         f"{field + '.keyword'!r})" if "text" in kinds else "") + (
                         " (a field inside a nested object needs nested queries, which "
                         "filters do not make)" if kinds & {"nested", "object"} else ""))
+            kind = {_filter_kind(k) for k in kinds}
+            if len(kind) == 1 and None not in kind:  # (indices that disagree: not checked)
+                self.filter_kinds[field] = kind.pop()
         nested = sorted({f for f in (*self.numeric_fields, *backend.filter_fields)
                          for prefix in _prefixes(f) if "nested" in types.get(prefix, ())})
         if nested:
@@ -555,7 +568,9 @@ class ElasticsearchBackend(Backend):
     def request_body(self, text: str, n: int, filters: tuple[Clause, ...] = (),
                      facets: tuple[str, ...] = ()) -> dict[str, Any]:
         """The one search request: retrieval in ``must``, features and the search's filter
-        clauses in ``filter``, facets as terms aggregations."""
+        clauses in ``filter``, facets as terms aggregations. A clause that cannot match its
+        field's type is a 400 (:func:`reranker.backends.filters.check_clause_types`)."""
+        check_clause_types(filters, self.filter_kinds)
         retrieval, aggs = self._retrieval(text)  # a fresh structure for every request
         named = [{"bool": {"must": [retrieval], "_name": "backend_score"}}]
         body: dict[str, Any] = {"size": n, "track_total_hits": True}
@@ -766,17 +781,21 @@ class ElasticsearchBackend(Backend):
             self._call(lambda: es.indices.delete(index=self.index), f"deleting {self.index!r}")
             exists = False
         created = not exists
+        inferred: dict[str, str] = {}
         if not exists:
             documents = iter(documents)
             mapping = self._mapping()
             if self.config.backend.mapping is None and self.config.backend.filter_fields:
                 types, documents = filter_types(self.config.backend.filter_fields, documents)
-                es_types = {"keyword": "keyword", "number": "double", "boolean": "boolean"}
+                es_types = {"keyword": "keyword", "number": "double", "boolean": "boolean",
+                            "date": "date"}
                 for field, kind in types.items():
-                    mapping["properties"].setdefault(field, {"type": es_types[kind]})
+                    if field not in mapping["properties"]:
+                        mapping["properties"][field] = {"type": es_types[kind]}
+                        inferred[field] = kind
             self._call(lambda: es.indices.create(index=self.index, mappings=mapping),
                        f"creating index {self.index!r}")
-        report = IndexReport()
+        report = IndexReport(filter_types=inferred)
         # Where each document came from, per id and in input order (an id may repeat).
         where_of: dict[str, collections.deque[str]] = collections.defaultdict(collections.deque)
 
@@ -857,6 +876,18 @@ NUMERIC_TYPES = {"long", "integer", "short", "byte", "double", "float", "half_fl
 #: What a filter or facet works on (terms and range clauses, terms aggregations).
 FILTER_TYPES = {"keyword", "constant_keyword", "boolean", "ip", *NUMERIC_TYPES, "date",
                 "date_nanos"}
+
+
+def _filter_kind(es_type: str) -> str | None:
+    """A mapping type as a filter's kind (:mod:`reranker.backends.filters`); None for one
+    the filters' checks leave alone (``ip``)."""
+    if es_type in ("keyword", "constant_keyword"):
+        return "keyword"
+    if es_type in NUMERIC_TYPES:
+        return "number"
+    if es_type in ("date", "date_nanos"):
+        return "date"
+    return "boolean" if es_type == "boolean" else None
 
 
 def _prefixes(field: str) -> list[str]:

@@ -23,8 +23,17 @@ import tantivy
 
 from reranker import hookimpl
 from reranker.backends import Backend, Candidates, IndexReport
-from reranker.backends.filters import FACET_SIZE, Clause, filter_kind, filter_types, filters_key
+from reranker.backends.filters import (
+    FACET_SIZE,
+    Clause,
+    check_clause_types,
+    date_value,
+    filter_kind,
+    filter_types,
+    filters_key,
+)
 from reranker.core.errors import BackendError, BackendUnavailableError, BadRequestError, shorten
+from reranker.core.times import iso_text
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +43,9 @@ ANALYZER = "reranker_en"
 ID = "_id"
 SOURCE = "_source"
 #: How a filter field is indexed, from the values of the documents: strings (or lists of
-#: strings) as exact keywords, numbers as floats, true/false as booleans.
-FILTER_TYPES = ("keyword", "number", "boolean")
+#: strings) as exact keywords, numbers as floats, true/false as booleans, ISO 8601 dates and
+#: date-times as their epoch milliseconds (a float).
+FILTER_TYPES = ("keyword", "number", "boolean", "date")
 #: The document id is also kept as its UTF-8 bytes in this many unsigned 64-bit fast columns
 #: (``_id0``, ``_id1``, ...): Tantivy's Python API reads numeric fast fields of many hits in
 #: one call but text ones not at all, and reading the id from the stored document would
@@ -329,15 +339,15 @@ class EmbeddedBackend(Backend):
 
     def _filter_query(self, clauses: tuple[Clause, ...]) -> tantivy.Query:
         """The clauses as one zero-scoring query that every candidate must match."""
+        check_clause_types(clauses, self.filter_types)
         parts = []
         for i, clause in enumerate(clauses):  # (in the request's order)
             kind = self.filter_types.get(clause.field)
             where = f"'filter' on {clause.field!r} ({kind} field)"
             path = f"filter[{i}].{clause.kind}.{clause.field}"
             if clause.kind == "range":
-                if kind != "number":
-                    raise BadRequestError(f"{where}: a range needs a numeric field", field=path)
-                bounds = dict(clause.bounds)
+                bounds = {name: date_value(bound) if kind == "date" else bound
+                          for name, bound in clause.bounds}
                 low = bounds.get("gte", bounds.get("gt", -math.inf))
                 high = bounds.get("lte", bounds.get("lt", math.inf))
                 parts.append(tantivy.Query.range_query(
@@ -358,7 +368,9 @@ class EmbeddedBackend(Backend):
         for f in fields:
             buckets = searcher.aggregate(query, {f: {"terms": {"field": f,
                                                                "size": FACET_SIZE}}})
-            out[f] = {_facet_key(b): int(b["doc_count"]) for b in buckets[f]["buckets"]}
+            date = self.filter_types.get(f) == "date"  # (its values as ISO 8601 text)
+            out[f] = {iso_text(b["key"]) if date else _facet_key(b): int(b["doc_count"])
+                      for b in buckets[f]["buckets"]}
         return out
 
     def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
@@ -523,7 +535,7 @@ class EmbeddedBackend(Backend):
         index = self._open_index(self.path)
         (self.path / META_FILE).write_text(json.dumps(self._wanted_meta(), indent=2) + "\n",
                                            encoding="utf-8")
-        report = IndexReport()
+        report = IndexReport(filter_types=dict(self.filter_types) if created else {})
         writer = index.writer(64_000_000, 1)
         pending = 0
         try:
@@ -764,7 +776,17 @@ def _id_to_words(doc_id: str, words: int) -> list[int]:
 
 
 def _add_filter_value(tdoc: tantivy.Document, field: str, kind: str, value: Any) -> None:
-    if filter_kind(value) != kind:
+    held = filter_kind(value)
+    if kind == "date":  # ISO 8601 text, or epoch milliseconds
+        millis = date_value(value) if held in ("date", "number") else None
+        if millis is None:
+            raise ValueError(f"filter field {field!r} holds {value!r}, but the index keeps it "
+                             f"as a date (from the first documents that hold it): give an "
+                             f"ISO 8601 date such as 2010-01-01 or epoch milliseconds")
+        tdoc.add_float(field, millis)
+        return
+    # (a keyword field takes any text, one that reads as a date too)
+    if held != kind and not (kind == "keyword" and held == "date"):
         raise ValueError(f"filter field {field!r} holds {value!r}, but the index keeps it as "
                          f"a {kind} (from the first documents that hold it)")
     if kind == "keyword":
@@ -784,6 +806,8 @@ def _filter_value(kind: str | None, value: Any, where: str, path: str) -> Any:
         return float(value)
     if kind == "boolean" and isinstance(value, bool):
         return value
+    if kind == "date" and date_value(value) is not None:
+        return date_value(value)
     raise BadRequestError(f"{where}: {shorten(value)} is not a {kind} value", field=path)
 
 

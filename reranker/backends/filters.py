@@ -6,6 +6,11 @@ A search may narrow its candidates with structured clauses, all of which must ho
                {"terms": {"brand": ["acme", "zeta"]}},
                {"range": {"price": {"gte": 5, "lte": 20}}}]
 
+A range's bounds are numbers, or on a date field ISO 8601 dates and date-times
+(``"2010-01-01"``, ``"2010-01-01T09:30:00Z"``; UTC when no offset is given) or epoch
+milliseconds. :func:`check_clause_types` refuses a clause that cannot match its field's type
+(a range on a keyword, a date on a number field), on every backend alike.
+
 and ask for facets, the counts of each value of a field over every matching document::
 
     "facets": ["category", "brand"]   ->   "facets": {"category": {"tea": 12, ...}, ...}
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reranker.core.errors import BadRequestError, field_path, quoted_path, shorten
+from reranker.core.times import epoch_millis
 
 #: The bounds a range clause takes.
 RANGE_BOUNDS = ("gte", "gt", "lte", "lt")
@@ -50,7 +56,8 @@ class Clause:
     kind: str
     field: str
     values: tuple[Scalar, ...] = ()
-    bounds: tuple[tuple[str, float], ...] = ()
+    #: numbers, or ISO 8601 text for a date field (kept as given: Elasticsearch reads it)
+    bounds: tuple[tuple[str, float | str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The clause in the request's form (Elasticsearch's Query DSL has the same)."""
@@ -98,16 +105,59 @@ def _clause(item: Any, i: int, allowed: tuple[str, ...]) -> Clause:
                                             for j, v in enumerate(value)))
     if not isinstance(value, dict) or not value or set(value) - set(RANGE_BOUNDS):
         raise _bad(path, f"must be an object of bounds ({', '.join(RANGE_BOUNDS)}) with "
-                         f"numbers, got {shorten(value)}")
-    bounds = []
+                         f"numbers or dates, got {shorten(value)}")
+    bounds: list[tuple[str, float | str]] = []
     for name in RANGE_BOUNDS:
         if name in value:
             bound = value[name]
+            if isinstance(bound, str) and epoch_millis(bound) is not None:
+                bounds.append((name, bound))
+                continue
             if isinstance(bound, bool) or not isinstance(bound, (int, float)) \
                     or not math.isfinite(bound):
-                raise _bad([*path, name], f"must be a finite number, got {shorten(bound)}")
+                raise _bad([*path, name], f"must be a finite number or an ISO 8601 date "
+                                          f"such as \"2010-01-01\" or "
+                                          f"\"2010-01-01T09:30:00Z\", got {shorten(bound)}")
             bounds.append((name, float(bound)))
     return Clause("range", field, bounds=tuple(bounds))
+
+
+def check_clause_types(clauses: tuple[Clause, ...], types: dict[str, str]) -> None:
+    """Refuse (400, naming the clause and the type) a clause that cannot match its field as
+    the index keeps it (``types``: a field's ``keyword``, ``number``, ``boolean`` or
+    ``date``; a field without one is not checked): a range on a keyword or boolean field, a
+    date bound on a number field, a term on a date field that is not a date."""
+    for i, clause in enumerate(clauses):
+        kind = types.get(clause.field)
+        if kind is None:
+            continue
+        path: list[str | int] = ["filter", i, clause.kind, clause.field]
+        if clause.kind == "range":
+            if kind not in ("number", "date"):
+                raise _bad(path, f"cannot match: {clause.field!r} is a {kind} field, and a "
+                                 f"range needs a number or date field (use term or terms)")
+            if kind == "number":
+                for name, bound in clause.bounds:
+                    if isinstance(bound, str):
+                        raise _bad([*path, name], f"is a date, and {clause.field!r} is a "
+                                                  f"number field: give a number")
+        elif kind == "date":
+            for j, value in enumerate(clause.values):
+                if date_value(value) is None:
+                    where = path if clause.kind == "term" else [*path, j]
+                    raise _bad(where, f"cannot match: {clause.field!r} is a date field, and "
+                                      f"{shorten(value)} is not a date (an ISO 8601 date or "
+                                      f"epoch milliseconds)")
+
+
+def date_value(value: Any) -> float | None:
+    """A filter value or bound on a date field as epoch milliseconds: ISO 8601 text, or a
+    number taken as epoch milliseconds; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    return epoch_millis(value)
 
 
 def parse_facets(raw: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
@@ -153,8 +203,8 @@ def filters_key(clauses: tuple[Clause, ...]) -> str:
 
 
 def filter_kind(value: Any) -> str | None:
-    """``keyword``, ``number`` or ``boolean``: how a filter field holding ``value`` is
-    indexed (a list: its items' kind); None for anything else."""
+    """``keyword``, ``number``, ``boolean`` or ``date`` (ISO 8601 text): how a filter field
+    holding ``value`` is indexed (a list: its items' kind); None for anything else."""
     if isinstance(value, list):
         kinds = {filter_kind(v) for v in value} - {None}
         return kinds.pop() if len(kinds) == 1 else None
@@ -163,7 +213,7 @@ def filter_kind(value: Any) -> str | None:
     if isinstance(value, (int, float)):
         return "number"
     if isinstance(value, str):
-        return "keyword"
+        return "date" if epoch_millis(value) is not None else "keyword"
     return None
 
 

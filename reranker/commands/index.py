@@ -42,5 +42,8 @@ def index(config_path: str | None, documents: str, recreate: bool) -> None:
         click.echo(f"... and {len(report.failed) - 20} more failures", err=True)
     click.echo(f"indexed {report.indexed} documents into the {config.backend.type} backend"
                + (f"; {len(report.failed)} failed" if report.failed else ""))
+    if report.filter_types:
+        click.echo("filter fields, typed from the documents: " + ", ".join(
+            f"{name} ({kind})" for name, kind in report.filter_types.items()))
     if report.failed or not report.indexed:
         sys.exit(1)

@@ -59,8 +59,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       "gives a per-field score feature."),
         "id_field": Key("str", "id", "Document field holding the unique document id."),
         "filter_fields": Key("list[str]", [], "Fields a search may filter on and count as "
-                             "facets (keyword, number or true/false values; the embedded "
-                             "backend indexes them for it)."),
+                             "facets (keyword, number, true/false or ISO 8601 date values; "
+                             "the embedded backend indexes them for it)."),
         "candidates": Key("int", 100, "Hits retrieved from the backend per search and reranked.",
                           minimum=1, maximum=10000),
         "cache_size": Key("int", 1000, "Embedded backend: distinct searches (analysed query, "

@@ -267,7 +267,19 @@ class Standin:
             checks = {"gte": float.__ge__, "gt": float.__gt__, "lte": float.__le__,
                       "lt": float.__lt__}
             result = {}
-            for d, source in index.docs.items():
+            if index.properties.get(field, {}).get("type") == "date":  # dates as epoch ms
+                millis = {name: _epoch_millis(bound) for name, bound in bounds.items()}
+                if None in millis.values():
+                    raise ApiError(400, "parse_exception",
+                                   f"failed to parse date field {bounds} with format "
+                                   f"[strict_date_optional_time||epoch_millis]")
+                for d, source in index.docs.items():
+                    value = _epoch_millis(_dotted(source, field))
+                    if value is not None and all(checks[name](float(value), float(bound))
+                                                 for name, bound in millis.items()):
+                        result[d] = 1.0
+                bounds = {}
+            for d, source in index.docs.items() if bounds else ():
                 value = _dotted(source, field)
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     continue
