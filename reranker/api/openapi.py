@@ -38,7 +38,10 @@ ERROR_STATUSES = {
 _HIT = {"type": "object", "required": ["id", "rank", "score"], "properties": {
     "id": {"type": "string"},
     "rank": {"type": "integer", "minimum": 1, "description": "rank in the whole ranking"},
-    "score": {"type": ["number", "null"], "description": "the learner's score"},
+    "score": {"type": ["number", "null"], "description": "the ranking's score: higher ranks "
+              "score at least as high, except the hits marked randomised"},
+    "randomised": {"const": True, "description": "shown swapped with its neighbour, out of "
+                   "the order of the scores, so that clicks compare the two"},
     "source": {"type": "object", "description": "the stored document"},
 }}
 

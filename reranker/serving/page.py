@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from reranker.features.clicks.position_bias import randomized_pairs
+
 
 @dataclass
 class RankedPage:
@@ -36,3 +38,11 @@ class RankedPage:
     #: What the learner or the mix logged with the page (pairs it randomised, each arm's
     #: ranking, a fallback's reason).
     context: dict[str, Any] | None = None
+
+    def swapped_positions(self, n_shown: int) -> set[int]:
+        """The 0-based positions among the first ``n_shown`` whose two results the page's
+        randomised pairs swapped: where the order shown is not that of ``scores``."""
+        # (one more: a perturbed page's last pair may reach one below the page)
+        pairs, _ = randomized_pairs(self.context, n_shown + 1)
+        return {p for upper, swapped in pairs if swapped for p in (upper, upper + 1)
+                if p < n_shown}

@@ -236,10 +236,14 @@ class RerankerService:
                                 "answered 503 and its page is not logged")
         self.events.log_impression(impression)
         scores = page.scores
+        swapped = page.swapped_positions(offset + n_shown)
         hits = [{"id": candidates.ids[i], "rank": rank, "score": _finite(scores[i]),
                  "source": source}
                 for rank, (i, source)
                 in enumerate(zip(shown.tolist(), sources, strict=True), start=offset + 1)]
+        for hit in hits:
+            if hit["rank"] - 1 in swapped:  # shown out of the order of its score, to learn
+                hit["randomised"] = True
         answer = {"impression_id": impression.id, "learner": page.learner,
                   "model_version": None if page.arm is None else page.model_version,
                   "total": candidates.total, "from": offset, "hits": hits}

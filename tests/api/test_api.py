@@ -35,6 +35,26 @@ def test_search_answers_the_contract(live):
     assert len(search(live)["hits"]) == 10  # server.default_size
 
 
+def test_scores_follow_the_ranks_except_where_the_page_randomised_a_pair(live):
+    """The default learner swaps some adjacent pairs to learn from them: exactly those hits
+    are marked, each pair's two scores in the other order; elsewhere a higher rank has a
+    score at least as high."""
+    marked_any = False
+    for _ in range(20):
+        page = search(live, size=10)
+        hits = page["hits"]
+        logged = live.service.events.get_impression(page["impression_id"])
+        swapped = {u for u in logged.context["swapped"] for u in (u, u + 1) if u < 10}
+        assert {h["rank"] - 1 for h in hits if h.get("randomised")} == swapped
+        marked_any |= bool(swapped)
+        for upper in swapped:
+            if upper in logged.context["swapped"] and upper + 1 < len(hits):
+                assert hits[upper]["score"] <= hits[upper + 1]["score"]
+        order = [h for h in hits if not h.get("randomised")]
+        assert all(a["score"] >= b["score"] for a, b in zip(order, order[1:], strict=False))
+    assert marked_any  # (each pair is swapped with probability 1/2)
+
+
 def test_a_query_without_matches_gives_an_empty_page(live):
     page = search(live, query="zzzz qqqq !!!")
     assert page["hits"] == [] and page["impression_id"]
