@@ -25,7 +25,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-from reranker.backends.filters import MAX_TERMS, MAX_VALUE_LENGTH, RANGE_BOUNDS
+from reranker.backends.filters import FACET_SIZE, MAX_TERMS, MAX_VALUE_LENGTH, RANGE_BOUNDS
 from reranker.core.config import Config
 from reranker.core.errors import BadRequestError, field_path, quoted_path, shorten
 from reranker.core.jsontext import beyond_float, json_error, strict_loads
@@ -81,9 +81,19 @@ def request_schemas(config: Config) -> dict[str, dict[str, Any]]:
         "filter": _filter_schema(server.max_filter_clauses),
         "facets": {"type": "array", "maxItems": max(1, len(config.backend.filter_fields)),
                    "x-limit": "backend.filter_fields",
-                   "x-expected": "a list of field names",
-                   "items": {"type": "string", "x-expected": "a field name"},
-                   "description": "filter fields to count the values of"},
+                   "x-expected": "a list of field names or {\"field\": NAME, \"size\": N}",
+                   "items": {"type": ["string", "object"],
+                             "x-expected": "a field name or {\"field\": NAME, \"size\": N}",
+                             "x-names": "facet key", "required": ["field"],
+                             "properties": {"field": {"type": "string",
+                                                      "x-expected": "a field name"},
+                                            "size": {"type": "integer", "minimum": 1,
+                                                     "maximum": FACET_SIZE,
+                                                     "x-expected": f"an integer from 1 to "
+                                                                   f"{FACET_SIZE}"}},
+                             "additionalProperties": False},
+                   "description": "filter fields to count the values of (the most frequent "
+                                  f"{FACET_SIZE}, or size of them)"},
         "user_id": _string("a string", MAX_ID_LENGTH, "keeps a user's pages and experiment "
                                                       "arm; the page is served to this user",
                            min_length=0),

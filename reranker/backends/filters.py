@@ -160,17 +160,29 @@ def date_value(value: Any) -> float | None:
     return epoch_millis(value)
 
 
-def parse_facets(raw: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    """Check the ``facets`` of a search: a list of distinct filter fields."""
+def parse_facets(raw: Any, allowed: tuple[str, ...]) -> dict[str, int]:
+    """Check the ``facets`` of a search: a list of distinct filter fields, each a name or
+    ``{"field": NAME, "size": N}``; returns each field's number of values to answer (the
+    most frequent first; :data:`FACET_SIZE` unless a size is given)."""
     if raw is None:
-        return ()
+        return {}
     if not isinstance(raw, list):
         raise _bad(["facets"], f"must be a list of field names, got {shorten(raw)}")
-    for i, field in enumerate(raw):
-        _check_field(field, allowed, ["facets", i])
-    if len(set(raw)) != len(raw):
-        raise _bad(["facets"], "names a field twice")
-    return tuple(raw)
+    sizes: dict[str, int] = {}
+    for i, entry in enumerate(raw):
+        field, size, path = entry, FACET_SIZE, ["facets", i]
+        if isinstance(entry, dict):
+            field, size = entry.get("field"), entry.get("size", FACET_SIZE)
+            path = [*path, "field"]
+            if isinstance(size, bool) or not isinstance(size, int) \
+                    or not 1 <= size <= FACET_SIZE:
+                raise _bad(["facets", i, "size"], f"must be an integer from 1 to "
+                                                  f"{FACET_SIZE}, got {shorten(size)}")
+        _check_field(field, allowed, path)
+        if field in sizes:
+            raise _bad(["facets"], "names a field twice")
+        sizes[field] = size
+    return sizes
 
 
 def _check_field(field: Any, allowed: tuple[str, ...], path: list[str | int]) -> None:

@@ -18,6 +18,7 @@ load (:class:`reranker.models.arms.Arm`).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import math
 import threading
@@ -184,7 +185,8 @@ class RerankerService:
                                                         self.config.server)
         window = self.config.backend.candidates
         clauses = parse_filters(filters, self.config.backend.filter_fields)
-        facet_fields = parse_facets(facets, self.config.backend.filter_fields)
+        facet_sizes = parse_facets(facets, self.config.backend.filter_fields)
+        facet_fields = tuple(facet_sizes)
         offset = check_offset(offset, size, window, self.config.server.max_size)
         who = user_id or session_id
         page_key = None if who is None else hashlib.sha256("\x1f".join(
@@ -247,8 +249,10 @@ class RerankerService:
         answer = {"impression_id": impression.id, "learner": page.learner,
                   "model_version": None if page.arm is None else page.model_version,
                   "total": candidates.total, "from": offset, "hits": hits}
-        if facet_fields:
-            answer["facets"] = candidates.facets
+        if facet_fields:  # (the backends answer the most frequent values first)
+            answer["facets"] = {
+                name: dict(itertools.islice(counts.items(), facet_sizes.get(name, len(counts))))
+                for name, counts in candidates.facets.items()}
         if candidates.aggregations:
             answer["aggregations"] = candidates.aggregations
         if self.experiment is not None:

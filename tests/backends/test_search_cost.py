@@ -460,7 +460,7 @@ def test_a_repeated_search_is_answered_from_the_cache_as_the_engine_answers(tmp_
     config, cached = shop_backend(tmp_path / "a")
     _, plain = shop_backend(tmp_path / "b", cache_size=0)
     tea = parse_filters([{"term": {"category": "tea"}}], config.backend.filter_fields)
-    brand = parse_facets(["brand"], config.backend.filter_fields)
+    brand = tuple(parse_facets(["brand"], config.backend.filter_fields))
     searches = [("shop", 100, (), ()), ("Shop!", 100, (), ()), ("shop", 10, (), ()),
                 ("shop", 100, tea, ()), ("shop", 100, (), brand), ("steel glass", 100, (), ())]
     for _ in range(3):

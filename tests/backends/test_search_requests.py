@@ -162,6 +162,27 @@ def test_a_range_on_a_keyword_field_is_refused_on_every_backend(shop_server):
         assert f"cannot match: {field!r} is a {kind} field" in error["message"]
 
 
+def test_a_facet_answers_as_many_values_as_asked(shop_server):
+    """A facet's size keeps its most frequent values; a field without one keeps up to 100;
+    a bad entry is named."""
+    server, products, _ = shop_server
+    full = search(server, facets=["brand"])["facets"]["brand"]
+    assert len(full) > 2
+    page = search(server, facets=[{"field": "brand", "size": 2}, "category"])
+    top = page["facets"]["brand"]
+    assert list(top) == list(full)[:2] and min(top.values()) >= max(
+        count for value, count in full.items() if value not in top)
+    assert set(page["facets"]["category"]) == {p["category"] for p in products}
+    for entry, field, problem in [
+            ({"field": "brand", "size": 0}, "facets[0].size", "from 1 to 100"),
+            ({"field": "brand", "top": 3}, "facets[0].top", "unknown facet key 'top'"),
+            ({"field": "colour"}, "facets[0].field", "is not a filter field")]:
+        answer = server.post("/search", {"query": "shop", "facets": [entry]})
+        error = answer.json()["error"]
+        assert answer.status_code == 400 and error["field"] == field, error
+        assert problem in error["message"], error["message"]
+
+
 def test_elasticsearch_gets_structured_clauses_and_aggregations(tmp_path):
     standin = Standin("8.15.1")
     try:
