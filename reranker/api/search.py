@@ -23,6 +23,7 @@ def register(bp: Blueprint, gate: RequestGate) -> None:
         response = jsonify(service.search_in_time(
             body.get("query"), body.get("size"), body.get("user_id"), body.get("session_id"),
             filters=body.get("filter"), offset=body.get("from"), facets=body.get("facets"),
+            source=body.get("source"), highlight=body.get("highlight"), sort=body.get("sort"),
             client_address=address))
         waiting, failure = service.events.impressions_waiting()
         if failure is not None:  # its impression waits in this process's memory

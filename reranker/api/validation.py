@@ -26,6 +26,15 @@ import jsonschema
 import numpy as np
 
 from reranker.backends.filters import FACET_SIZE, MAX_TERMS, MAX_VALUE_LENGTH, RANGE_BOUNDS
+from reranker.backends.options import (
+    FRAGMENT_SIZE,
+    MAX_FRAGMENT_SIZE,
+    MAX_SOURCE_PATHS,
+    MAX_TAG_LENGTH,
+    ORDERS,
+    POST_TAG,
+    PRE_TAG,
+)
 from reranker.core.config import Config
 from reranker.core.errors import BadRequestError, field_path, quoted_path, shorten
 from reranker.core.jsontext import beyond_float, json_error, strict_loads
@@ -94,6 +103,9 @@ def request_schemas(config: Config) -> dict[str, dict[str, Any]]:
                              "additionalProperties": False},
                    "description": "filter fields to count the values of (the most frequent "
                                   f"{FACET_SIZE}, or size of them)"},
+        "source": _source_schema(),
+        "highlight": _highlight_schema(config.backend.fields),
+        "sort": _sort_schema(),
         "user_id": _string("a string", MAX_ID_LENGTH, "keeps a user's pages and experiment "
                                                       "arm; the page is served to this user",
                            min_length=0),
@@ -145,6 +157,59 @@ def _string(expected: str, max_length: int, description: str, *,
             min_length: int = 1) -> dict[str, Any]:
     return {"type": "string", "minLength": min_length, "maxLength": max_length,
             "x-expected": expected, "description": description}
+
+
+def _source_schema() -> dict[str, Any]:
+    """A search's ``source`` (:func:`reranker.backends.options.parse_source` checks it)."""
+    paths = {"type": "array", "maxItems": MAX_SOURCE_PATHS,
+             "x-expected": "a list of field paths",
+             "items": {"type": "string", "minLength": 1, "x-expected": "a field path"}}
+    return {"type": ["boolean", "array", "object"], "maxItems": MAX_SOURCE_PATHS,
+            "x-expected": "true, false, a list of field paths or {\"include\": [...], "
+                          "\"exclude\": [...]}",
+            "items": paths["items"], "x-names": "source key",
+            "properties": {"include": paths, "exclude": paths}, "additionalProperties": False,
+            "description": "the fields of each hit's document to return: a list of dotted "
+                           "paths (* matches any characters), {\"include\", \"exclude\"}, "
+                           "or false for none (default: the whole document)"}
+
+
+def _highlight_schema(text_fields: list[str]) -> dict[str, Any]:
+    """A search's ``highlight`` (:func:`reranker.backends.options.parse_highlight`)."""
+    fields = {"type": "array", "minItems": 1, "maxItems": len(text_fields),
+              "x-expected": "a non-empty list of text fields",
+              "items": {"type": "string", "enum": list(text_fields),
+                        "x-expected": f"one of the text fields ({', '.join(text_fields)})"}}
+    tag = {"type": "string", "maxLength": MAX_TAG_LENGTH,
+           "x-expected": f"a string of at most {MAX_TAG_LENGTH} characters"}
+    return {"type": ["array", "object"], "minItems": 1, "maxItems": len(text_fields),
+            "items": fields["items"], "x-names": "highlight key", "required": ["fields"],
+            "x-expected": "a list of text fields or {\"fields\": [...], \"pre_tag\", "
+                          "\"post_tag\", \"fragment_size\"}",
+            "properties": {"fields": fields, "pre_tag": tag, "post_tag": tag,
+                           "fragment_size": {"type": "integer", "minimum": 1,
+                                             "maximum": MAX_FRAGMENT_SIZE,
+                                             "x-expected": f"an integer from 1 to "
+                                                           f"{MAX_FRAGMENT_SIZE}"}},
+            "additionalProperties": False,
+            "description": "searched text fields (backend.fields) to answer highlighted "
+                           "fragments of, per hit under \"highlight\": HTML-escaped text "
+                           "with the matched words between pre_tag and post_tag (default "
+                           f"{PRE_TAG} and {POST_TAG}), fragments of about fragment_size "
+                           f"characters (default {FRAGMENT_SIZE})"}
+
+
+def _sort_schema() -> dict[str, Any]:
+    """A search's ``sort`` (:func:`reranker.backends.options.parse_sort`)."""
+    key = {"type": ["string", "object"], "minProperties": 1, "maxProperties": 1,
+           "x-expected": "a field name or {FIELD: \"asc\" | \"desc\"}",
+           "additionalProperties": {"type": "string", "enum": list(ORDERS),
+                                    "x-expected": "\"asc\" or \"desc\""}}
+    return {**key, "type": ["string", "object", "array"], "minItems": 1, "items": key,
+            "x-expected": "a field name, {FIELD: \"asc\" | \"desc\"} or a list of them",
+            "description": "order the page by filter or numeric fields instead of by the "
+                           "learned ranking (documents without a value last): the engine's "
+                           "order, logged, and learned from by no learner"}
 
 
 def _filter_schema(max_clauses: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     from reranker.backends.filters import Clause
+    from reranker.backends.options import Highlight, SortKey
     from reranker.core.config import Config
 
 
@@ -77,6 +78,27 @@ class Backend(ABC):
         feature inputs, and the counts of the ``facets`` fields' values over all matching
         documents (:mod:`.filters`); raise :class:`reranker.core.errors.BackendUnavailableError`
         when the backend cannot answer."""
+
+    def search_sorted(self, query: str, n: int, filters: tuple[Clause, ...],
+                      facets: tuple[str, ...], sort: tuple[SortKey, ...]) -> Candidates:
+        """As :meth:`search`, the top ``n`` by the ``sort`` keys instead of by relevance
+        (documents without a value last); the candidates' ``scores`` and field scores are
+        still the engine's relevance scores. A backend that cannot sort keeps this default,
+        a 400."""
+        from reranker.core.errors import BadRequestError
+
+        raise BadRequestError(f"the {self.name!r} backend cannot sort a search by a field",
+                              field="sort")
+
+    def highlight(self, query: str, ids: Sequence[str], sources: Sequence[dict[str, Any]],
+                  request: Highlight) -> list[dict[str, list[str]]]:
+        """Per hit (``ids``, with their stored ``sources``), the highlighted fragments of
+        each field of ``request`` where ``query`` matches, HTML-escaped with the matched
+        words between the request's tags (:mod:`.options`). A backend that cannot highlight
+        keeps this default, a 400."""
+        from reranker.core.errors import BadRequestError
+
+        raise BadRequestError(f"the {self.name!r} backend cannot highlight", field="highlight")
 
     @abstractmethod
     def index_documents(self, documents: Iterable[tuple[str, dict[str, Any]]], *,

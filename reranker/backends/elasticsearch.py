@@ -48,6 +48,7 @@ from reranker.backends.filters import (
     check_clause_types,
     filter_types,
 )
+from reranker.backends.options import Highlight, SortKey
 from reranker.core.errors import BackendError, BackendUnavailableError
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 #: Hits the search that reads the shown documents asks for at most, and per id: room for an
 #: id that several indices behind an alias or pattern hold.
 SOURCE_SEARCH_SIZE, SAME_ID_ROOM = 10_000, 4
+#: Highlighted fragments of a field per hit, at most.
+HIGHLIGHT_FRAGMENTS = 3
 
 #: Seconds between two log lines about searches answered in part.
 PARTIAL_LOG_SECONDS = 60.0
@@ -609,6 +612,43 @@ class ElasticsearchBackend(Backend):
         response = self._call(lambda: es.search(index=self.index, include_named_queries_score=True,
                                                 **body), "searching")
         return self.candidates_from_response(response, deadline)
+
+    def search_sorted(self, query: str, n: int, filters: tuple[Clause, ...],
+                      facets: tuple[str, ...], sort: tuple[SortKey, ...]) -> Candidates:
+        """The search's request sorted by the keys (documents without a value last), with
+        ``track_scores`` so that the hits keep their relevance scores as features."""
+        deadline = time.monotonic() + self.timeout
+        body = self.request_body(query, n, filters, facets)
+        body["sort"] = [{key.field: {"order": key.order, "missing": "_last"}} for key in sort]
+        body["track_scores"] = True
+        es = self.es
+        response = self._call(lambda: es.search(index=self.index, include_named_queries_score=True,
+                                                **body), "searching")
+        return self.candidates_from_response(response, deadline)
+
+    def highlight(self, query: str, ids: Sequence[str], sources: Sequence[dict[str, Any]],
+                  request: Highlight) -> list[dict[str, list[str]]]:
+        """Elasticsearch's highlighter: one search of the shown ids, highlighting the
+        request's fields with the retrieval query (HTML-escaped text, the request's tags,
+        up to :data:`HIGHLIGHT_FRAGMENTS` fragments of ``fragment_size`` characters)."""
+        if not ids:
+            return []
+        unique = list(dict.fromkeys(str(doc_id) for doc_id in ids))
+        retrieval, _ = self._retrieval(query)
+        highlight = {"highlight_query": retrieval, "encoder": "html",
+                     "pre_tags": [request.pre_tag], "post_tags": [request.post_tag],
+                     "fields": {f: {"fragment_size": request.fragment_size,
+                                    "number_of_fragments": HIGHLIGHT_FRAGMENTS}
+                                for f in request.fields}}
+        es = self.es
+        response = self._call(lambda: es.search(
+            index=self.index, query={"ids": {"values": unique}}, highlight=highlight,
+            size=min(SOURCE_SEARCH_SIZE, SAME_ID_ROOM * len(unique)), source=False,
+            track_total_hits=False), "highlighting the shown documents")
+        found: dict[str, dict[str, list[str]]] = {}
+        for hit in response.get("hits", {}).get("hits", []):
+            found.setdefault(str(hit.get("_id")), hit.get("highlight") or {})
+        return [dict(found.get(str(doc_id), {})) for doc_id in ids]
 
     def candidates_from_response(self, response: dict[str, Any],
                                  deadline: float | None = None) -> Candidates:

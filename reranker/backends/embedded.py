@@ -32,6 +32,7 @@ from reranker.backends.filters import (
     filter_types,
     filters_key,
 )
+from reranker.backends.options import Highlight, SortKey
 from reranker.core.errors import BackendError, BackendUnavailableError, BadRequestError, shorten
 from reranker.core.times import iso_text
 
@@ -375,6 +376,24 @@ class EmbeddedBackend(Backend):
 
     def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
                facets: tuple[str, ...] = ()) -> Candidates:
+        return self._search(query, n, filters, facets, ())
+
+    def search_sorted(self, query: str, n: int, filters: tuple[Clause, ...],
+                      facets: tuple[str, ...], sort: tuple[SortKey, ...]) -> Candidates:
+        """The top ``n`` by one field (Tantivy orders by one fast field), documents
+        without a value last; the candidates' scores are still their BM25 scores."""
+        if len(sort) > 1:
+            raise BadRequestError("'sort': the embedded backend sorts by one field; name "
+                                  "one", field="sort")
+        missing = [key.field for key in sort
+                   if key.field not in self.filter_types and key.field not in self.numeric_fields]
+        if missing:
+            raise BackendError(f"{missing[0]!r} is not a filter or numeric field of the index "
+                               f"at {self.path}; run `reranker index --recreate`")
+        return self._search(query, n, filters, facets, sort)
+
+    def _search(self, query: str, n: int, filters: tuple[Clause, ...],
+                facets: tuple[str, ...], sort: tuple[SortKey, ...]) -> Candidates:
         try:
             view = self._current_view()
             searcher = view.searcher
@@ -388,7 +407,7 @@ class EmbeddedBackend(Backend):
             if not terms:
                 return self._empty(facets)
             # (filters_key: JSON of the clauses, so True, 1 and 1.0 stay apart)
-            key = (tuple(terms), n, filters_key(filters), tuple(facets))
+            key = (tuple(terms), n, filters_key(filters), tuple(facets), sort)
             found = view.searches.get(key)
             if found is not None:  # kept unchanged: hand out copies of its lists
                 return dataclasses.replace(found, ids=list(found.ids),
@@ -398,10 +417,18 @@ class EmbeddedBackend(Backend):
                 text_query = tantivy.Query.boolean_query([
                     (tantivy.Occur.Must, text_query),
                     (tantivy.Occur.Must, self._filter_query(filters))])
-            result = searcher.search(text_query, n)
+            if sort:
+                result = searcher.search(text_query, n, order_by_field=sort[0].field,
+                                         order=tantivy.Order.Asc if sort[0].order == "asc"
+                                         else tantivy.Order.Desc)
+            else:
+                result = searcher.search(text_query, n)
             addresses = [address for _, address in result.hits]
-            scores = np.array([score for score, _ in result.hits], dtype=np.float64)
             ids = self._ids(searcher, addresses)
+            if sort:  # the hits' values are the field's: their relevance, searched again
+                scores = self._scores_of(searcher, text_query, ids, addresses)
+            else:
+                scores = np.array([score for score, _ in result.hits], dtype=np.float64)
             field_scores = self._field_scores(searcher, terms, ids, addresses, scores)
             numeric = np.full((len(ids), len(self.numeric_fields)), np.nan)
             for j, f in enumerate(self.numeric_fields):
@@ -477,21 +504,58 @@ class EmbeddedBackend(Backend):
         field_scores = np.zeros((len(ids), len(self.fields)))
         if not ids:
             return field_scores
-        if len(self.fields) > 1:
-            slot = {(a.segment_ord, a.doc): i for i, a in enumerate(addresses)}
-            only = tantivy.Query.const_score_query(tantivy.Query.boolean_query(
-                [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, ID, doc_id))
-                 for doc_id in ids]), 0.0)
-            for j, f in enumerate(self.fields[:-1]):
-                q = tantivy.Query.boolean_query([
-                    (tantivy.Occur.Must, self._field_query([f], terms)),
-                    (tantivy.Occur.Must, only)])
-                for score, a in searcher.search(q, len(ids), count=False).hits:
-                    field_scores[slot[(a.segment_ord, a.doc)], j] = score
+        for j, f in enumerate(self.fields[:-1]):
+            field_scores[:, j] = self._scores_of(searcher, self._field_query([f], terms), ids,
+                                                 addresses)
         last = scores - field_scores[:, :-1].sum(axis=1)
         last[last <= SUM_ROUNDING * scores] = 0.0
         field_scores[:, -1] = last
         return field_scores
+
+    def _scores_of(self, searcher: tantivy.Searcher, query: tantivy.Query, ids: list[str],
+                   addresses: list[tantivy.DocAddress]) -> np.ndarray:
+        """``query``'s scores of exactly the documents ``ids`` (at ``addresses``), 0 where
+        it does not match: a search of ``query`` restricted to them by a zero-scoring
+        disjunction of their id terms."""
+        scores = np.zeros(len(ids))
+        if not ids:
+            return scores
+        slot = {(a.segment_ord, a.doc): i for i, a in enumerate(addresses)}
+        only = tantivy.Query.const_score_query(tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, ID, doc_id))
+             for doc_id in ids]), 0.0)
+        q = tantivy.Query.boolean_query([(tantivy.Occur.Must, query),
+                                         (tantivy.Occur.Must, only)])
+        for score, a in searcher.search(q, len(ids), count=False).hits:
+            scores[slot[(a.segment_ord, a.doc)]] = score
+        return scores
+
+    def highlight(self, query: str, ids: Sequence[str], sources: Sequence[dict[str, Any]],
+                  request: Highlight) -> list[dict[str, list[str]]]:
+        """Tantivy's snippets: per field, the fragment of at most ``fragment_size``
+        characters where the query's terms are densest, read from the stored document's
+        text (a list of strings is read as one text)."""
+        out: list[dict[str, list[str]]] = [{} for _ in sources]
+        terms = self._terms(query)
+        if not terms or not sources:
+            return out
+        try:
+            searcher = self._current_view().searcher
+            for field in request.fields:
+                generator = tantivy.SnippetGenerator.create(
+                    searcher, self._field_query([field], terms), self._schema, field)
+                generator.set_max_num_chars(request.fragment_size)
+                for i, source in enumerate(sources):
+                    text = _text_of(source.get(field))
+                    if not text:
+                        continue
+                    snippet = generator.snippet_from_doc(tantivy.Document(**{field: text}))
+                    spans = [(r.start, r.end) for r in snippet.highlighted()]
+                    if spans:
+                        out[i][field] = [request.mark(*_characters(snippet.fragment(), spans))]
+        except BaseException as exc:
+            raise self._panicked(exc) from None
+        return out
 
     def _empty(self, facets: tuple[str, ...] = ()) -> Candidates:
         return Candidates(ids=[], scores=np.empty(0), field_scores=np.empty((0, len(self.fields))),
@@ -825,3 +889,21 @@ def _facet_key(bucket: dict[str, Any]) -> str:
 @hookimpl
 def reranker_register_backends():
     return [EmbeddedBackend]
+
+
+def _text_of(value: Any) -> str:
+    """A stored field's text to highlight: a string, or a list's strings as one text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return " ".join(item for item in value if isinstance(item, str))
+    return ""
+
+
+def _characters(fragment: str, spans: list[tuple[int, int]]
+                ) -> tuple[str, list[tuple[int, int]]]:
+    """``fragment`` and its highlighted ``spans`` in characters (Tantivy gives them in
+    bytes of UTF-8)."""
+    encoded = fragment.encode("utf-8")
+    return fragment, [(len(encoded[:start].decode("utf-8", "ignore")),
+                       len(encoded[:end].decode("utf-8", "ignore"))) for start, end in spans]

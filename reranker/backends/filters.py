@@ -82,7 +82,7 @@ def parse_filters(raw: Any, allowed: tuple[str, ...]) -> tuple[Clause, ...]:
 def _clause(item: Any, i: int, allowed: tuple[str, ...]) -> Clause:
     path: list[str | int] = ["filter", i]
     if not isinstance(item, dict) or len(item) != 1:
-        raise _bad(path, "must be an object with one of term, terms, range, got "
+        raise bad_value(path, "must be an object with one of term, terms, range, got "
                          f"{shorten(item)}")
     (kind, spec), = item.items()
     if kind not in ("term", "terms", "range"):
@@ -90,7 +90,7 @@ def _clause(item: Any, i: int, allowed: tuple[str, ...]) -> Clause:
                               f"(known: term, terms, range)", field=field_path([*path, kind]))
     path = [*path, kind]
     if not isinstance(spec, dict) or len(spec) != 1:
-        raise _bad(path, f"must name one field: {{FIELD: ...}}, got {shorten(spec)}")
+        raise bad_value(path, f"must name one field: {{FIELD: ...}}, got {shorten(spec)}")
     (field, value), = spec.items()
     _check_field(field, allowed, path)
     path = [*path, field]
@@ -98,13 +98,13 @@ def _clause(item: Any, i: int, allowed: tuple[str, ...]) -> Clause:
         return Clause("term", field, (_scalar(value, path),))
     if kind == "terms":
         if not isinstance(value, list) or not value:
-            raise _bad(path, f"must be a non-empty list of values, got {shorten(value)}")
+            raise bad_value(path, f"must be a non-empty list of values, got {shorten(value)}")
         if len(value) > MAX_TERMS:
-            raise _bad(path, f"holds {len(value)} values; at most {MAX_TERMS}")
+            raise bad_value(path, f"holds {len(value)} values; at most {MAX_TERMS}")
         return Clause("terms", field, tuple(_scalar(v, [*path, j])
                                             for j, v in enumerate(value)))
     if not isinstance(value, dict) or not value or set(value) - set(RANGE_BOUNDS):
-        raise _bad(path, f"must be an object of bounds ({', '.join(RANGE_BOUNDS)}) with "
+        raise bad_value(path, f"must be an object of bounds ({', '.join(RANGE_BOUNDS)}) with "
                          f"numbers or dates, got {shorten(value)}")
     bounds: list[tuple[str, float | str]] = []
     for name in RANGE_BOUNDS:
@@ -115,7 +115,7 @@ def _clause(item: Any, i: int, allowed: tuple[str, ...]) -> Clause:
                 continue
             if isinstance(bound, bool) or not isinstance(bound, (int, float)) \
                     or not math.isfinite(bound):
-                raise _bad([*path, name], f"must be a finite number or an ISO 8601 date "
+                raise bad_value([*path, name], f"must be a finite number or an ISO 8601 date "
                                           f"such as \"2010-01-01\" or "
                                           f"\"2010-01-01T09:30:00Z\", got {shorten(bound)}")
             bounds.append((name, float(bound)))
@@ -134,18 +134,18 @@ def check_clause_types(clauses: tuple[Clause, ...], types: dict[str, str]) -> No
         path: list[str | int] = ["filter", i, clause.kind, clause.field]
         if clause.kind == "range":
             if kind not in ("number", "date"):
-                raise _bad(path, f"cannot match: {clause.field!r} is a {kind} field, and a "
+                raise bad_value(path, f"cannot match: {clause.field!r} is a {kind} field, and a "
                                  f"range needs a number or date field (use term or terms)")
             if kind == "number":
                 for name, bound in clause.bounds:
                     if isinstance(bound, str):
-                        raise _bad([*path, name], f"is a date, and {clause.field!r} is a "
+                        raise bad_value([*path, name], f"is a date, and {clause.field!r} is a "
                                                   f"number field: give a number")
         elif kind == "date":
             for j, value in enumerate(clause.values):
                 if date_value(value) is None:
                     where = path if clause.kind == "term" else [*path, j]
-                    raise _bad(where, f"cannot match: {clause.field!r} is a date field, and "
+                    raise bad_value(where, f"cannot match: {clause.field!r} is a date field, and "
                                       f"{shorten(value)} is not a date (an ISO 8601 date or "
                                       f"epoch milliseconds)")
 
@@ -167,7 +167,7 @@ def parse_facets(raw: Any, allowed: tuple[str, ...]) -> dict[str, int]:
     if raw is None:
         return {}
     if not isinstance(raw, list):
-        raise _bad(["facets"], f"must be a list of field names, got {shorten(raw)}")
+        raise bad_value(["facets"], f"must be a list of field names, got {shorten(raw)}")
     sizes: dict[str, int] = {}
     for i, entry in enumerate(raw):
         field, size, path = entry, FACET_SIZE, ["facets", i]
@@ -176,11 +176,11 @@ def parse_facets(raw: Any, allowed: tuple[str, ...]) -> dict[str, int]:
             path = [*path, "field"]
             if isinstance(size, bool) or not isinstance(size, int) \
                     or not 1 <= size <= FACET_SIZE:
-                raise _bad(["facets", i, "size"], f"must be an integer from 1 to "
+                raise bad_value(["facets", i, "size"], f"must be an integer from 1 to "
                                                   f"{FACET_SIZE}, got {shorten(size)}")
         _check_field(field, allowed, path)
         if field in sizes:
-            raise _bad(["facets"], "names a field twice")
+            raise bad_value(["facets"], "names a field twice")
         sizes[field] = size
     return sizes
 
@@ -195,14 +195,14 @@ def _check_field(field: Any, allowed: tuple[str, ...], path: list[str | int]) ->
 def _scalar(value: Any, path: list[str | int]) -> Scalar:
     if isinstance(value, bool) or isinstance(value, (int, str)):
         if isinstance(value, str) and len(value) > MAX_VALUE_LENGTH:
-            raise _bad(path, f"is longer than {MAX_VALUE_LENGTH} characters")
+            raise bad_value(path, f"is longer than {MAX_VALUE_LENGTH} characters")
         return value
     if isinstance(value, float) and math.isfinite(value):
         return value
-    raise _bad(path, f"must be a string, a number or true/false, got {shorten(value)}")
+    raise bad_value(path, f"must be a string, a number or true/false, got {shorten(value)}")
 
 
-def _bad(path: list[str | int], problem: str) -> BadRequestError:
+def bad_value(path: list[str | int], problem: str) -> BadRequestError:
     """A 400 for the value at ``path`` (``["filter", 0, "range", "price"]``), its message
     starting with the quoted path (``'filter'[0].range.price must be ...``)."""
     return BadRequestError(f"{quoted_path(path)} {problem}", field=field_path(path))

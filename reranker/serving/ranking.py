@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,7 +17,10 @@ from reranker.models.arms import Arm
 from reranker.models.model import RankingModel
 from reranker.serving.monitoring import LearnerBreaker
 from reranker.serving.page import RankedPage
-from reranker.stores.events import SHOWN_PROPENSITIES, Impression
+from reranker.stores.events import NOT_LEARNED, SHOWN_PROPENSITIES, Impression
+
+if TYPE_CHECKING:  # pragma: no cover
+    from reranker.backends.options import SortKey
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +141,19 @@ class Ranker:
             elif self.breaker.open(arm.id):
                 out[arm.labels[0]] = {"status": "too slow"}
         return out
+
+
+def sorted_page(n: int, sort: tuple[SortKey, ...]) -> RankedPage:
+    """A page of ``n`` candidates in the engine's order by the ``sort`` keys: logged under
+    no arm and as :data:`~reranker.stores.events.NOT_LEARNED`, so that neither a learner nor
+    the query's click features take it for evidence (its order is the site's, not a
+    ranking of relevance)."""
+    ranking = np.arange(n, dtype=np.intp)
+    return RankedPage("sorted", -1, BACKEND_ORDER, None, ranking,
+                      scores=-ranking.astype(np.float64), log_prob=0.0,
+                      context={"sort": [key.to_dict() for key in sort],
+                               NOT_LEARNED: "sorted by " + ", ".join(
+                                   f"{key.field} {key.order}" for key in sort)})
 
 
 def backend_order(n: int, label: str, reason: str) -> RankedPage:

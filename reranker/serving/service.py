@@ -32,6 +32,7 @@ import pluggy
 from reranker.backends import Candidates
 from reranker.backends.application import candidates_from
 from reranker.backends.filters import filters_key, parse_facets, parse_filters
+from reranker.backends.options import parse_highlight, parse_sort, parse_source
 from reranker.core.config import Config
 from reranker.core.errors import BadRequestError, DeadlineError, NotFoundError, RerankerError
 from reranker.core.plugins import backend_class, get_plugin_manager
@@ -49,7 +50,7 @@ from reranker.serving.health import FeatureWatch, HealthChecks, applied_cursor
 from reranker.serving.mixing import mixed_page
 from reranker.serving.monitoring import LearnerBreaker, PrometheusMetrics
 from reranker.serving.probes import Deadline
-from reranker.serving.ranking import BACKEND_ORDER, Ranker
+from reranker.serving.ranking import BACKEND_ORDER, Ranker, sorted_page
 from reranker.serving.trust import Binding, TrustGuard
 from reranker.stores import EventStore, open_event_store
 from reranker.stores.events import ClickResult, Impression, RewardResult
@@ -161,7 +162,8 @@ class RerankerService:
 
     def search(self, query: Any, size: Any = None, user_id: Any = None,
                session_id: Any = None, *, filters: Any = None, offset: Any = None,
-               facets: Any = None, candidates: Candidates | None = None,
+               facets: Any = None, source: Any = None, highlight: Any = None,
+               sort: Any = None, candidates: Candidates | None = None,
                client_address: str | None = None,
                deadline: float | None = None) -> dict[str, Any]:
         """Rank the backend's candidates for ``query`` (that pass ``filters``); log and
@@ -173,6 +175,11 @@ class RerankerService:
         :data:`PAGE_WINDOW` seconds), so pages neither repeat nor lose a hit. Without a
         user or session, or without that first page, the later page is cut from a new
         ranking.
+
+        ``source`` chooses the fields of each hit's document, ``highlight`` asks for
+        highlighted fragments and ``sort`` orders the page by a field instead
+        (:mod:`reranker.backends.options`): a sorted page is the engine's order by that
+        field, logged, and learned from by no learner.
 
         ``candidates`` are the application's own (:meth:`rerank`), instead of the
         backend's. The page's ``impression_id`` is signed and bound to ``user_id``, else
@@ -187,17 +194,26 @@ class RerankerService:
         clauses = parse_filters(filters, self.config.backend.filter_fields)
         facet_sizes = parse_facets(facets, self.config.backend.filter_fields)
         facet_fields = tuple(facet_sizes)
+        fields = parse_source(source)
+        marks = parse_highlight(highlight, self.config.backend.fields)
+        sort_keys = parse_sort(sort, self.sortable)
         offset = check_offset(offset, size, window, self.config.server.max_size)
         who = user_id or session_id
-        page_key = None if who is None else hashlib.sha256("\x1f".join(
+        # (a sorted search's later pages are cut from the engine's sorted order itself)
+        page_key = None if who is None or sort_keys else hashlib.sha256("\x1f".join(
             (query_key(query), filters_key(clauses), who)).encode("utf-8")).hexdigest()[:32]
         if candidates is None:
-            candidates = self._from_backend(self.backend.search, query,
-                                            max(window, offset + size), clauses, facet_fields)
-        elif clauses or facet_fields:
-            raise BadRequestError("'filter' and 'facets' need the search backend; the "
-                                  "application filters the candidates it passes itself",
-                                  field="filter" if clauses else "facets")
+            n_wanted = max(window, offset + size)
+            candidates = self._from_backend(self.backend.search_sorted, query, n_wanted,
+                                            clauses, facet_fields, sort_keys) if sort_keys \
+                else self._from_backend(self.backend.search, query, n_wanted, clauses,
+                                        facet_fields)
+        elif clauses or facet_fields or sort_keys or marks:
+            name = "filter" if clauses else "facets" if facet_fields else \
+                "sort" if sort_keys else "highlight"
+            raise BadRequestError(f"{name!r} needs the search backend; the application "
+                                  f"filters, counts, sorts and highlights the candidates it "
+                                  f"passes itself", field=name)
         X, evidence = self.features(query, candidates)
         self.feature_watch.watch(X)
         n = len(candidates)
@@ -205,7 +221,10 @@ class RerankerService:
         first = None
         if offset and page_key is not None:
             first = self.events.first_page(page_key, time.time() - PAGE_WINDOW)
-        if first is not None:
+        if sort_keys:
+            page = sorted_page(n, sort_keys)
+            decision = Decision((page.label,), False, False)
+        elif first is not None:
             page = self.ranker.continued(first, candidates.ids)
             decision = Decision((page.label,), False, False)
         else:
@@ -220,6 +239,9 @@ class RerankerService:
                 page = self.ranker.page(X, offset + n_shown, decision.labels[0], evidence)
         shown = page.ranking[offset: offset + n_shown]
         sources = self._from_backend(candidates.load_sources, shown.tolist())
+        highlights = None if marks is None else self._from_backend(
+            self.backend.highlight, query, [candidates.ids[i] for i in shown.tolist()],
+            sources, marks)
         in_experiment = decision.counted and self.experiment is not None and not offset \
             and page.arm != BACKEND_ORDER
         impression = Impression(
@@ -240,10 +262,14 @@ class RerankerService:
         scores = page.scores
         swapped = page.swapped_positions(offset + n_shown)
         hits = [{"id": candidates.ids[i], "rank": rank, "score": _finite(scores[i]),
-                 "source": source}
+                 "source": source if fields is None else fields.apply(source)}
                 for rank, (i, source)
                 in enumerate(zip(shown.tolist(), sources, strict=True), start=offset + 1)]
-        for hit in hits:
+        for j, hit in enumerate(hits):
+            if hit["source"] is None:  # "source": false
+                del hit["source"]
+            if highlights is not None:
+                hit["highlight"] = highlights[j]
             if hit["rank"] - 1 in swapped:  # shown out of the order of its score, to learn
                 hit["randomised"] = True
         answer = {"impression_id": impression.id, "learner": page.learner,
@@ -259,6 +285,12 @@ class RerankerService:
             answer["experiment"] = impression.experiment
             answer["arm"] = page.label
         return answer
+
+    @property
+    def sortable(self) -> tuple[str, ...]:
+        """The fields a search may sort by: the filter and numeric fields."""
+        return tuple(dict.fromkeys((*self.config.backend.filter_fields,
+                                    *self.config.features.numeric_fields)))
 
     def search_in_time(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """:meth:`search` within ``server.search_timeout`` seconds, in one of

@@ -23,6 +23,10 @@ import numpy as np
 #: The context key of the probability that each shown result was shown at its position
 #: (logged for the stochastic policies that can say it; off-policy evaluation reads it).
 SHOWN_PROPENSITIES = "shown_propensities"
+#: The context key of a page no learner learns from, and why: sorted by a field, or ordered
+#: by a query rule. Neither its order nor its clicks teach a model, nor its clicks and
+#: exposures count in the query's click features.
+NOT_LEARNED = "not_learned"
 
 
 @dataclass(eq=False)
@@ -53,6 +57,11 @@ class Impression:
     closed_seq: int | None = None
     clicked: list[str] | None = None  # doc ids, filled when read for training
     reward: float | None = None  # the application's reward for the page, if it sent one
+
+    @property
+    def learned(self) -> bool:
+        """Whether a learner may learn from this page (:data:`NOT_LEARNED`)."""
+        return not (self.context or {}).get(NOT_LEARNED)
 
     def shown(self) -> np.ndarray:
         """The shown candidates (indices), in the order shown."""

@@ -49,7 +49,7 @@ from reranker.stores.encoding import (
     unpack_candidates,
     unpack_features,
 )
-from reranker.stores.events import ClickResult, Impression, RewardResult
+from reranker.stores.events import NOT_LEARNED, ClickResult, Impression, RewardResult
 from reranker.stores.group_commit import GroupCommit
 from reranker.stores.write_behind import WriteBehind
 
@@ -243,7 +243,8 @@ class SQLEventStore(EventStore):
         be written first, as every read of this object does. Until written, its exposures
         count in :meth:`click_counts` from this object's queue."""
         theta = self.position_bias().weights(imp.offset + imp.n_shown)[imp.offset:]
-        exposures = exposure_rows(query_key(imp.query), imp.shown_ids(), theta)
+        exposures = exposure_rows(query_key(imp.query), imp.shown_ids(), theta) \
+            if imp.learned else []
         self._counts.queue(imp.id, exposures)
         try:
             self._impressions().put(_Queued(imp, exposures))
@@ -432,12 +433,12 @@ class SQLEventStore(EventStore):
                                 (impression_id, doc_id, position, now))
                 duplicate = cur.rowcount == 0
                 outcomes.append(ClickResult(impression_id, doc_id, position, duplicate))
-                if duplicate:
+                context = json.loads(row[5]) if row[5] else None
+                if duplicate or (context or {}).get(NOT_LEARNED):
                     continue
                 for cell in stat_cells(query_key(row[4]), doc_id):
                     stats[cell] = stats.get(cell, 0.0) + 1.0
-                pairs, p = randomized_pairs(json.loads(row[5]) if row[5] and not offset
-                                            else None, n_shown)
+                pairs, p = randomized_pairs(None if offset else context, n_shown)
                 for upper, top, bottom in PositionBias.pair_counts(pairs, p, [position - 1]):
                     entry = bias.setdefault(upper, [0.0, 0.0])
                     entry[0] += top

@@ -35,30 +35,6 @@ FILTERS = [{"term": {"category": "tea"}}, {"terms": {"brand": ["acme", "zeta"]}}
            {"range": {"price": {"gte": 5, "lte": 40}}}, {"term": {"in_stock": True}}]
 
 
-@pytest.fixture(params=["embedded", "elasticsearch"])
-def shop_server(request, tmp_path):
-    products = shop()
-    sections = {"features": {"numeric_fields": ["price", "popularity"]},
-                "trainer": {"feedback_window": 0.0}}
-    standin = None
-    if request.param == "embedded":
-        path = write_config(tmp_path, backend={"type": "embedded", "path": "index",
-                                               "fields": ["title", "body"],
-                                               "filter_fields": FILTER_FIELDS}, **sections)
-    else:
-        standin = Standin("8.15.1")
-        path = write_config(tmp_path, backend={"type": "elasticsearch", "hosts": [standin.url],
-                                               "index": unique_index(), "request_timeout": 5.0,
-                                               "fields": ["title", "body"],
-                                               "filter_fields": FILTER_FIELDS}, **sections)
-    run_cli("index", "-c", str(path), str(write_docs(tmp_path, products)))
-    server = LiveServer(path)
-    yield server, products, standin
-    server.stop()
-    if standin is not None:
-        standin.stop()
-
-
 def search(server, **body):
     answer = server.post("/search", {"query": "shop", **body})
     assert answer.status_code == 200, answer.text

@@ -353,11 +353,22 @@ class Standin:
         matches = self.evaluate(index, query, named)
         order = {d: i for i, d in enumerate(index.docs)}
         ranked = sorted(matches.items(), key=lambda item: (-item[1], order[item[0]]))
+        sort = body.get("sort")
+        if sort:
+            ranked = self._sorted(index, ranked, sort)
         size = int(body.get("size", 10))
         with_scores = params.get("include_named_queries_score") == "true"
         hits = []
         for doc, score in ranked[:size]:
-            hit = {"_index": index.name, "_id": doc, "_score": score}
+            hit = {"_index": index.name, "_id": doc,
+                   "_score": score if not sort or body.get("track_scores") else None}
+            if sort:
+                hit["sort"] = [_dotted(index.docs[doc], next(iter(key)))
+                               for key in sort]
+            if body.get("highlight"):
+                marked = _highlighted(index.docs[doc], body["highlight"])
+                if marked:
+                    hit["highlight"] = marked
             source = _filtered_source(index.docs[doc], body.get("_source", True))
             if source is not None:
                 hit["_source"] = source
@@ -384,6 +395,27 @@ class Standin:
         if body.get("aggs"):
             answer["aggregations"] = self._aggregations(index, body["aggs"], matches)
         return answer
+
+    @staticmethod
+    def _sorted(index: Index, ranked: list[tuple[str, float]],
+                sort: list[dict[str, Any]]) -> list[tuple[str, float]]:
+        """The hits in the order of the ``sort`` keys (``{FIELD: {"order": ...}}``),
+        documents without a value last, as ``"missing": "_last"`` asks; a text field is
+        refused as Elasticsearch refuses it."""
+        for key in reversed(sort):  # (stable sorts: the first key decides last)
+            (field, spec), = key.items()
+            if index.properties.get(field, {}).get("type") == "text":
+                raise ApiError(400, "illegal_argument_exception",
+                               f"Text fields are not optimised for operations that require "
+                               f"per-document field data like aggregations and sorting; "
+                               f"[{field}]")
+            descending = spec.get("order") == "desc"
+            present = [(d, s) for d, s in ranked if _dotted(index.docs[d], field) is not None]
+            absent = [(d, s) for d, s in ranked if _dotted(index.docs[d], field) is None]
+            present.sort(key=lambda item, f=field: _sort_value(index, item[0], f),
+                         reverse=descending)
+            ranked = present + absent
+        return ranked
 
     @staticmethod
     def _aggregations(index: Index, aggs: dict[str, Any], matches: dict[str, float]) -> dict:
@@ -652,6 +684,57 @@ def _epoch_millis(value: Any) -> int | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return int(moment.timestamp() * 1000)
+
+
+def _sort_value(index: Index, doc: str, field: str) -> Any:
+    kind = index.properties.get(field, {}).get("type")
+    value = _dotted(index.docs[doc], field)
+    return _epoch_millis(value) if kind == "date" else value
+
+
+def _highlighted(source: dict[str, Any], spec: dict[str, Any]) -> dict[str, list[str]]:
+    """The ``highlight`` of a hit as Elasticsearch answers it: per field, fragments of the
+    field's text with the words the ``highlight_query``'s texts analyse to between the tags
+    (HTML-escaped with ``"encoder": "html"``); the stand-in's fragment is the text from its
+    first match, cut at ``fragment_size`` characters."""
+    import html
+
+    texts: list[str] = []
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "query" and isinstance(value, str):
+                    texts.append(value)
+                else:
+                    collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    collect(spec.get("highlight_query", {}))
+    terms = {t for text in texts for t in ANALYZER.analyze(text)}
+    escape = html.escape if spec.get("encoder") == "html" else (lambda text: text)
+    pre, post = spec.get("pre_tags", ["<em>"])[0], spec.get("post_tags", ["</em>"])[0]
+    out = {}
+    for field, options in spec.get("fields", {}).items():
+        text = _dotted(source, field)
+        if not isinstance(text, str):
+            continue
+        words = [m for m in re.finditer(r"\w+", text) if set(ANALYZER.analyze(m.group())) & terms]
+        if not words:
+            continue
+        start = words[0].start()
+        end = min(len(text), start + int(options.get("fragment_size", 100)))
+        parts, at = [], start
+        for m in words:
+            if m.end() > end:
+                break
+            parts += [escape(text[at:m.start()]), pre, escape(m.group()), post]
+            at = m.end()
+        parts.append(escape(text[at:end]))
+        out[field] = ["".join(parts)]
+    return out
 
 
 def _mapped_fields(properties: dict[str, Any], prefix: str) -> list[tuple[str, str]]:

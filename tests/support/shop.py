@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+
+from tests.support.configs import write_config, write_docs
+from tests.support.es_scenarios import unique_index
+from tests.support.es_standin import Standin
+from tests.support.servers import LiveServer, run_cli
 
 CATEGORIES = ("tea", "coffee", "kettle")
 BRANDS = ("acme", "zeta", "nova", "orbit")
@@ -25,3 +31,27 @@ def shop(n: int = 90, seed: int = 3) -> list[dict]:
                                                 replace=False)],
             "popularity": float(rng.uniform(0, 100))})
     return products
+
+
+@pytest.fixture(params=["embedded", "elasticsearch"])
+def shop_server(request, tmp_path):
+    products = shop()
+    sections = {"features": {"numeric_fields": ["price", "popularity"]},
+                "trainer": {"feedback_window": 0.0}}
+    standin = None
+    if request.param == "embedded":
+        path = write_config(tmp_path, backend={"type": "embedded", "path": "index",
+                                               "fields": ["title", "body"],
+                                               "filter_fields": FILTER_FIELDS}, **sections)
+    else:
+        standin = Standin("8.15.1")
+        path = write_config(tmp_path, backend={"type": "elasticsearch", "hosts": [standin.url],
+                                               "index": unique_index(), "request_timeout": 5.0,
+                                               "fields": ["title", "body"],
+                                               "filter_fields": FILTER_FIELDS}, **sections)
+    run_cli("index", "-c", str(path), str(write_docs(tmp_path, products)))
+    server = LiveServer(path)
+    yield server, products, standin
+    server.stop()
+    if standin is not None:
+        standin.stop()
