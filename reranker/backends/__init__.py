@@ -7,6 +7,7 @@ default; the Elasticsearch adapter implements the same interface.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -45,6 +46,20 @@ class Candidates:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def without(self, doc_ids: set[str]) -> Candidates:
+        """These candidates less ``doc_ids`` (a query rule hides them), in the same order;
+        ``total`` less the ones taken out."""
+        keep = [i for i, doc_id in enumerate(self.ids) if doc_id not in doc_ids]
+        if len(keep) == len(self.ids):
+            return self
+        rows = np.asarray(keep, dtype=np.intp)
+        load = self.load_sources
+        return dataclasses.replace(
+            self, ids=[self.ids[i] for i in keep], scores=self.scores[rows],
+            field_scores=self.field_scores[rows], numeric=self.numeric[rows],
+            load_sources=lambda indices: load([keep[i] for i in indices]),
+            total=None if self.total is None else max(0, self.total - len(self.ids) + len(keep)))
 
 
 @dataclass

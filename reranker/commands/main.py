@@ -12,6 +12,7 @@ from reranker.commands.learners import learners
 from reranker.commands.models import models
 from reranker.commands.offline import demo, simulate
 from reranker.commands.options import CommandGroup
+from reranker.commands.rules import rules
 from reranker.commands.serve import serve
 from reranker.commands.train import prune, train
 
@@ -37,6 +38,7 @@ cli.add_command(learners)
 cli.add_command(demo)
 cli.add_command(simulate)
 cli.add_command(models)
+cli.add_command(rules)
 
 
 def main() -> None:

@@ -52,6 +52,9 @@ def pages_from_log(events: ImpressionLog, model: RankingModel, batch: int = 2000
             if imp.offset:
                 out.skipped["later pages (not randomised)"] += 1
                 continue
+            if not imp.learned:  # sorted by a field, or ordered by a query rule
+                out.skipped["pages sorted by a field or ordered by a query rule"] += 1
+                continue
             if k == 0:
                 out.skipped["pages without results"] += 1
                 continue

@@ -11,7 +11,8 @@ An arm learns from:
   (:func:`reranker.experiments.interleaving.perturb_pairs`), which compare two results
   without position bias whichever arm contributed them;
 * nothing else: never the pages of another learner, nor of itself with other settings, nor
-  later pages (``from`` > 0), whose order nobody randomised.
+  later pages (``from`` > 0), whose order nobody randomised, nor pages whose order a field
+  or a query rule decided (``Impression.learned``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class ArmFeedback:
         model's columns of the logged ones (all of them when the model lacks one: the
         trainer then names the difference)."""
         if imp.offset:  # a later page: not randomised, its clicks would teach position bias
+            return None
+        if not imp.learned:  # sorted by a field, or ordered by a query rule: the site's order
             return None
         index = {doc_id: i for i, doc_id in enumerate(imp.doc_ids)}
         clicked = np.array([index[d] for d in imp.clicked or [] if d in index], dtype=np.intp)

@@ -178,39 +178,11 @@ class ModelStore:
 
     def _write_file(self, name: str, text: str) -> None:
         """Replace ``<folder>/<name>`` with ``text`` atomically and durably."""
-        path = self.dir / name
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".tmp", dir=self.dir)
-        except OSError as exc:
-            raise ModelStoreError(f"store.models: cannot write {path}: {exc}") from exc
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise ModelStoreError(f"store.models: cannot write {path}: {exc}") from exc
-        _fsync_dir(self.dir)
+        write_atomically(self.dir, name, text)
 
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self) -> contextlib.AbstractContextManager[None]:
         """Hold the folder's trainer lock: no trainer saves a version meanwhile."""
-        lock_path = self.dir / LOCK_FILE
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            handle = open(lock_path, "a+b")
-        except OSError as exc:
-            raise ModelStoreError(f"store.models: cannot use {lock_path}: {exc}") from exc
-        with handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return folder_lock(self.dir, LOCK_FILE)
 
     # -- saving and loading -----------------------------------------------------------------
 
@@ -304,6 +276,45 @@ class ModelStore:
             self._logged.clear()
         self._logged.add(key)
         log.error("%s", message)
+
+
+def write_atomically(folder: Path, name: str, text: str) -> None:
+    """Replace ``<folder>/<name>`` with ``text`` atomically and durably: a temporary file,
+    flushed to disk, renamed into place (a reader sees the old or the new content)."""
+    path = folder / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise ModelStoreError(f"store.models: cannot write {path}: {exc}") from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise ModelStoreError(f"store.models: cannot write {path}: {exc}") from exc
+    _fsync_dir(folder)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, name: str) -> Iterator[None]:
+    """Hold the exclusive lock of the file ``<folder>/<name>`` (made if missing)."""
+    lock_path = folder / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(lock_path, "a+b")
+    except OSError as exc:
+        raise ModelStoreError(f"store.models: cannot use {lock_path}: {exc}") from exc
+    with handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -31,8 +31,9 @@ from reranker.learners.specialization import (
     minmax,
     specialised_scores,
 )
+from reranker.models.rules import RULES
 from reranker.serving.checks import check_impression_id, check_search
-from reranker.stores.events import Impression
+from reranker.stores.events import NOT_LEARNED, Impression
 
 if TYPE_CHECKING:
     from reranker.models.arms import Arm
@@ -46,6 +47,8 @@ def explain_search(service: RerankerService, query: Any, size: Any = None,
     query, size, _, _ = check_search(query, size, None, None, service.config.server)
     clauses = parse_filters(filters, service.config.backend.filter_fields)
     candidates = service.backend.search(query, service.config.backend.candidates, clauses)
+    plan = service.rules.plan(query)
+    candidates = candidates.without(plan.hidden)
     X, evidence = service.features(query, candidates)
     arm = service.arms[0]
     if service.experiment is not None:
@@ -56,7 +59,18 @@ def explain_search(service: RerankerService, query: Any, size: Any = None,
     hits, decision = _hits(arm, X, candidates.ids, list(service.spec.names),
                            None if judgment is None else judgment.to_dict(), evidence)
     hits.sort(key=lambda hit: -hit["score"] if hit["score"] is not None else 0.0)
-    return {"query": query, **_model(arm), "decided_by": decision, "hits": hits[:size]}
+    out = {"query": query, **_model(arm), "decided_by": decision}
+    if plan:  # the query rules, after the arm ranked: what they pinned and hid
+        where = {doc_id: i for i, doc_id in enumerate(candidates.ids)}
+        ranking, ranks = plan.pin(np.array([where[hit["id"]] for hit in hits], dtype=np.intp),
+                                  candidates.ids)
+        by_id = {hit["id"]: hit for hit in hits}
+        hits = [by_id[candidates.ids[i]] for i in ranking.tolist()]
+        for hit in hits:
+            if hit["id"] in ranks:
+                hit["pinned"] = True
+        out["rules"] = plan.describe(ranks)
+    return {**out, "hits": hits[:size]}
 
 
 def explain_impression(service: RerankerService, impression_id: Any) -> dict[str, Any]:
@@ -82,10 +96,12 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
     clicked = set(imp.clicked or [])
     for hit in page:
         hit["clicked"] = hit["id"] in clicked
+    rules = (imp.context or {}).get(RULES)
     return {"impression_id": imp.id, "query": imp.query, "learner": imp.learner,
             "model_version": imp.model_version, "arm": imp.arm, "closed": imp.closed_seq
             is not None, **{k: v for k, v in _model(arm).items() if k == "weights"},
-            "decided_by": decision, "hits": page, "training": training(service, arm, imp)}
+            "decided_by": decision, **({"rules": rules} if rules else {}), "hits": page,
+            "training": training(service, arm, imp)}
 
 
 def _mixed_page(service: RerankerService, imp: Impression) -> dict[str, Any]:
@@ -135,6 +151,7 @@ def _mixed_page(service: RerankerService, imp: Impression) -> dict[str, Any]:
             "model_version": None, "arm": None, "mixed": True,
             "closed": imp.closed_seq is not None, "log_prob": imp.log_prob,
             "probability": math.exp(imp.log_prob) if imp.log_prob is not None else None,
+            **({"rules": context[RULES]} if context.get(RULES) else {}),
             "hits": hits, "arms": arms}
 
 
@@ -236,6 +253,10 @@ def training(service: RerankerService, arm: Arm, imp: Impression) -> dict[str, A
     if imp.offset:
         return {"learns": False, "why": "a later page: learners learn from first pages only, "
                                         "whose order they randomised"}
+    if not imp.learned:
+        return {"learns": False, "why": f"{(imp.context or {})[NOT_LEARNED]}: the site's "
+                                        f"order, not a learner's; neither the learners nor "
+                                        f"the click features learn from it"}
     if not clicks:
         return {"learns": False, "why": "no click"}
     if arm.factory.learner_cls.capabilities.floor:

@@ -17,6 +17,7 @@ load (:class:`reranker.models.arms.Arm`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -42,6 +43,7 @@ from reranker.features.extraction import FeatureSpec, kernels
 from reranker.learners.specialization import QueryEvidence
 from reranker.models.arms import Arm, arms_from_config
 from reranker.models.model import ModelFactory, RankingModel
+from reranker.models.rules import RULES, Plan, ServedRules
 from reranker.models.store import ModelStore
 from reranker.models.trainer import Trainer
 from reranker.serving.checks import check_offset, check_search
@@ -49,11 +51,12 @@ from reranker.serving.feedback import FeedbackDesk
 from reranker.serving.health import FeatureWatch, HealthChecks, applied_cursor
 from reranker.serving.mixing import mixed_page
 from reranker.serving.monitoring import LearnerBreaker, PrometheusMetrics
+from reranker.serving.page import RankedPage
 from reranker.serving.probes import Deadline
 from reranker.serving.ranking import BACKEND_ORDER, Ranker, sorted_page
 from reranker.serving.trust import Binding, TrustGuard
 from reranker.stores import EventStore, open_event_store
-from reranker.stores.events import ClickResult, Impression, RewardResult
+from reranker.stores.events import NOT_LEARNED, ClickResult, Impression, RewardResult
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,8 @@ class RerankerService:
         #: Background threads (the trainer) with their stop events, ended by close().
         self.background: list[tuple[threading.Thread, threading.Event]] = []
         self.feature_watch = FeatureWatch(self.spec.names)
+        #: The query rules every arm honours (``reranker rules``; :mod:`reranker.models.rules`).
+        self.rules = ServedRules(config.store.models)
         server = config.server
         self.prometheus = PrometheusMetrics(self)
         self.ranker = Ranker(self.arms, self.spec.names,
@@ -111,6 +116,7 @@ class RerankerService:
         """Start-up checks: the backend answers, the store opens, every arm's model loads.
         Raises a :class:`reranker.core.errors.RerankerError` naming the problem."""
         self.backend.open()
+        self.rules.load()
         self.events = open_event_store(self.config, self.pm)
         self.trust = TrustGuard.from_config(self.config, self.events, self.prometheus.refused,
                                             self.prometheus.limit_exchanges)
@@ -214,6 +220,9 @@ class RerankerService:
             raise BadRequestError(f"{name!r} needs the search backend; the application "
                                   f"filters, counts, sorts and highlights the candidates it "
                                   f"passes itself", field=name)
+        plan = self.rules.plan(query)
+        if plan.hidden:
+            candidates = candidates.without(plan.hidden)
         X, evidence = self.features(query, candidates)
         self.feature_watch.watch(X)
         n = len(candidates)
@@ -237,13 +246,16 @@ class RerankerService:
                                   decision.labels, evidence)
             else:
                 page = self.ranker.page(X, offset + n_shown, decision.labels[0], evidence)
+        # (by candidate: a pin may move the pairs the page swapped)
+        swapped = {int(page.ranking[p]) for p in page.swapped_positions(offset + n_shown)}
+        page, pinned = self._pin(page, plan, candidates.ids)
         shown = page.ranking[offset: offset + n_shown]
         sources = self._from_backend(candidates.load_sources, shown.tolist())
         highlights = None if marks is None else self._from_backend(
             self.backend.highlight, query, [candidates.ids[i] for i in shown.tolist()],
             sources, marks)
         in_experiment = decision.counted and self.experiment is not None and not offset \
-            and page.arm != BACKEND_ORDER
+            and page.arm != BACKEND_ORDER and NOT_LEARNED not in (page.context or {})
         impression = Impression(
             id=self.trust.signer.sign(Binding.of(user_id, session_id)), created=time.time(),
             query=query,
@@ -260,18 +272,19 @@ class RerankerService:
                                 "answered 503 and its page is not logged")
         self.events.log_impression(impression)
         scores = page.scores
-        swapped = page.swapped_positions(offset + n_shown)
         hits = [{"id": candidates.ids[i], "rank": rank, "score": _finite(scores[i]),
                  "source": source if fields is None else fields.apply(source)}
                 for rank, (i, source)
                 in enumerate(zip(shown.tolist(), sources, strict=True), start=offset + 1)]
-        for j, hit in enumerate(hits):
+        for j, (hit, i) in enumerate(zip(hits, shown.tolist(), strict=True)):
             if hit["source"] is None:  # "source": false
                 del hit["source"]
             if highlights is not None:
                 hit["highlight"] = highlights[j]
-            if hit["rank"] - 1 in swapped:  # shown out of the order of its score, to learn
+            if i in swapped:  # shown out of the order of its score, to learn
                 hit["randomised"] = True
+            if candidates.ids[i] in pinned:  # shown at the rank a query rule gave it
+                hit["pinned"] = True
         answer = {"impression_id": impression.id, "learner": page.learner,
                   "model_version": None if page.arm is None else page.model_version,
                   "total": candidates.total, "from": offset, "hits": hits}
@@ -285,6 +298,21 @@ class RerankerService:
             answer["experiment"] = impression.experiment
             answer["arm"] = page.label
         return answer
+
+    @staticmethod
+    def _pin(page: RankedPage, plan: Plan, ids: list[str]) -> tuple[RankedPage, dict[str, int]]:
+        """``page`` with the query rules' pins applied, and the rank each pinned document
+        took. The rules that matched are logged with the page; a page whose order a pin
+        changed is logged as learned from by no learner, and counts in no experiment."""
+        if not plan:
+            return page, {}
+        ranking, ranks = plan.pin(page.ranking, ids)
+        context = {**(page.context or {}), RULES: plan.describe(ranks)}
+        if not np.array_equal(ranking, page.ranking):
+            reason = "ordered by query rule " + ", ".join(
+                sorted({rule for doc_id, _, rule in plan.pins if doc_id in ranks}))
+            context[NOT_LEARNED] = "; ".join(filter(None, (context.get(NOT_LEARNED), reason)))
+        return dataclasses.replace(page, ranking=ranking, context=context), ranks
 
     @property
     def sortable(self) -> tuple[str, ...]:

@@ -115,8 +115,8 @@ def test_a_sorted_page_teaches_no_learner_nor_the_click_counts(shop_server):
     answer = server.post("/click", {"impression_id": page["impression_id"],
                                     "doc_id": clicked, "user_id": "ann"})
     assert answer.status_code == 202  # logged ...
-    counts, _ = server.service.events.click_counts("shop", [clicked])
-    assert counts.sum() == 0  # ... but it counts in no click feature
+    counts, (clicks, exposure) = server.service.events.click_counts("shop", [clicked])
+    assert counts.sum() == clicks == exposure == 0  # ... but counts in no click feature
     learned = search(server, size=10, user_id="bob")  # a page the learner ranked
     server.post("/click", {"impression_id": learned["impression_id"],
                            "doc_id": learned["hits"][3]["id"], "user_id": "bob"})
