@@ -25,7 +25,13 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-from reranker.backends.filters import FACET_SIZE, MAX_TERMS, MAX_VALUE_LENGTH, RANGE_BOUNDS
+from reranker.backends.filters import (
+    FACET_SIZE,
+    MAX_RANGES,
+    MAX_TERMS,
+    MAX_VALUE_LENGTH,
+    RANGE_BOUNDS,
+)
 from reranker.backends.options import (
     FRAGMENT_SIZE,
     MAX_FRAGMENT_SIZE,
@@ -88,21 +94,7 @@ def request_schemas(config: Config) -> dict[str, dict[str, Any]]:
                                f"(backend.candidates)",
                  "description": "hits to skip: the page starts at rank from + 1"},
         "filter": _filter_schema(server.max_filter_clauses),
-        "facets": {"type": "array", "maxItems": max(1, len(config.backend.filter_fields)),
-                   "x-limit": "backend.filter_fields",
-                   "x-expected": "a list of field names or {\"field\": NAME, \"size\": N}",
-                   "items": {"type": ["string", "object"],
-                             "x-expected": "a field name or {\"field\": NAME, \"size\": N}",
-                             "x-names": "facet key", "required": ["field"],
-                             "properties": {"field": {"type": "string",
-                                                      "x-expected": "a field name"},
-                                            "size": {"type": "integer", "minimum": 1,
-                                                     "maximum": FACET_SIZE,
-                                                     "x-expected": f"an integer from 1 to "
-                                                                   f"{FACET_SIZE}"}},
-                             "additionalProperties": False},
-                   "description": "filter fields to count the values of (the most frequent "
-                                  f"{FACET_SIZE}, or size of them)"},
+        "facets": _facets_schema(len(config.backend.filter_fields)),
         "source": _source_schema(),
         "highlight": _highlight_schema(config.backend.fields),
         "sort": _sort_schema(),
@@ -157,6 +149,38 @@ def _string(expected: str, max_length: int, description: str, *,
             min_length: int = 1) -> dict[str, Any]:
     return {"type": "string", "minLength": min_length, "maxLength": max_length,
             "x-expected": expected, "description": description}
+
+
+def _facets_schema(n_fields: int) -> dict[str, Any]:
+    """A search's ``facets`` (:func:`reranker.backends.filters.parse_facets` checks the
+    rest: one of size, ranges and stats, the bounds' types)."""
+    bound = {"type": ["number", "string"], "x-expected": "a number or an ISO 8601 date"}
+    one_range = {"type": "object", "minProperties": 1, "x-names": "range key",
+                 "x-expected": "{\"from\": A, \"to\": B} with an optional \"key\"",
+                 "properties": {"from": bound, "to": bound,
+                                "key": {"type": "string", "minLength": 1,
+                                        "maxLength": MAX_VALUE_LENGTH,
+                                        "x-expected": "a non-empty string"}},
+                 "additionalProperties": False}
+    entry = {"type": ["string", "object"],
+             "x-expected": "a field name or {\"field\": NAME, and \"size\", \"ranges\" "
+                           "or \"stats\"}",
+             "x-names": "facet key", "required": ["field"],
+             "properties": {"field": {"type": "string", "x-expected": "a field name"},
+                            "size": {"type": "integer", "minimum": 1, "maximum": FACET_SIZE,
+                                     "x-expected": f"an integer from 1 to {FACET_SIZE}"},
+                            "ranges": {"type": "array", "minItems": 1, "maxItems": MAX_RANGES,
+                                       "x-expected": f"a list of 1 to {MAX_RANGES} ranges",
+                                       "items": one_range},
+                            "stats": {"const": True, "x-expected": "true"}},
+             "additionalProperties": False}
+    return {"type": "array", "maxItems": max(1, n_fields), "x-limit": "backend.filter_fields",
+            "x-expected": "a list of field names or facet objects", "items": entry,
+            "description": "filter fields to count the values of (the most frequent "
+                           f"{FACET_SIZE}, or size of them), to count in ranges "
+                           "({\"field\", \"ranges\": [{\"from\", \"to\", \"key\"}]}, from "
+                           "included, to excluded) or to give the count, min and max of "
+                           "({\"field\", \"stats\": true}; sum and average on a number)"}
 
 
 def _source_schema() -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from reranker.backends.filters import Clause
+    from reranker.backends.filters import Clause, Facet
     from reranker.backends.options import Highlight, SortKey
     from reranker.core.config import Config
 
@@ -88,14 +88,18 @@ class Backend(ABC):
 
     @abstractmethod
     def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
-               facets: tuple[str, ...] = ()) -> Candidates:
+               facets: tuple[str | Facet, ...] = ()) -> Candidates:
         """Top ``n`` candidates of ``query`` that pass every filter clause, with their
-        feature inputs, and the counts of the ``facets`` fields' values over all matching
-        documents (:mod:`.filters`); raise :class:`reranker.core.errors.BackendUnavailableError`
-        when the backend cannot answer."""
+        feature inputs, and the ``facets`` over all matching documents (:mod:`.filters`):
+        a field's name asks for its values' counts (what every backend must answer); a
+        :class:`~reranker.backends.filters.Facet` for range counts or stats, which a
+        backend that cannot aggregate them refuses with a 400 naming the facet. Raise
+        :class:`reranker.core.errors.BackendUnavailableError` when the backend cannot
+        answer."""
 
     def search_sorted(self, query: str, n: int, filters: tuple[Clause, ...],
-                      facets: tuple[str, ...], sort: tuple[SortKey, ...]) -> Candidates:
+                      facets: tuple[str | Facet, ...], sort: tuple[SortKey, ...]
+                      ) -> Candidates:
         """As :meth:`search`, the top ``n`` by the ``sort`` keys instead of by relevance
         (documents without a value last); the candidates' ``scores`` and field scores are
         still the engine's relevance scores. A backend that cannot sort keeps this default,

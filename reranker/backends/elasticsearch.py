@@ -44,8 +44,13 @@ from reranker.backends.documents import field_value
 from reranker.backends.filters import (
     FACET_PREFIX,
     FACET_SIZE,
+    RANGES_PREFIX,
+    STATS_PREFIX,
     Clause,
+    Facet,
     check_clause_types,
+    check_facet_types,
+    facet_stats,
     filter_types,
 )
 from reranker.backends.options import Highlight, SortKey
@@ -569,7 +574,7 @@ class ElasticsearchBackend(Backend):
         return substitute(self._query, {"query": text}), {}
 
     def request_body(self, text: str, n: int, filters: tuple[Clause, ...] = (),
-                     facets: tuple[str, ...] = ()) -> dict[str, Any]:
+                     facets: tuple[str | Facet, ...] = ()) -> dict[str, Any]:
         """The one search request: retrieval in ``must``, features and the search's filter
         clauses in ``filter``, facets as terms aggregations. A clause that cannot match its
         field's type is a 400 (:func:`reranker.backends.filters.check_clause_types`)."""
@@ -598,14 +603,23 @@ class ElasticsearchBackend(Backend):
         body["query"] = {"bool": {"must": named,
                                   "filter": [{"bool": {"should": should + [{"match_all": {}}]}},
                                              *(clause.to_dict() for clause in filters)]}}
+        check_facet_types(facets, self.filter_kinds)
         for f in facets:  # built from checked field names only, never from the user's text
-            aggs[FACET_PREFIX + f] = {"terms": {"field": f, "size": FACET_SIZE}}
+            if isinstance(f, str) or f.values:
+                name = f if isinstance(f, str) else f.field
+                aggs[FACET_PREFIX + name] = {"terms": {"field": name, "size": FACET_SIZE}}
+            elif f.ranges:
+                aggs[RANGES_PREFIX + f.field] = {"range": {"field": f.field, "ranges": [
+                    {"key": r.key, **{k: v for k, v in (("from", r.low), ("to", r.high))
+                                      if v is not None}} for r in f.ranges]}}
+            else:
+                aggs[STATS_PREFIX + f.field] = {"stats": {"field": f.field}}
         if aggs:
             body["aggs"] = aggs
         return body
 
     def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
-               facets: tuple[str, ...] = ()) -> Candidates:
+               facets: tuple[str | Facet, ...] = ()) -> Candidates:
         deadline = time.monotonic() + self.timeout
         body = self.request_body(query, n, filters, facets)
         es = self.es
@@ -614,7 +628,7 @@ class ElasticsearchBackend(Backend):
         return self.candidates_from_response(response, deadline)
 
     def search_sorted(self, query: str, n: int, filters: tuple[Clause, ...],
-                      facets: tuple[str, ...], sort: tuple[SortKey, ...]) -> Candidates:
+                      facets: tuple[str | Facet, ...], sort: tuple[SortKey, ...]) -> Candidates:
         """The search's request sorted by the keys (documents without a value last), with
         ``track_scores`` so that the hits keep their relevance scores as features."""
         deadline = time.monotonic() + self.timeout
@@ -693,12 +707,18 @@ class ElasticsearchBackend(Backend):
         total = total.get("value") if isinstance(total, dict) else total
         facets, aggregations = {}, {}
         for name, agg in (response.get("aggregations") or {}).items():
-            if not name.startswith(FACET_PREFIX):  # the template's own, as answered
+            if name.startswith(FACET_PREFIX):
+                facets[name[len(FACET_PREFIX):]] = {
+                    str(b.get("key_as_string", _facet_key(b.get("key")))):
+                        int(b.get("doc_count", 0)) for b in agg.get("buckets", [])}
+            elif name.startswith(RANGES_PREFIX):  # (the keys as the request gave them)
+                facets[name[len(RANGES_PREFIX):]] = {
+                    str(b.get("key")): int(b.get("doc_count", 0)) for b in agg.get("buckets", [])}
+            elif name.startswith(STATS_PREFIX):
+                field = name[len(STATS_PREFIX):]
+                facets[field] = facet_stats(agg, self.filter_kinds.get(field) == "date")
+            else:  # the template's own, as answered
                 aggregations[name] = agg
-                continue
-            facets[name[len(FACET_PREFIX):]] = {
-                str(b.get("key_as_string", _facet_key(b.get("key")))): int(b.get("doc_count", 0))
-                for b in agg.get("buckets", [])}
 
         def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
             if self.sources_with_search:

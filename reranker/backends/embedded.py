@@ -26,8 +26,13 @@ from reranker.backends import Backend, Candidates, IndexReport
 from reranker.backends.filters import (
     FACET_SIZE,
     Clause,
+    Facet,
     check_clause_types,
+    check_facet_types,
     date_value,
+    empty_facet,
+    facet_field,
+    facet_stats,
     filter_kind,
     filter_types,
     filters_key,
@@ -364,22 +369,38 @@ class EmbeddedBackend(Backend):
             tantivy.Query.boolean_query([(tantivy.Occur.Must, p) for p in parts]), 0.0)
 
     def _facets(self, searcher: tantivy.Searcher, query: tantivy.Query,
-                fields: tuple[str, ...]) -> dict[str, dict[str, int]]:
-        out = {}
-        for f in fields:
-            buckets = searcher.aggregate(query, {f: {"terms": {"field": f,
-                                                               "size": FACET_SIZE}}})
+                facets: tuple[str | Facet, ...]) -> dict[str, dict[str, Any]]:
+        """Tantivy's aggregations over every document ``query`` matches: a terms
+        aggregation per field named, a range or stats aggregation per :class:`Facet`."""
+        check_facet_types(facets, self.filter_types)
+        out: dict[str, dict[str, Any]] = {}
+        for facet in facets:
+            f = facet_field(facet)
             date = self.filter_types.get(f) == "date"  # (its values as ISO 8601 text)
-            out[f] = {iso_text(b["key"]) if date else _facet_key(b): int(b["doc_count"])
-                      for b in buckets[f]["buckets"]}
+            if isinstance(facet, str) or facet.values:
+                buckets = searcher.aggregate(query, {f: {"terms": {"field": f,
+                                                                   "size": FACET_SIZE}}})
+                out[f] = {iso_text(b["key"]) if date else _facet_key(b): int(b["doc_count"])
+                          for b in buckets[f]["buckets"]}
+            elif facet.ranges:
+                ranges = [{key: date_value(bound) if date else bound
+                           for key, bound in (("from", r.low), ("to", r.high))
+                           if bound is not None} for r in facet.ranges]
+                buckets = searcher.aggregate(query, {f: {"range": {"field": f,
+                                                                   "ranges": ranges}}})
+                counts = [int(b["doc_count"]) for b in buckets[f]["buckets"]]
+                out[f] = {r.key: count for r, count in zip(facet.ranges, counts, strict=True)}
+            else:
+                found = searcher.aggregate(query, {f: {"stats": {"field": f}}})
+                out[f] = facet_stats(found[f], date)
         return out
 
     def search(self, query: str, n: int, filters: tuple[Clause, ...] = (),
-               facets: tuple[str, ...] = ()) -> Candidates:
+               facets: tuple[str | Facet, ...] = ()) -> Candidates:
         return self._search(query, n, filters, facets, ())
 
     def search_sorted(self, query: str, n: int, filters: tuple[Clause, ...],
-                      facets: tuple[str, ...], sort: tuple[SortKey, ...]) -> Candidates:
+                      facets: tuple[str | Facet, ...], sort: tuple[SortKey, ...]) -> Candidates:
         """The top ``n`` by one field (Tantivy orders by one fast field), documents
         without a value last; the candidates' scores are still their BM25 scores."""
         if len(sort) > 1:
@@ -393,11 +414,11 @@ class EmbeddedBackend(Backend):
         return self._search(query, n, filters, facets, sort)
 
     def _search(self, query: str, n: int, filters: tuple[Clause, ...],
-                facets: tuple[str, ...], sort: tuple[SortKey, ...]) -> Candidates:
+                facets: tuple[str | Facet, ...], sort: tuple[SortKey, ...]) -> Candidates:
         try:
             view = self._current_view()
             searcher = view.searcher
-            missing = [f for f in [c.field for c in filters] + list(facets)
+            missing = [f for f in [c.field for c in filters] + [facet_field(f) for f in facets]
                        if f not in self.filter_types]
             if missing:
                 raise BackendError(f"backend.filter_fields: {missing[0]!r} is not a filter "
@@ -557,11 +578,11 @@ class EmbeddedBackend(Backend):
             raise self._panicked(exc) from None
         return out
 
-    def _empty(self, facets: tuple[str, ...] = ()) -> Candidates:
+    def _empty(self, facets: tuple[str | Facet, ...] = ()) -> Candidates:
         return Candidates(ids=[], scores=np.empty(0), field_scores=np.empty((0, len(self.fields))),
                           numeric=np.empty((0, len(self.numeric_fields))),
                           load_sources=lambda indices: [], total=0,
-                          facets={f: {} for f in facets})
+                          facets={facet_field(f): empty_facet(f) for f in facets})
 
     def index_documents(self, documents: Iterable[tuple[str, dict[str, Any]]], *,
                         recreate: bool = False,

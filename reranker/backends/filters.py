@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reranker.core.errors import BadRequestError, field_path, quoted_path, shorten
-from reranker.core.times import epoch_millis
+from reranker.core.times import epoch_millis, iso_text
 
 #: The bounds a range clause takes.
 RANGE_BOUNDS = ("gte", "gt", "lte", "lt")
@@ -42,8 +42,12 @@ MAX_TERMS = 1000
 MAX_VALUE_LENGTH = 1000
 #: Values per facet, at most (the most frequent first).
 FACET_SIZE = 100
-#: The prefix of the facet aggregations' names in a search request.
-FACET_PREFIX = "reranker_facet:"
+#: Ranges of one range facet, at most.
+MAX_RANGES = 100
+#: The prefixes of the facet aggregations' names in a search request: value counts, range
+#: counts, stats.
+FACET_PREFIX, RANGES_PREFIX, STATS_PREFIX = \
+    "reranker_facet:", "reranker_ranges:", "reranker_stats:"
 
 Scalar = str | int | float | bool
 
@@ -160,29 +164,150 @@ def date_value(value: Any) -> float | None:
     return epoch_millis(value)
 
 
-def parse_facets(raw: Any, allowed: tuple[str, ...]) -> dict[str, int]:
-    """Check the ``facets`` of a search: a list of distinct filter fields, each a name or
-    ``{"field": NAME, "size": N}``; returns each field's number of values to answer (the
-    most frequent first; :data:`FACET_SIZE` unless a size is given)."""
+@dataclass(frozen=True)
+class FacetRange:
+    """One bucket of a range facet: ``low`` (included) to ``high`` (excluded), either open
+    (None); numbers, or on a date field ISO 8601 text or epoch milliseconds."""
+
+    key: str
+    low: float | str | None = None
+    high: float | str | None = None
+
+
+@dataclass(frozen=True)
+class Facet:
+    """A facet asked for: the ``size`` most frequent values of a field (a name alone), or
+    counts in ``ranges``, or the field's ``stats`` (count, min, max; and sum and average on
+    a number field) over every matching document."""
+
+    field: str
+    size: int = FACET_SIZE
+    ranges: tuple[FacetRange, ...] = ()
+    stats: bool = False
+    #: Its place in the request's ``facets`` (errors name it).
+    index: int = 0
+
+    @property
+    def values(self) -> bool:
+        """Whether it counts values (what every backend answers; ranges and stats need a
+        backend that aggregates them)."""
+        return not self.ranges and not self.stats
+
+
+def parse_facets(raw: Any, allowed: tuple[str, ...]) -> dict[str, Facet]:
+    """Check the ``facets`` of a search: a list of distinct filter fields, each a name,
+    ``{"field": NAME, "size": N}`` (the N most frequent values; :data:`FACET_SIZE` unless
+    given), ``{"field": NAME, "ranges": [{"from": A, "to": B, "key": K}, ...]}`` or
+    ``{"field": NAME, "stats": true}``; returns each field's :class:`Facet`."""
     if raw is None:
         return {}
     if not isinstance(raw, list):
         raise bad_value(["facets"], f"must be a list of field names, got {shorten(raw)}")
-    sizes: dict[str, int] = {}
+    facets: dict[str, Facet] = {}
     for i, entry in enumerate(raw):
-        field, size, path = entry, FACET_SIZE, ["facets", i]
+        field, path, facet = entry, ["facets", i], None
         if isinstance(entry, dict):
-            field, size = entry.get("field"), entry.get("size", FACET_SIZE)
-            path = [*path, "field"]
-            if isinstance(size, bool) or not isinstance(size, int) \
-                    or not 1 <= size <= FACET_SIZE:
-                raise bad_value(["facets", i, "size"], f"must be an integer from 1 to "
-                                                  f"{FACET_SIZE}, got {shorten(size)}")
+            field, path = entry.get("field"), ["facets", i, "field"]
+            asked = [key for key in ("size", "ranges", "stats") if key in entry]
+            if len(asked) > 1:
+                raise bad_value(["facets", i], f"asks for {' and '.join(asked)}: a facet is "
+                                               f"one of them (name the field once)")
+            if "ranges" in entry:
+                facet = Facet(field, ranges=_ranges(entry["ranges"], ["facets", i, "ranges"]),
+                              index=i)
+            elif "stats" in entry:
+                if entry["stats"] is not True:
+                    raise bad_value(["facets", i, "stats"], f"must be true, got "
+                                                            f"{shorten(entry['stats'])}")
+                facet = Facet(field, stats=True, index=i)
+            else:
+                size = entry.get("size", FACET_SIZE)
+                if isinstance(size, bool) or not isinstance(size, int) \
+                        or not 1 <= size <= FACET_SIZE:
+                    raise bad_value(["facets", i, "size"], f"must be an integer from 1 to "
+                                                           f"{FACET_SIZE}, got {shorten(size)}")
+                facet = Facet(field, size, index=i)
         _check_field(field, allowed, path)
-        if field in sizes:
+        if field in facets:
             raise bad_value(["facets"], "names a field twice")
-        sizes[field] = size
-    return sizes
+        facets[field] = facet or Facet(field, index=i)
+    return facets
+
+
+def _ranges(raw: Any, path: list[str | int]) -> tuple[FacetRange, ...]:
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_RANGES:
+        raise bad_value(path, f"must be a list of 1 to {MAX_RANGES} ranges such as "
+                              f"{{\"from\": 10, \"to\": 20}}, got {shorten(raw)}")
+    out: list[FacetRange] = []
+    for j, item in enumerate(raw):
+        where = [*path, j]
+        if not isinstance(item, dict) or not item or set(item) - {"from", "to", "key"}:
+            raise bad_value(where, f"must be {{\"from\": A, \"to\": B}} (either may be "
+                                   f"left out) with an optional \"key\", got {shorten(item)}")
+        bounds = []
+        for name in ("from", "to"):
+            bound = item.get(name)
+            if bound is not None and (isinstance(bound, bool) or not (
+                    isinstance(bound, (int, float)) and math.isfinite(bound)
+                    or isinstance(bound, str) and epoch_millis(bound) is not None)):
+                raise bad_value([*where, name], f"must be a finite number or an ISO 8601 "
+                                                f"date, got {shorten(bound)}")
+            bounds.append(bound)
+        key = item.get("key")
+        if key is None:
+            key = "-".join("*" if b is None else str(b) for b in bounds)
+        elif not isinstance(key, str) or not key or len(key) > MAX_VALUE_LENGTH:
+            raise bad_value([*where, "key"], f"must be a non-empty string, got {shorten(key)}")
+        if any(r.key == key for r in out):
+            raise bad_value(where, f"has the key {key!r} of an earlier range: give each a "
+                                   f"\"key\" of its own")
+        out.append(FacetRange(key, *bounds))
+    return tuple(out)
+
+
+def facet_field(facet: str | Facet) -> str:
+    """The field a facet of a backend search names (a name, or a :class:`Facet` of ranges
+    or stats)."""
+    return facet if isinstance(facet, str) else facet.field
+
+
+def empty_facet(facet: str | Facet) -> dict[str, Any]:
+    """A facet's answer when nothing matches."""
+    if isinstance(facet, str) or facet.values:
+        return {}
+    if facet.ranges:
+        return {bucket.key: 0 for bucket in facet.ranges}
+    return facet_stats({}, False)
+
+
+def check_facet_types(facets: tuple[str | Facet, ...], types: dict[str, str]) -> None:
+    """Refuse (400, naming the facet and the type) ranges or stats of a field that is not a
+    number or date field, and a date bound on a number field."""
+    for facet in facets:
+        if isinstance(facet, str) or facet.values:
+            continue
+        kind = types.get(facet.field)
+        path: list[str | int] = ["facets", facet.index, "ranges" if facet.ranges else "stats"]
+        if kind is not None and kind not in ("number", "date"):
+            raise bad_value(path, f"needs a number or date field, and {facet.field!r} is a "
+                                  f"{kind} field (count its values instead)")
+        for j, bucket in enumerate(facet.ranges):
+            for name, bound in (("from", bucket.low), ("to", bucket.high)):
+                if kind == "number" and isinstance(bound, str):
+                    raise bad_value([*path, j, name], f"is a date, and {facet.field!r} is a "
+                                                      f"number field: give a number")
+
+
+def facet_stats(raw: dict[str, Any], date: bool) -> dict[str, Any]:
+    """A stats aggregation's answer as a facet gives it: count, min and max (on a date
+    field as ISO 8601 text), and on a number field sum and average; min and max are null
+    when no matching document has a value."""
+    count = int(raw.get("count") or 0)
+    if date:
+        return {"count": count, **{k: None if raw.get(k) is None or not count
+                                   else iso_text(raw[k]) for k in ("min", "max")}}
+    return {"count": count, **{k: None if raw.get(k) is None or not count else float(raw[k])
+                               for k in ("min", "max", "sum", "avg")}}
 
 
 def _check_field(field: Any, allowed: tuple[str, ...], path: list[str | int]) -> None:

@@ -198,8 +198,9 @@ class RerankerService:
                                                         self.config.server)
         window = self.config.backend.candidates
         clauses = parse_filters(filters, self.config.backend.filter_fields)
-        facet_sizes = parse_facets(facets, self.config.backend.filter_fields)
-        facet_fields = tuple(facet_sizes)
+        asked = parse_facets(facets, self.config.backend.filter_fields)
+        # (value counts by name, which every backend takes; ranges and stats as asked)
+        facet_fields = tuple(f.field if f.values else f for f in asked.values())
         fields = parse_source(source)
         marks = parse_highlight(highlight, self.config.backend.fields)
         sort_keys = parse_sort(sort, self.sortable)
@@ -290,7 +291,8 @@ class RerankerService:
                   "total": candidates.total, "from": offset, "hits": hits}
         if facet_fields:  # (the backends answer the most frequent values first)
             answer["facets"] = {
-                name: dict(itertools.islice(counts.items(), facet_sizes.get(name, len(counts))))
+                name: dict(itertools.islice(counts.items(), asked[name].size))
+                if name in asked and asked[name].values else counts
                 for name, counts in candidates.facets.items()}
         if candidates.aggregations:
             answer["aggregations"] = candidates.aggregations

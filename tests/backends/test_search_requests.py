@@ -315,3 +315,56 @@ def test_a_date_in_a_numeric_feature_field_gets_the_right_hint(tmp_path):
     text = result.stdout + result.stderr
     assert "numeric field 'published' holds '1999-09-09', a date" in text
     assert "epoch milliseconds" in text and "backend.filter_fields" in text
+
+
+def test_a_facet_counts_ranges_and_gives_min_and_max(shop_server):
+    """Range buckets (from included, to excluded) and stats over every matching product,
+    on both backends; ranges and stats of a keyword field are refused, naming the facet."""
+    server, products, _ = shop_server
+    clauses = [{"term": {"category": "coffee"}}]
+    matching = [p["price"] for p in products if passes(p, clauses)]
+    page = search(server, size=3, filter=clauses, facets=[
+        {"field": "price", "ranges": [{"to": 10}, {"from": 10, "to": 30, "key": "mid"},
+                                      {"from": 30}]},
+        "brand"])
+    assert page["facets"]["price"] == {
+        "*-10": sum(v < 10 for v in matching), "mid": sum(10 <= v < 30 for v in matching),
+        "30-*": sum(v >= 30 for v in matching)}
+    assert sum(page["facets"]["brand"].values()) == len(matching)
+    stats = search(server, filter=clauses,
+                   facets=[{"field": "price", "stats": True}])["facets"]["price"]
+    assert stats["count"] == len(matching)
+    assert stats["min"] == pytest.approx(min(matching))
+    assert stats["max"] == pytest.approx(max(matching))
+    assert stats["avg"] == pytest.approx(sum(matching) / len(matching))
+    assert stats["sum"] == pytest.approx(sum(matching))
+    nothing = search(server, query="absent", facets=[{"field": "price", "stats": True}])
+    assert nothing["facets"]["price"]["count"] == 0 and nothing["facets"]["price"]["min"] is None
+    for entry, field, problem in [
+            ({"field": "brand", "stats": True}, "facets[0].stats",
+             "needs a number or date field, and 'brand' is a keyword field"),
+            ({"field": "price", "ranges": [{"from": "2010-01-01"}]}, "facets[0].ranges[0].from",
+             "is a date, and 'price' is a number field"),
+            ({"field": "price", "ranges": []}, "facets[0].ranges", "1 to 100 ranges"),
+            ({"field": "price", "ranges": [{"below": 3}]}, "facets[0].ranges[0].below",
+             "unknown range key 'below'"),
+            ({"field": "price", "ranges": [{"to": 5}, {"to": 5}]}, "facets[0].ranges[1]",
+             "has the key '*-5' of an earlier range"),
+            ({"field": "price", "stats": True, "size": 3}, "facets[0]",
+             "asks for size and stats")]:
+        answer = server.post("/search", {"query": "shop", "facets": [entry]})
+        error = answer.json()["error"]
+        assert answer.status_code == 400 and error["field"] == field, error
+        assert problem in error["message"], error["message"]
+
+
+def test_a_date_facet_counts_ranges_of_dates_and_gives_the_first_and_last(book_server):
+    server, _ = book_server
+    page = server.post("/search", {"query": "book", "facets": [
+        {"field": "published", "ranges": [{"to": "2010-01-01", "key": "before 2010"},
+                                          {"from": "2010-01-01"}]}]}).json()
+    assert page["facets"]["published"] == {"before 2010": 2, "2010-01-01-*": 4}
+    page = server.post("/search", {"query": "book", "facets": [
+        {"field": "published", "stats": True}]}).json()
+    assert page["facets"]["published"] == {"count": 6, "min": "1999-09-09",
+                                           "max": "2024-02-29"}

@@ -397,6 +397,27 @@ class Standin:
         return answer
 
     @staticmethod
+    def _numeric_aggregation(index: Index, spec: dict[str, Any], matches) -> dict[str, Any]:
+        """A ``range`` aggregation (``from`` included, ``to`` excluded, each bucket keyed as
+        asked) or a ``stats`` aggregation over the matching documents."""
+        kind, body = next(iter(spec.items()))
+        values = _numeric_values(index, body["field"], matches)
+        if kind == "stats":
+            return {"count": len(values), "min": min(values, default=None),
+                    "max": max(values, default=None),
+                    "avg": sum(values) / len(values) if values else None,
+                    "sum": sum(values)}
+        buckets = []
+        for r in body["ranges"]:
+            low, high = _bound(r.get("from")), _bound(r.get("to"))
+            count = sum((low is None or v >= low) and (high is None or v < high)
+                        for v in values)
+            buckets.append({"key": r.get("key", f"{low or '*'}-{high or '*'}"),
+                            **({"from": low} if low is not None else {}),
+                            **({"to": high} if high is not None else {}), "doc_count": count})
+        return {"buckets": buckets}
+
+    @staticmethod
     def _sorted(index: Index, ranked: list[tuple[str, float]],
                 sort: list[dict[str, Any]]) -> list[tuple[str, float]]:
         """The hits in the order of the ``sort`` keys (``{FIELD: {"order": ...}}``),
@@ -423,6 +444,9 @@ class Standin:
         fields; a text field is refused as Elasticsearch refuses it)."""
         out = {}
         for name, spec in aggs.items():
+            if "range" in spec or "stats" in spec:
+                out[name] = Standin._numeric_aggregation(index, spec, matches)
+                continue
             field = spec.get("terms", {}).get("field")
             kind = index.properties.get(field, {}).get("type")
             if kind == "text":
@@ -447,6 +471,28 @@ class Standin:
                          "sum_other_doc_count": sum(c for _, c in ordered[size:]),
                          "buckets": buckets}
         return out
+
+
+def _numeric_values(index: Index, field: str, matches) -> list[float]:
+    """The values of a number or date field (dates as epoch milliseconds) of the matching
+    documents; a keyword or text field is refused as Elasticsearch refuses it."""
+    kind = index.properties.get(field, {}).get("type")
+    if kind in ("text", "keyword", "boolean"):
+        raise ApiError(400, "illegal_argument_exception",
+                       f"Field [{field}] of type [{kind}] is not supported for aggregation "
+                       f"[range]")
+    values = []
+    for doc in matches:
+        value = _dotted(index.docs[doc], field)
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None:
+                values.append(float(_epoch_millis(item)) if kind == "date" else float(item))
+    return values
+
+
+def _bound(value: Any) -> float | None:
+    return None if value is None else float(
+        value if isinstance(value, (int, float)) else _epoch_millis(value))
 
 
 def _term_text(value: Any) -> str:
