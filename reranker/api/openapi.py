@@ -38,11 +38,17 @@ ERROR_STATUSES = {
 _HIT = {"type": "object", "required": ["id", "rank", "score"], "properties": {
     "id": {"type": "string"},
     "rank": {"type": "integer", "minimum": 1, "description": "rank in the whole ranking"},
-    "score": {"type": ["number", "null"], "description": "the ranking's score: higher ranks "
-              "score at least as high, except the hits marked randomised"},
+    "score": {"type": ["number", "null"], "description": "the ranking's score, on one scale "
+              "for every page of a search: higher ranks score at least as high, except the "
+              "hits marked randomised or pinned"},
     "randomised": {"const": True, "description": "shown swapped with its neighbour, out of "
                    "the order of the scores, so that clicks compare the two"},
-    "source": {"type": "object", "description": "the stored document"},
+    "pinned": {"const": True, "description": "shown at the rank a query rule gives it"},
+    "source": {"type": "object", "description": "the stored document, or the fields the "
+               "search's source asked for (absent with source: false)"},
+    "highlight": {"type": "object", "description": "per text field the search's highlight "
+                  "named and the query matched, its highlighted fragments (HTML-escaped)",
+                  "additionalProperties": {"type": "array", "items": {"type": "string"}}},
 }}
 
 RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
@@ -58,7 +64,10 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
                          "from": {"type": "integer"},
                          "hits": {"type": "array", "items": _HIT},
                          "facets": {"type": "object", "additionalProperties": {
-                             "type": "object", "additionalProperties": {"type": "integer"}}},
+                             "type": "object", "description": "per value or range, its "
+                             "count; for stats: count, min, max (sum and avg on a number)",
+                             "additionalProperties": {
+                                 "type": ["integer", "number", "string", "null"]}}},
                          "aggregations": {"type": "object"},
                          "experiment": {"type": ["string", "null"]},
                          "arm": {"type": ["string", "null"]}}},

@@ -11,8 +11,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from reranker.features.clicks.position_bias import (
+    PAIR_DEPTH,
+    PAIR_OFFSET,
+    SWAP_PROBABILITY_KEY,
+    SWAPPED,
+)
+from reranker.features.extraction import feature_columns
 from reranker.learners.base import RankResult
-from reranker.learners.specialization import QUERY_FEATURE, QueryEvidence, specialise
+from reranker.learners.specialization import (
+    QUERY_FEATURE,
+    SPECIALISED,
+    QueryEvidence,
+    specialise,
+    specialised_scores,
+)
 from reranker.models.arms import Arm
 from reranker.models.model import RankingModel
 from reranker.serving.monitoring import LearnerBreaker
@@ -27,6 +40,8 @@ log = logging.getLogger(__name__)
 #: The learner and arm of a page served in the backend's order because the arm's learner
 #: failed or was too slow: no arm learns from it.
 BACKEND_ORDER = "backend_order"
+#: The context keys of a page's randomised pairs (a later page carries its first page's).
+PAIR_KEYS = (PAIR_OFFSET, SWAPPED, SWAP_PROBABILITY_KEY, PAIR_DEPTH)
 
 
 class Ranker:
@@ -126,10 +141,46 @@ class Ranker:
         seen = set(order)
         order += [i for i in range(len(ids)) if i not in seen]
         ranking = np.array(order, dtype=np.intp)
-        label = next((arm.labels[0] for arm in self.arms if first.arm in arm.names()), None)
-        return RankedPage(first.learner, first.model_version, first.arm, label, ranking,
-                          scores=-np.argsort(ranking).astype(np.float64),
-                          context={"continues": first.id})
+        arm = next((arm for arm in self.arms if first.arm in arm.names()), None)
+        # the first page's pairs, so that its swapped pairs on this page are marked
+        context = {"continues": first.id, **{key: value for key, value in (
+            first.context or {}).items() if key in PAIR_KEYS}}
+        return RankedPage(first.learner, first.model_version, first.arm,
+                          None if arm is None else arm.labels[0], ranking,
+                          scores=self.first_page_scores(arm, first, where, ranking),
+                          context=context)
+
+    def first_page_scores(self, arm: Arm | None, first: Impression, where: dict[str, int],
+                          ranking: np.ndarray) -> np.ndarray:
+        """Per candidate of a later page (``where``: its index by id), the score its arm's
+        model gives it on the first page's logged features, as the first page scored it
+        (with the query's click lift on a specialised page): the first page's scale, and
+        its very scores while no newer model version is served. Minus the rank when that
+        cannot be: the arm is gone, its learner fails, or retention dropped the features."""
+        scores = -np.argsort(ranking).astype(np.float64)
+        if arm is None or first.features is None or not len(first.doc_ids):
+            return scores
+        X = first.features
+        columns = feature_columns(first.feature_names, arm.factory.feature_names)
+        if columns is None:
+            return scores
+        model = arm.model
+        try:  # (a failure here costs the page its scores, not its ranking)
+            result = model.rank(X[:, columns], first.n_shown, self.rng
+                                if model.learner.capabilities.stochastic else None, check=False)
+        except Exception:  # noqa: BLE001
+            log.exception("learner %s (arm %s) failed to score a later page", model.learner_name,
+                          arm.labels[0])
+            return scores
+        general = np.asarray(result.scores, dtype=np.float64)
+        lift = first.feature_names.index(QUERY_FEATURE) \
+            if QUERY_FEATURE in first.feature_names else -1
+        if SPECIALISED in (first.context or {}) and lift >= 0:
+            general = specialised_scores(general, X[:, lift])
+        for i, doc_id in enumerate(first.doc_ids):
+            if doc_id in where:
+                scores[where[doc_id]] = general[i]
+        return scores
 
     def troubles(self) -> dict[str, dict[str, str]]:
         """Per arm label, why its searches get the backend's order now (``/healthz``)."""

@@ -79,6 +79,12 @@ def test_pages_continue_the_first_without_repeating_or_losing_a_hit(shop_server)
     assert [hit["rank"] for page in pages for hit in page["hits"]] == list(range(1, 31))
     first = server.service.events.get_impression(pages[0]["impression_id"])
     assert ids == [first.doc_ids[i] for i in first.ranking[:30]]  # one ranking, cut in three
+    # the scores are on one scale, ordered with the rank except where a pair was swapped
+    hits = [hit for page in pages for hit in page["hits"]]
+    kept = [hit["score"] for hit in hits if not hit.get("randomised")]
+    assert kept == sorted(kept, reverse=True)
+    assert [hit["score"] for hit in pages[1]["hits"]] != [-float(r) for r in range(10, 20)]
+    assert max(hit["score"] for hit in pages[1]["hits"]) <= pages[0]["hits"][0]["score"]
     later = server.service.events.get_impression(pages[1]["impression_id"])
     assert later.offset == 10 and later.page_key == first.page_key
     # a click on page 2 is at its rank in the whole ranking; the trainer learns first pages
