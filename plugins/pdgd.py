@@ -49,7 +49,7 @@ class _Normalisers:
     normaliser at ``r`` (the sum of ``e`` over positions ``r..``), and ``log_after[r]`` the
     sum of ``log after`` over positions before ``r``."""
 
-    __slots__ = ("e", "after", "log_after")
+    __slots__ = ("e", "after", "log_after", "logs")
 
     def __init__(self, ranked: RankedScores, depth: int):
         shifted = ranked.shifted
@@ -61,6 +61,16 @@ class _Normalisers:
             total += e[r]
             after[r] = total
         self.log_after = log_after = [0.0] * (depth + 1)
+        #: In log space, when scores hundreds apart underflow a normaliser to zero (a
+        #: starting ranking that weighs much makes the policy all but deterministic): per
+        #: position the log of its shifted score and of its normaliser.
+        self.logs: tuple[list[float], list[float]] | None = None
+        if depth and after[depth - 1] <= 1e-250:
+            shifted_log = ranked.ordered - ranked.top
+            normalisers = np.logaddexp.accumulate(shifted_log[::-1])[::-1][:depth]
+            self.logs = (shifted_log[:depth].tolist(), normalisers.tolist())
+            log_after[1:] = np.cumsum(normalisers).tolist()
+            return
         log, total = math.log, 0.0
         for r in range(depth):
             total += log(after[r])
@@ -73,6 +83,8 @@ class _Normalisers:
         there the items not yet placed hold ``R[a]`` instead of ``R[b]``, ``after[r] - e_b +
         e_a`` (at least ``e_a``; the clamp only catches rounding), multiplied up and logged
         once."""
+        if self.logs is not None:
+            return self._swap_log_ratio_in_logs(a, b)
         e_a, after = self.e[a], self.after
         change = e_a - self.e[b]
         product = 1.0
@@ -83,6 +95,22 @@ class _Normalisers:
             log_swapped = math.log(product)
         else:  # (a product this far out of range: log each term)
             log_swapped = sum(math.log(max(value + change, e_a)) for value in after[a + 1:b + 1])
+        return self.log_after[b + 1] - self.log_after[a + 1] - log_swapped
+
+
+    def _swap_log_ratio_in_logs(self, a: int, b: int) -> float:
+        """:meth:`swap_log_ratio` from the logs: each changed normaliser ``after[r] - e_b
+        + e_a`` as ``m + log(exp(L_r - m) - exp(l_b - m) + exp(l_a - m))``, ``m`` the
+        largest of the logs, at least ``e_a``."""
+        scores, normalisers = self.logs
+        l_a, l_b = scores[a], scores[b]
+        exp, log = math.exp, math.log
+        log_swapped = 0.0
+        for value in normalisers[a + 1:b + 1]:
+            m = value if value > l_a else l_a
+            changed = exp(value - m) - exp(l_b - m) + exp(l_a - m)
+            floor = exp(l_a - m)
+            log_swapped += m + log(changed if changed > floor else floor)
         return self.log_after[b + 1] - self.log_after[a + 1] - log_swapped
 
 

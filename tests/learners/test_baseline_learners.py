@@ -38,16 +38,21 @@ def test_pdgd_pairs_are_clicked_over_unclicked_above_the_last_click_and_just_bel
     assert clicked_and_skipped(feedback_from_clicks(ranking, 6, np.array([]))) == ([], [])
 
 
-def test_pdgd_swap_ratio_is_the_plackett_luce_probability_ratio():
-    scores = np.array([1.0, 0.0, 0.0, 2.0])
-    ranking = np.array([3, 0, 1, 2])
-    for a, b in ((0, 1), (1, 2), (0, 3), (1, 3)):
+@pytest.mark.parametrize("scores, ranking", [
+    (np.array([1.0, 0.0, 0.0, 2.0]), np.array([3, 0, 1, 2])),
+    # hundreds apart, as a starting ranking that weighs much gives: the smaller terms
+    # underflow in the shifted exponentials, and the ratio is taken in log space
+    (np.array([900.0, 0.0, -300.0, 1000.0, 950.0]), np.array([3, 4, 0, 1, 2])),
+    (np.array([900.0, 0.0, -300.0, 1000.0, 950.0]), np.array([3, 0, 4, 2, 1])),
+])
+def test_pdgd_swap_ratio_is_the_plackett_luce_probability_ratio(scores, ranking):
+    for a, b in ((0, 1), (1, 2), (0, 3), (1, 3), (2, 3)):
         swapped = ranking.copy()
         swapped[[a, b]] = swapped[[b, a]]
         expected = (plackett_luce_prefix_log_prob(scores, swapped)
                     - plackett_luce_prefix_log_prob(scores, ranking))
         got = swap_log_ratio(scores, ranking, a, b)
-        assert got == pytest.approx(expected, abs=1e-12)
+        assert got == pytest.approx(expected, rel=1e-12, abs=1e-12), (a, b)
 
 
 def test_pdgd_update_by_hand():
