@@ -52,7 +52,8 @@ class Reranker:
 
     def search(self, query: str, **options: Any) -> dict[str, Any]:
         """``POST /search``: ``size``, ``user_id``, ``session_id``, ``filter``, ``from``
-        (as ``offset``), ``facets``; returns the same answer."""
+        (as ``offset``), ``facets``, ``source``, ``highlight``, ``sort``; returns the same
+        answer."""
         options = dict(options)
         offset = options.pop("offset", options.pop("from", None))
         return self.service.search(query, options.pop("size", None),
