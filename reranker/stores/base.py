@@ -52,7 +52,7 @@ import numpy as np
 
 from reranker.core.errors import RerankerError, StoreError
 from reranker.features.clicks import PositionBias, click_lifts
-from reranker.stores.events import ClickResult, Impression, LoggedPage, RewardResult
+from reranker.stores.events import ClickResult, Impression, RewardResult, ServedPage
 
 #: Impressions read per batch when pages are streamed (:meth:`ImpressionLog.pages_since`).
 PAGE_BATCH = 1000
@@ -222,7 +222,7 @@ class ImpressionLog(abc.ABC):
         return []
 
     def pages_since(self, since: float, arms: tuple[str, ...] | None = None
-                    ) -> Iterator[LoggedPage]:
+                    ) -> Iterator[ServedPage]:
         """The pages logged at ``since`` or later (``created``), first and later pages, in
         the order they were logged, with their clicks; with ``arms``, only those one of
         these arm ids showed alone. Search analytics reads them
@@ -240,7 +240,7 @@ class ImpressionLog(abc.ABC):
             cursor = batch[-1].closed_seq
             for imp in batch:
                 if imp.created >= since and (arms is None or imp.arm in arms):
-                    yield LoggedPage.of(imp)
+                    yield ServedPage.of(imp)
 
 
 class ClickCounts(abc.ABC):

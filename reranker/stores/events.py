@@ -63,7 +63,7 @@ class Impression:
 
 
 @dataclass(frozen=True)
-class LoggedPage:
+class ServedPage:
     """A logged page as search analytics reads it (:meth:`reranker.stores.ImpressionLog.
     pages_since`): what was searched, where the user was, what was clicked and, for a first
     page, how the served ranking ordered the engine's candidates; neither ids nor features,
@@ -80,7 +80,7 @@ class LoggedPage:
     ranking: np.ndarray | None
 
     @classmethod
-    def of(cls, imp: Impression) -> LoggedPage:
+    def of(cls, imp: Impression) -> ServedPage:
         """The page of an impression read with its clicks."""
         shown = imp.shown_ids()
         clicked = sorted(imp.offset + shown.index(doc_id) + 1

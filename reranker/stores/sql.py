@@ -49,7 +49,7 @@ from reranker.stores.encoding import (
     unpack_candidates,
     unpack_features,
 )
-from reranker.stores.events import ClickResult, Impression, LoggedPage, RewardResult
+from reranker.stores.events import ClickResult, Impression, RewardResult, ServedPage
 from reranker.stores.group_commit import GroupCommit
 from reranker.stores.write_behind import WriteBehind
 
@@ -620,7 +620,7 @@ class SQLEventStore(EventStore):
         return imps
 
     def pages_since(self, since: float, arms: tuple[str, ...] | None = None
-                    ) -> Iterator[LoggedPage]:
+                    ) -> Iterator[ServedPage]:
         """Open and closed pages, a batch of :data:`PAGE_BATCH` per statement, each with
         its clicked ranks from ``clicks`` and, for a first page, its packed candidates (a
         later page's are not read). The first page of the window is found by walking the
@@ -645,7 +645,7 @@ class SQLEventStore(EventStore):
                     f"clicks c WHERE c.impression_id = impressions.id) FROM impressions WHERE "
                     f"{where} ORDER BY seq LIMIT ?", (*args, PAGE_BATCH)).fetchall()
             for _, created, query, arm, offset, n_shown, candidates, positions in rows:
-                yield LoggedPage(
+                yield ServedPage(
                     created, query, arm, offset, n_shown,
                     tuple(sorted(int(p) for p in positions.split(","))) if positions else (),
                     None if candidates is None else unpack_candidates(candidates)[1])
