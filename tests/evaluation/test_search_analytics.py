@@ -17,49 +17,22 @@ from reranker.evaluation.analytics import (
     moved_from_engine,
     search_analytics,
 )
-from reranker.stores.conformance import impression
+from tests.support.analytics import DAY, ESPRESSO, TEA, ZZZ, fill_pages
 
 NOW = 1_000_000.0
-DAY = 86400.0
-
-
-def fill(store) -> None:
-    """The pages of the tests, left open (the SQL stores read open pages too)."""
-    old = impression("old", NOW - 8 * DAY, query="tea kettle", arm="a")
-    first = impression("first", NOW - 100, query="Tea  Kettle", arm="a")  # served d4 d3 d2
-    as_engine = impression("as-engine", NOW - 90, query="tea kettle", arm="b")
-    as_engine.ranking = np.arange(5)
-    later = impression("later", NOW - 80, n=8, offset=3, query="tea kettle", arm="a")
-    empty = impression("empty", NOW - 70, n=0, shown=0, query="zzz", arm=None)
-    espresso = impression("espresso", NOW - 60, n=12, shown=10, query="Espresso", arm="b")
-    late_old = impression("late-old", NOW - 9 * DAY, query="espresso", arm="b")  # logged last
-    future = impression("future", NOW + 10, query="espresso", arm="b")
-    for page in (old, first, as_engine, later, empty, espresso, late_old, future):
-        store.log_impression(page)
-    store.record_click("old", "d4")
-    store.record_click("first", "d4")  # rank 1
-    store.record_click("first", "d2")  # rank 3
-    store.record_click("later", "d3")  # rank 5: the later page shows d4 d3 d2 of d7 .. d0
-    store.record_click("espresso", "d11")  # rank 1
 
 
 def test_the_figures_of_a_known_window(store):
-    fill(store)
+    fill_pages(store, NOW)
     report = search_analytics(store, 7, now=NOW).to_dict()
     assert report["totals"] == {"searches": 4, "pages": 5, "clicks": 4, "ctr": 0.75,
                                 "mean_click_rank": 2.5, "no_result": 1, "no_click": 1,
                                 # (2.4 + 0 + 5.2) / 3
                                 "moved": round(7.6 / 3, 4), "queries": 3}
-    tea = {"query": "tea kettle", "searches": 2, "pages": 3, "clicks": 3, "ctr": 0.6667,
-           "mean_click_rank": 3.0, "no_result": 0, "no_click": 1, "moved": 1.2}
-    espresso = {"query": "espresso", "searches": 1, "pages": 1, "clicks": 1, "ctr": 1.0,
-                "mean_click_rank": 1.0, "no_result": 0, "no_click": 0, "moved": 5.2}
-    zzz = {"query": "zzz", "searches": 1, "pages": 1, "clicks": 0, "ctr": None,
-           "mean_click_rank": None, "no_result": 1, "no_click": 0, "moved": None}
-    assert report["top_queries"] == [tea, espresso, zzz]
-    assert report["no_result"] == [zzz]
-    assert report["no_click"] == [tea]
-    assert report["moved"] == [espresso, tea]
+    assert report["top_queries"] == [TEA, ESPRESSO, ZZZ]
+    assert report["no_result"] == [ZZZ]
+    assert report["no_click"] == [TEA]
+    assert report["moved"] == [ESPRESSO, TEA]
     assert report["click_ranks"] == [{"rank": 1, "clicks": 2}, {"rank": 2, "clicks": 0},
                                      {"rank": 3, "clicks": 1}, {"rank": 4, "clicks": 0},
                                      {"rank": 5, "clicks": 1}]
@@ -69,7 +42,7 @@ def test_the_figures_of_a_known_window(store):
 
 
 def test_an_arm_a_longer_window_and_the_top(store):
-    fill(store)
+    fill_pages(store, NOW)
     arm_a = search_analytics(store, 7, arms=("a",), arm="A", now=NOW).to_dict()
     assert arm_a["arm"] == "A"
     assert [(q["query"], q["searches"], q["pages"], q["clicks"]) for q in arm_a["top_queries"]] \
@@ -83,7 +56,7 @@ def test_an_arm_a_longer_window_and_the_top(store):
 
 
 def test_pages_are_read_a_batch_at_a_time(store, monkeypatch):
-    fill(store)
+    fill_pages(store, NOW)
     whole = search_analytics(store, 7, now=NOW).to_dict()
     monkeypatch.setattr("reranker.stores.sql.PAGE_BATCH", 2)
     assert search_analytics(store, 7, now=NOW).to_dict() == whole
