@@ -14,13 +14,6 @@ import click
 
 from reranker.commands.options import config_option
 from reranker.core.config import load_config
-from reranker.evaluation.analytics import (
-    COLUMNS,
-    DEFAULT_DAYS,
-    DEFAULT_TOP,
-    MAX_TOP,
-    SECTIONS,
-)
 
 #: Headings of the figures in the tables.
 HEADINGS = {"query": "query", "searches": "searches", "pages": "pages", "clicks": "clicks",
@@ -32,11 +25,11 @@ BAR_WIDTH = 40
 
 @click.command()
 @config_option
-@click.option("--days", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_DAYS,
-              show_default=True, help="The window: pages logged in the last DAYS days "
-              "(0.5 is twelve hours).")
-@click.option("--top", type=click.IntRange(1, MAX_TOP), default=DEFAULT_TOP,
-              show_default=True, help="Queries per list.")
+@click.option("--days", type=float, default=None,
+              help="The window: pages logged in the last DAYS days (0.5 is twelve hours; "
+                   "default 7).")
+@click.option("--top", type=int, default=None, help="Queries per list (1 to 1000; default "
+              "20).")
 @click.option("--arm", "arm", metavar="LABEL", default=None,
               help="Only the pages this arm showed alone (an experiment's arm label, or the "
                    "learner's name without an experiment); default: every page.")
@@ -46,8 +39,8 @@ BAR_WIDTH = 40
                    "rank) or JSON (what GET /analytics answers) for other tools.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True),
               default=None, help="Write to this file instead of standard output.")
-def analytics(config_path: str | None, days: float, top: int, arm: str | None, output: str,
-              out_path: str | None) -> None:
+def analytics(config_path: str | None, days: float | None, top: int | None, arm: str | None,
+              output: str, out_path: str | None) -> None:
     """What users searched and where they clicked, from the event store: the top queries,
     the queries without results and without clicks (with each query's searches, pages,
     clicks, click-through rate and mean click rank), the clicks by rank, and the queries
@@ -56,10 +49,11 @@ def analytics(config_path: str | None, days: float, top: int, arm: str | None, o
     service may be running.
     """
     from reranker.core.plugins import get_plugin_manager
-    from reranker.evaluation.analytics import arm_names, search_analytics
+    from reranker.evaluation.analytics import arm_names, check_window, search_analytics
     from reranker.models.arms import arms_from_config
     from reranker.stores import open_event_store
 
+    days, top = check_window(days, top)
     config = load_config(config_path)
     pm = get_plugin_manager()
     arms = arm_names(arms_from_config(config, pm), arm) if arm is not None else None
@@ -115,6 +109,8 @@ def write_csv(report: dict[str, Any], handle: IO[str]) -> None:
     """One table: a row per query of each list (``section`` says which), then a row per
     rank of the click-rank distribution (``section`` click_ranks, with ``rank`` and
     ``clicks``)."""
+    from reranker.evaluation.analytics import COLUMNS, SECTIONS
+
     writer = csv.writer(handle, lineterminator="\n")
     writer.writerow(["section", "rank", *COLUMNS])
     for section in SECTIONS:
@@ -132,6 +128,8 @@ def render_tables(report: dict[str, Any], handle: IO[str], *, color: bool = Fals
     """The totals, each list and the click-rank distribution as tables."""
     from rich.console import Console
     from rich.table import Table
+
+    from reranker.evaluation.analytics import COLUMNS, SECTIONS
 
     console = Console(file=handle, width=1000 if not color else None, color_system=None
                       if not color else "auto", highlight=False)

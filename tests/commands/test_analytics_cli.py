@@ -122,4 +122,6 @@ def test_an_empty_or_missing_store_and_a_bad_config_are_said(tmp_path):
     assert "no search was logged" in as_json.stderr
     bad = run("-c", str(tmp_path / "nope.yaml"), ok=False)
     assert bad.exit_code == 1 and "nope.yaml" in bad.stderr and "Traceback" not in bad.output
-    assert run("--days", "0", ok=False).exit_code == 2
+    for option, value, field in (("--days", "0", "'days'"), ("--top", "0", "'top'")):
+        refused = run(option, value, ok=False)
+        assert refused.exit_code == 1 and field in refused.stderr
