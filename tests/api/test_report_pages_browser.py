@@ -26,6 +26,7 @@ READ_ANALYTICS = """
 return {
   window: document.getElementById("window").textContent,
   searches: document.getElementById("total-searches").textContent,
+  ctr: document.getElementById("total-ctr").textContent,
   top: Array.from(document.querySelectorAll("#top_queries tbody tr[data-query]"),
                   row => row.getAttribute("data-query")),
   noResult: Array.from(document.querySelectorAll("#no_result tbody tr[data-query]"),
@@ -48,7 +49,8 @@ return {
       rank: hit.querySelector(".hit-rank").textContent,
       where: hit.querySelector(".hit-where").textContent,
       features: Object.fromEntries(Array.from(hit.querySelectorAll("tr.feature"), row => [
-        row.getAttribute("data-name"), row.querySelector("td").getAttribute("data-value")]))
+        row.getAttribute("data-name"), row.querySelector("td").getAttribute("data-value")])),
+      featuresShown: hit.querySelector("tr.feature td").getClientRects().length > 0
     }))
   }))
 };
@@ -92,6 +94,7 @@ def test_the_analytics_page_and_the_compare_page_it_links_to(driver, live):
     assert page["top"] == ["espresso grinder", "zzzz qqqq"]
     assert page["noResult"] == ["zzzz qqqq"]
     assert page["searches"] == str(report["totals"]["searches"]) == "4"
+    assert page["ctr"] == f"{100 * report['totals']['ctr']:.0f}%" == "100%"
     assert [(bar["rank"], bar["clicks"]) for bar in page["bars"]] == [
         (entry["rank"], entry["clicks"]) for entry in report["click_ranks"]] == [
         (1, 2), (2, 0), (3, 0), (4, 1)]
@@ -118,7 +121,7 @@ def test_the_analytics_page_and_the_compare_page_it_links_to(driver, live):
     expected = answer["columns"][1]["hits"][0]
     name = answer["features"][0]
     assert float(first["features"][name]) == expected["features"][name]
-    assert set(first["features"]) == set(answer["features"])
+    assert set(first["features"]) == set(answer["features"]) and first["featuresShown"]
     where = expected["ranks"][0]
     assert f"engine {'#' + str(where) if where else '–'}" in first["where"]
     assert severe(driver) == []
