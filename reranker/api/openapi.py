@@ -20,8 +20,9 @@ ERROR_STATUSES = {
     400: "the body is not JSON or not an object, nests too deep, or a field is missing, "
          "unknown, of the wrong type or out of bounds (`field` names it)",
     401: "no valid API key (security.api_keys_env): send X-API-Key; or, for the operator view "
-         "of /healthz, no 'Authorization: Bearer <server.admin_token>'; or, for /experiments "
-         "and /dashboard, not the token or key security.reports_access asks for",
+         "of /healthz, no 'Authorization: Bearer <server.admin_token>'; or, for the reports "
+         "(/experiments, /analytics, /compare and their pages), not the token or key "
+         "security.reports_access asks for",
     403: "an impression_id that is forged, or served to another user_id or session_id",
     404: "an unknown impression_id",
     409: "the impression no longer accepts clicks or rewards (its feedback window passed)",
@@ -49,6 +50,13 @@ _HIT = {"type": "object", "required": ["id", "rank", "score"], "properties": {
     "highlight": {"type": "object", "description": "per text field the search's highlight "
                   "named and the query matched, its highlighted fragments (HTML-escaped)",
                   "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+}}
+
+_QUERY = {"type": "object", "required": ["query"], "properties": {
+    "query": {"type": "string", "description": "the normalised query"},
+    **{name: {"type": "integer", "minimum": 0}
+       for name in ("searches", "pages", "clicks", "no_result", "no_click")},
+    **{name: {"type": ["number", "null"]} for name in ("ctr", "mean_click_rank", "moved")},
 }}
 
 RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
@@ -116,6 +124,40 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
                                   "arms": {"type": "object"},
                                   "pairs": {"type": "array"},
                                   "report": {"type": "object"}}},
+    "Analytics": {"type": "object", "required": ["since", "until", "days", "totals",
+                                                 "top_queries", "click_ranks"],
+                  "description": "what users searched and clicked in the window; each list "
+                                 "holds queries with their figures (docs/how-to/"
+                                 "search-analytics.md)",
+                  "properties": {"since": {"type": "string"}, "until": {"type": "string"},
+                                 "days": {"type": "number"},
+                                 "arm": {"type": ["string", "null"]},
+                                 "top": {"type": "integer"},
+                                 "moved_depth": {"type": "integer"},
+                                 "totals": {"type": "object"},
+                                 "top_queries": {"type": "array", "items": _QUERY},
+                                 "no_result": {"type": "array", "items": _QUERY},
+                                 "no_click": {"type": "array", "items": _QUERY},
+                                 "moved": {"type": "array", "items": _QUERY},
+                                 "click_ranks": {"type": "array", "items": {
+                                     "type": "object", "properties": {
+                                         "rank": {"type": "integer", "minimum": 1},
+                                         "clicks": {"type": "integer", "minimum": 0}}}}}},
+    "Comparison": {"type": "object", "required": ["query", "size", "features", "columns"],
+                   "description": "the engine's order, then each arm's, each a column of its "
+                                  "top hits; a hit's ranks are its rank in every column, in "
+                                  "their order (null below a column's top)",
+                   "properties": {"query": {"type": "string"},
+                                  "size": {"type": "integer"},
+                                  "candidates": {"type": "integer"},
+                                  "total": {"type": ["integer", "null"]},
+                                  "features": {"type": "array", "items": {"type": "string"}},
+                                  "columns": {"type": "array", "items": {
+                                      "type": "object", "properties": {
+                                          "label": {"type": "string"},
+                                          "learner": {"type": ["string", "null"]},
+                                          "model_version": {"type": ["integer", "null"]},
+                                          "hits": {"type": "array"}}}}}},
 }
 
 #: Request schema name -> its name among the document's components.
@@ -124,6 +166,10 @@ REQUEST_COMPONENTS = {"search": "SearchRequest", "click": "ClickRequest",
                       "reward": "RewardRequest", "explain_search": "ExplainSearchRequest",
                       "explain_impression": "ExplainImpressionRequest"}
 
+
+#: The reports: what ``security.reports_access`` guards.
+REPORT_PATHS = ("/experiments", "/dashboard", "/analytics", "/dashboard/analytics", "/compare",
+                "/compare.json")
 
 #: The endpoints that ask for an API key when ``security.api_keys_env`` is set.
 KEYED_PATHS = ("/search", "/explain", "/clicks")
@@ -138,7 +184,7 @@ SECURITY_SCHEMES = {
                    "description": "server.admin_token: the operator view, "
                                   "/healthz?detail=1"},
     "reportsBasic": {"type": "http", "scheme": "basic",
-                     "description": "the experiment's results (security.reports_access): "
+                     "description": "the reports (security.reports_access): "
                                     "any user name, the operator's token or an API key as "
                                     "the password"},
 }
@@ -193,9 +239,33 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
             "experiments", "The experiment's results", None,
             _json(200, "the results", "Experiment"), 401, 404)},
         "/dashboard": {"get": _operation(
-            "dashboard", "A page showing the experiment's results live", None,
-            {"200": {"description": "the page",
-                     "content": {"text/html": {"schema": {"type": "string"}}}}}, 401, 404)},
+            "dashboard", "A page showing the experiment's results live", None, _html(),
+            401, 404)},
+        "/analytics": {"get": {**_operation(
+            "analytics", "What users searched and where they clicked, from the event store",
+            None, _json(200, "the figures of the window", "Analytics"), 400, 401, 503),
+            "parameters": [
+                _query("days", "the window: pages of the last days (default 7)",
+                       {"type": "number", "exclusiveMinimum": 0}),
+                _query("top", "queries per list (default 20)",
+                       {"type": "integer", "minimum": 1, "maximum": 1000}),
+                _query("arm", "only the pages this arm (label) showed alone",
+                       {"type": "string"})]}},
+        "/dashboard/analytics": {"get": _operation(
+            "analytics_dashboard", "A page of the search analytics, with the clicks by rank",
+            None, _html(), 401)},
+        "/compare.json": {"get": {**_operation(
+            "compare", "One query's candidates in the engine's order and each arm's, with "
+            "their features; not logged", None,
+            _json(200, "the rankings side by side", "Comparison"), 400, 401, 502, 503),
+            "parameters": [
+                _query("query", "the query", {"type": "string"}, required=True),
+                _query("size", "results per ranking (default server.default_size)",
+                       {"type": "integer", "minimum": 1, "maximum": config.server.max_size})]}},
+        "/compare": {"get": {**_operation(
+            "compare_page", "A page showing one query's rankings side by side", None,
+            _html(), 401),
+            "parameters": [_query("q", "the query", {"type": "string"})]}},
         "/reranker.js": {"get": _operation(
             "snippet", "The browser script that sends searches and reports clicks", None,
             {"200": {"description": "the script (cached for an hour, with an ETag)",
@@ -215,7 +285,7 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
     access = reports_access(config)
     if access != "public":
         keys = [{"apiKey": []}, {"apiKeyBearer": []}] if access == "api_key" else []
-        for path in ("/experiments", "/dashboard"):
+        for path in REPORT_PATHS:
             paths[path]["get"]["security"] = [{"adminToken": []}, *keys, {"reportsBasic": []}]
     components = {"Error": ERROR_SCHEMA, **RESPONSE_SCHEMAS}
     components.update({REQUEST_COMPONENTS[name]: schema for name, schema in schemas.items()})
@@ -251,6 +321,17 @@ def _operation(operation_id: str, summary: str, body: dict[str, Any] | None,
                       "content": {"application/json": {"schema": error}}}
         for status in errors}}
     return operation
+
+
+def _html() -> dict[str, Any]:
+    return {"200": {"description": "the page",
+                    "content": {"text/html": {"schema": {"type": "string"}}}}}
+
+
+def _query(name: str, description: str, schema: dict[str, Any], *,
+           required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": required, "description": description,
+            "schema": schema}
 
 
 def _body(*names: str) -> dict[str, Any]:

@@ -1,39 +1,59 @@
 """The operator's endpoints: ``GET /healthz`` and ``/readyz`` (the probes), ``GET /metrics``
-(Prometheus), ``POST /explain`` (why a page is ranked as it is), ``GET /experiments`` and
-``/dashboard`` (an experiment's results, as ``security.reports_access`` allows) and
-``GET /openapi.json`` (the API's description)."""
+(Prometheus), ``POST /explain`` (why a page is ranked as it is), the reports, as
+``security.reports_access`` allows: ``GET /experiments`` and ``/dashboard`` (an
+experiment's results), ``GET /analytics`` and ``/dashboard/analytics`` (what users searched
+and clicked), ``GET /compare`` and ``/compare.json`` (one query's rankings side by side);
+and ``GET /openapi.json`` (the API's description)."""
 
 from __future__ import annotations
 
 import hmac
+from importlib import resources
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request
 
 from reranker.api.errors import error_response
 from reranker.api.gate import RequestGate, credential_given
-from reranker.core.errors import BadRequestError, NotFoundError
+from reranker.core.errors import BadRequestError, NotFoundError, shorten
 from reranker.serving.monitoring import redact_all
 from reranker.serving.trust import reports_access
+
+#: The headers of a dashboard page.
+PAGE_HEADERS = {"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store"}
+
+
+def _page(name: str) -> tuple[str, int, dict[str, str]]:
+    """A report page of :mod:`reranker.api.static`, self-contained: what the report pages
+    share, ``reports.css`` and ``reports.js``, is inlined where the page names it in a
+    comment (``/* reports.css */``). The page fetches its data from the JSON endpoint beside
+    it."""
+    static = resources.files("reranker.api.static")
+    text = static.joinpath(name).read_text(encoding="utf-8")
+    for shared in ("reports.css", "reports.js"):
+        text = text.replace(f"/* {shared} */",
+                            static.joinpath(shared).read_text(encoding="utf-8"), 1)
+    return text, 200, PAGE_HEADERS
 
 
 def register(bp: Blueprint, gate: RequestGate) -> None:
     service = gate.service
     reports = reports_access(service.config)
 
-    def reports_allowed() -> Any:
-        """None when the request may read the experiment's results
-        (``security.reports_access``), else the 401 to answer: with a Basic challenge, so
-        that a browser opening the dashboard asks for the token or key as a password."""
+    def reports_allowed(what: str = "the experiment's results") -> Any:
+        """None when the request may read the reports (``security.reports_access``), else
+        the 401 to answer, saying that ``what`` needs the credential: with a Basic
+        challenge, so that a browser opening a dashboard asks for the token or key as a
+        password."""
         if service.trust.reports_ok(reports, credential_given(),
                                     service.config.server.admin_token):
             return None
-        what = ("the operator's token (server.admin_token)" if reports == "operator" else
-                "an API key (or the operator's token)")
+        needed = ("the operator's token (server.admin_token)" if reports == "operator" else
+                  "an API key (or the operator's token)")
         body, status = error_response(
-            401, f"the experiment's results need {what}: send it as 'Authorization: Bearer "
-                 f"...', or as the password of HTTP Basic authentication "
-                 f"(security.reports_access: {reports})", field="Authorization")
+            401, f"reading {what} needs {needed}: send it as 'Authorization: Bearer ...', or "
+                 f"as the password of HTTP Basic authentication (security.reports_access: "
+                 f"{reports})", field="Authorization")
         body.headers["WWW-Authenticate"] = 'Basic realm="reranker experiments", charset="UTF-8"'
         return body, status
 
@@ -92,8 +112,46 @@ def register(bp: Blueprint, gate: RequestGate) -> None:
             return refused
         if service.experiment is None:
             raise NotFoundError("no experiment is configured (experiment.mode is null)")
-        return dashboard_page(), 200, {"Content-Type": "text/html; charset=utf-8",
-                                       "Cache-Control": "no-store"}
+        return dashboard_page(), 200, PAGE_HEADERS
+
+    @bp.get("/analytics")
+    def analytics():
+        from reranker.evaluation.analytics import arm_names, check_window, search_analytics
+
+        refused = reports_allowed("the search analytics")
+        if refused:
+            return refused
+        days, top = check_window(request.args.get("days"), request.args.get("top"))
+        arm = request.args.get("arm") or None
+        arms = arm_names(service.arms, arm)
+        return jsonify(service.in_time(
+            "analytics", lambda: search_analytics(service.events, days, arms=arms, arm=arm,
+                                                  top=top).to_dict()))
+
+    @bp.get("/dashboard/analytics")
+    def analytics_dashboard():
+        return reports_allowed("the search analytics") or _page("analytics.html")
+
+    @bp.get("/compare.json")
+    def compare_json():
+        from reranker.serving.compare import compare_search
+
+        refused = reports_allowed("the side-by-side comparison")
+        if refused:
+            return refused
+        query = request.args.get("query")  # (checked as a search's: check_search)
+        size = request.args.get("size")
+        if size is not None:
+            try:
+                size = int(size)
+            except ValueError:
+                raise BadRequestError(f"'size' must be an integer, got {shorten(size)}",
+                                      field="size") from None
+        return jsonify(service.in_time("compare", compare_search, service, query, size))
+
+    @bp.get("/compare")
+    def compare():
+        return reports_allowed("the side-by-side comparison") or _page("compare.html")
 
     @bp.get("/openapi.json")
     def openapi():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from reranker import __version__
+from reranker.commands.analytics import analytics
 from reranker.commands.evaluate import evaluate
 from reranker.commands.experiments import promote, report
 from reranker.commands.index import index
@@ -33,6 +34,7 @@ cli.add_command(train)
 cli.add_command(prune)
 cli.add_command(report)
 cli.add_command(promote)
+cli.add_command(analytics)
 cli.add_command(evaluate)
 cli.add_command(learners)
 cli.add_command(demo)

@@ -12,10 +12,12 @@ what the page's clicks teach it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from reranker.backends import Candidates
 from reranker.backends.filters import parse_filters
 from reranker.core.errors import GoneError
 from reranker.learners.base import LinearLearner
@@ -31,7 +33,7 @@ from reranker.learners.specialization import (
     minmax,
     specialised_scores,
 )
-from reranker.models.rules import RULES
+from reranker.models.rules import RULES, Plan
 from reranker.serving.checks import check_impression_id, check_search
 from reranker.stores.events import NOT_LEARNED, Impression
 
@@ -44,33 +46,67 @@ def explain_search(service: RerankerService, query: Any, size: Any = None,
                    filters: Any = None) -> dict[str, Any]:
     """What the serving model makes of a search, without logging it: the candidates in the
     page's order (before any randomised pairs)."""
+    search = searched(service, query, size, filters)
+    arm = service.arms[0]
+    if service.experiment is not None:
+        arm = service.by_label[service.experiment.spec.control]
+    hits, decision = arm_page(service, arm, search)
+    out = {"query": search.query, **arm_model(arm), "decided_by": decision}
+    if search.plan:
+        out["rules"] = search.plan.describe(
+            {hit["id"]: rank for rank, hit in enumerate(hits, 1) if hit.get("pinned")})
+    return {**out, "hits": hits[:search.size]}
+
+
+@dataclass
+class Searched:
+    """A search made to be explained or compared, not logged: its checked query and size,
+    the engine's candidates, their features and the query's own click counts."""
+
+    query: str
+    size: int
+    candidates: Candidates
+    X: np.ndarray
+    evidence: QueryEvidence | None
+    #: The query rules that match it (hidden documents are already out of the candidates).
+    plan: Plan
+
+
+def searched(service: RerankerService, query: Any, size: Any = None,
+             filters: Any = None) -> Searched:
+    """Check a search's fields and ask the backend once for its candidates, with their
+    features (:meth:`RerankerService.features`); nothing is logged."""
     query, size, _, _ = check_search(query, size, None, None, service.config.server)
     clauses = parse_filters(filters, service.config.backend.filter_fields)
     candidates = service.backend.search(query, service.config.backend.candidates, clauses)
     plan = service.rules.plan(query)
     candidates = candidates.without(plan.hidden)
     X, evidence = service.features(query, candidates)
-    arm = service.arms[0]
-    if service.experiment is not None:
-        arm = service.by_label[service.experiment.spec.control]
+    return Searched(query, size, candidates, X, evidence, plan)
+
+
+def arm_page(service: RerankerService, arm: Arm, search: Searched
+             ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Every candidate of ``search`` in the order of ``arm``'s page (its model's scores,
+    refined by the query's own clicks where they judge a pair; before any randomised
+    pairs; the query rules' pins applied, those hits marked ``pinned``), each with its
+    features and score in parts, and what decided the page."""
     judgment = None
-    if evidence is not None and arm.spec.specialize:
-        judgment = evidence.strongest(arm.spec.confidence)
-    hits, decision = _hits(arm, X, candidates.ids, list(service.spec.names),
-                           None if judgment is None else judgment.to_dict(), evidence)
+    if search.evidence is not None and arm.spec.specialize:
+        judgment = search.evidence.strongest(arm.spec.confidence)
+    hits, decision = _hits(arm, search.X, search.candidates.ids, list(service.spec.names),
+                           None if judgment is None else judgment.to_dict(), search.evidence)
     hits.sort(key=lambda hit: -hit["score"] if hit["score"] is not None else 0.0)
-    out = {"query": query, **_model(arm), "decided_by": decision}
-    if plan:  # the query rules, after the arm ranked: what they pinned and hid
-        where = {doc_id: i for i, doc_id in enumerate(candidates.ids)}
-        ranking, ranks = plan.pin(np.array([where[hit["id"]] for hit in hits], dtype=np.intp),
-                                  candidates.ids)
+    if search.plan:  # the query rules, after the arm ranked: pins and hides
+        where = {doc_id: i for i, doc_id in enumerate(search.candidates.ids)}
+        ranking, ranks = search.plan.pin(
+            np.array([where[hit["id"]] for hit in hits], dtype=np.intp), search.candidates.ids)
         by_id = {hit["id"]: hit for hit in hits}
-        hits = [by_id[candidates.ids[i]] for i in ranking.tolist()]
+        hits = [by_id[search.candidates.ids[i]] for i in ranking.tolist()]
         for hit in hits:
             if hit["id"] in ranks:
                 hit["pinned"] = True
-        out["rules"] = plan.describe(ranks)
-    return {**out, "hits": hits[:size]}
+    return hits, decision
 
 
 def explain_impression(service: RerankerService, impression_id: Any) -> dict[str, Any]:
@@ -99,7 +135,7 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
     rules = (imp.context or {}).get(RULES)
     return {"impression_id": imp.id, "query": imp.query, "learner": imp.learner,
             "model_version": imp.model_version, "arm": imp.arm, "closed": imp.closed_seq
-            is not None, **{k: v for k, v in _model(arm).items() if k == "weights"},
+            is not None, **{k: v for k, v in arm_model(arm).items() if k == "weights"},
             "decided_by": decision, **({"rules": rules} if rules else {}), "hits": page,
             "training": training(service, arm, imp)}
 
@@ -155,7 +191,9 @@ def _mixed_page(service: RerankerService, imp: Impression) -> dict[str, Any]:
             "hits": hits, "arms": arms}
 
 
-def _model(arm: Arm) -> dict[str, Any]:
+def arm_model(arm: Arm) -> dict[str, Any]:
+    """The arm's serving model: its learner, version and label, and, for a linear learner,
+    its weights (learned, from the starting ranking, and both)."""
     model = arm.model
     out: dict[str, Any] = {"learner": model.learner_name, "model_version": model.version,
                            "arm": arm.label}

@@ -44,7 +44,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +52,10 @@ import numpy as np
 
 from reranker.core.errors import RerankerError, StoreError
 from reranker.features.clicks import PositionBias, click_lifts
-from reranker.stores.events import ClickResult, Impression, RewardResult
+from reranker.stores.events import ClickResult, Impression, RewardResult, ServedPage
+
+#: Impressions read per batch when pages are streamed (:meth:`ImpressionLog.pages_since`).
+PAGE_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,27 @@ class ImpressionLog(abc.ABC):
         """The names of the experiments whose pages the store holds (a store that cannot
         say: none)."""
         return []
+
+    def pages_since(self, since: float, arms: tuple[str, ...] | None = None
+                    ) -> Iterator[ServedPage]:
+        """The pages logged at ``since`` or later (``created``), first and later pages, in
+        the order they were logged, with their clicks; with ``arms``, only those one of
+        these arm ids showed alone. Search analytics reads them
+        (:mod:`reranker.evaluation.analytics`): a generator that reads a batch at a time
+        and holds no connection between two, so a long window is never in memory at once.
+
+        The default reads the closed impressions through :meth:`closed_since`, the only
+        ones it can read by a cursor: pages still in their feedback window are left out
+        (the SQL stores give them too, and read neither ids nor features)."""
+        cursor = 0
+        while True:
+            batch = self.closed_since(cursor, PAGE_BATCH, arms)
+            if not batch:
+                return
+            cursor = batch[-1].closed_seq
+            for imp in batch:
+                if imp.created >= since and (arms is None or imp.arm in arms):
+                    yield ServedPage.of(imp)
 
 
 class ClickCounts(abc.ABC):

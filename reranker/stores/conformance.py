@@ -301,6 +301,34 @@ def check_closed_first_pages_are_counted(open_store: OpenStore) -> None:
         _equal(store.closed_first_pages("exp", 6, 1.5, 3), (6, 0, 0), f"{where}: past the end")
 
 
+def check_pages_since_reads_the_window(open_store: OpenStore) -> None:
+    """``pages_since`` gives the pages created since a time, in logging order, with their
+    clicked ranks (in the whole ranking) and a first page's served order of the engine's
+    candidates (None for a later page); with ``arms``, only the pages those arms showed
+    alone. (Read once every page is closed: a store may leave open ones out.)"""
+    with _Opened(open_store) as opened:
+        store = opened()
+        where = f"{_name(store)}.pages_since"
+        store.log_impression(impression("old", 1.0, arm="a"))
+        store.log_impression(impression("first", 2.0, query="Tea", arm="a"))
+        store.log_impression(impression("later", 3.0, n=8, offset=3, arm="a"))
+        store.log_impression(impression("empty", 4.0, n=0, shown=0, arm=None))
+        store.log_impression(impression("other", 5.0, arm="b"))
+        store.record_click("first", "d2")
+        store.record_click("first", "d4")
+        store.record_click("later", "d3")  # shown at rank 5: the fifth of d7 .. d0
+        store.close_impressions(before=float("inf"))
+        pages = list(store.pages_since(2.0))
+        _equal([(p.created, p.query, p.arm, p.offset, p.n_shown, p.clicked) for p in pages],
+               [(2.0, "Tea", "a", 0, 3, (1, 3)), (3.0, "q", "a", 3, 3, (5,)),
+                (4.0, "q", None, 0, 0, ()), (5.0, "q", "b", 0, 3, ())], where)
+        _equal([None if p.ranking is None else p.ranking.tolist() for p in pages],
+               [[4, 3, 2, 1, 0], None, [], [4, 3, 2, 1, 0]], f"{where}: the served orders")
+        _equal([p.created for p in store.pages_since(2.5, arms=("a", "b"))], [3.0, 5.0],
+               f"{where} of two arms")
+        _equal(list(store.pages_since(6.0)), [], f"{where} after the last page")
+
+
 def check_writes_are_seen_by_every_object(open_store: OpenStore) -> None:
     """Another object on the store (another process) sees a flushed impression, a click and
     a reward once their methods returned, and the same ``store_id``."""
@@ -696,6 +724,7 @@ STORE_CHECKS: dict[type, list[Callable[[OpenStore], None]]] = {
         check_a_reward_is_replaced_while_open_and_frozen_after,
         check_first_pages_and_experiment_rows,
         check_closed_first_pages_are_counted,
+        check_pages_since_reads_the_window,
         check_writes_are_seen_by_every_object,
         check_clicks_racing_the_close_are_counted_or_refused,
     ],

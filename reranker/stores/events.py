@@ -72,6 +72,33 @@ class Impression:
 
 
 @dataclass(frozen=True)
+class ServedPage:
+    """A logged page as search analytics reads it (:meth:`reranker.stores.ImpressionLog.
+    pages_since`): what was searched, where the user was, what was clicked and, for a first
+    page, how the served ranking ordered the engine's candidates; neither ids nor features,
+    so that a window of a million pages is read without them."""
+
+    created: float
+    query: str
+    arm: str | None  # the arm id that showed it alone; None for a mixed list
+    offset: int  # ranks before the shown ones (0: a first page)
+    n_shown: int
+    clicked: tuple[int, ...]  # the clicked results' ranks in the whole ranking (1-based)
+    #: (n,) a first page's candidate indices (the engine's ranks, 0-based) in the order
+    #: served; None for a later page, which continues its first page's ranking
+    ranking: np.ndarray | None
+
+    @classmethod
+    def of(cls, imp: Impression) -> ServedPage:
+        """The page of an impression read with its clicks."""
+        shown = imp.shown_ids()
+        clicked = sorted(imp.offset + shown.index(doc_id) + 1
+                         for doc_id in imp.clicked or [] if doc_id in shown)
+        return cls(imp.created, imp.query, imp.arm, imp.offset, imp.n_shown, tuple(clicked),
+                   None if imp.offset else imp.ranking)
+
+
+@dataclass(frozen=True)
 class ClickResult:
     impression_id: str
     doc_id: str

@@ -41,7 +41,7 @@ from reranker.core.errors import (
 )
 from reranker.features.clicks import PositionBias, query_key
 from reranker.features.clicks.position_bias import randomized_pairs
-from reranker.stores.base import EventStore, Reader, Retained
+from reranker.stores.base import PAGE_BATCH, EventStore, Reader, Retained
 from reranker.stores.count_cache import ALL_DOCS, ALL_QUERIES, CLICKS, EXPOSURE, CountCache
 from reranker.stores.encoding import (
     pack_candidates,
@@ -49,7 +49,13 @@ from reranker.stores.encoding import (
     unpack_candidates,
     unpack_features,
 )
-from reranker.stores.events import NOT_LEARNED, ClickResult, Impression, RewardResult
+from reranker.stores.events import (
+    NOT_LEARNED,
+    ClickResult,
+    Impression,
+    RewardResult,
+    ServedPage,
+)
 from reranker.stores.group_commit import GroupCommit
 from reranker.stores.write_behind import WriteBehind
 
@@ -619,6 +625,40 @@ class SQLEventStore(EventStore):
         for imp in imps:
             imp.clicked = clicks[imp.id]
         return imps
+
+    def pages_since(self, since: float, arms: tuple[str, ...] | None = None
+                    ) -> Iterator[ServedPage]:
+        """Open and closed pages, a batch of :data:`PAGE_BATCH` per statement, each with
+        its clicked ranks from ``clicks`` and, for a first page, its packed candidates (a
+        later page's are not read). The first page of the window is found by walking the
+        primary key from the oldest impression to the first created at ``since`` or later
+        (logging order follows creation closely, so the walk stops near the window's start,
+        and no impression before it can be in the window: it is the lowest ``seq`` in it);
+        every batch after it is a range of the primary key."""
+        with self._reading() as conn:
+            start = self._run(conn, "SELECT seq FROM impressions WHERE created >= ? ORDER BY "
+                              "seq LIMIT 1", (since,)).fetchone()
+        if start is None:
+            return
+        where, args = "seq >= ? AND created >= ?", [start[0], since]
+        if arms is not None:
+            where += f" AND arm IN ({','.join('?' * len(arms))})"
+            args.extend(arms)
+        while True:
+            with self._reading(flush=False) as conn:
+                rows = self._run(
+                    conn, f"SELECT seq, created, query, arm, page_offset, n_shown, CASE WHEN "
+                    f"page_offset = 0 THEN candidates END, (SELECT {self.CLICK_POSITIONS} FROM "
+                    f"clicks c WHERE c.impression_id = impressions.id) FROM impressions WHERE "
+                    f"{where} ORDER BY seq LIMIT ?", (*args, PAGE_BATCH)).fetchall()
+            for _, created, query, arm, offset, n_shown, candidates, positions in rows:
+                yield ServedPage(
+                    created, query, arm, offset, n_shown,
+                    tuple(sorted(int(p) for p in positions.split(","))) if positions else (),
+                    None if candidates is None else unpack_candidates(candidates)[1])
+            if len(rows) < PAGE_BATCH:
+                return
+            args[0] = rows[-1][0] + 1
 
     def _clicks(self, impression_ids: list[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {i: [] for i in impression_ids}

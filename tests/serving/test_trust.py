@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from reranker.api.openapi import REPORT_PATHS
 from reranker.core.config import load_config
 from reranker.core.errors import ConfigError
 from reranker.models.budget import ClientBudget
@@ -231,9 +232,9 @@ def test_the_openapi_document_says_which_endpoints_want_the_api_key(server_for, 
     schemes = document["components"]["securitySchemes"]
     guarded = {path for path, item in document["paths"].items()
                for operation in item.values() if {} not in operation.get("security", [{}])}
-    # the experiment's results too: with API keys, reports_access defaults to api_key
-    assert guarded == {"/search", "/explain", "/clicks", "/experiments", "/dashboard"}
-    guarded -= {"/experiments", "/dashboard"}
+    # the reports too: with API keys, reports_access defaults to api_key
+    assert guarded == {"/search", "/explain", "/clicks", *REPORT_PATHS}
+    guarded -= set(REPORT_PATHS)
     page = live.post("/search", {"query": "tea"}, headers={"X-API-Key": "key-one"}).json()
     bodies = {"/search": {"query": "tea"}, "/explain": {"query": "tea"},
               "/clicks": {"clicks": [{"impression_id": page["impression_id"],
@@ -263,9 +264,10 @@ def basic(password, user="anyone"):
 @pytest.mark.parametrize("access", ["operator", "api_key", None])
 def test_the_experiments_results_can_be_kept_to_the_operator_or_the_key_holders(
         server_for, monkeypatch, access):
-    """/experiments and /dashboard answer 401 with a Basic challenge (a browser asks) to a
-    request without the credential security.reports_access asks for, and the results to
-    one with it: as a bearer token, an X-API-Key or a Basic password."""
+    """The reports (/experiments, /analytics, /compare and their pages) answer 401 with a
+    Basic challenge (a browser asks) to a request without the credential
+    security.reports_access asks for, and the results to one with it: as a bearer token, an
+    X-API-Key or a Basic password."""
     monkeypatch.setenv("SHOP_RERANKER_KEYS", "key-one")
     live = server_for(experiment=EXPERIMENT,
                       security={"api_keys_env": "SHOP_RERANKER_KEYS",
@@ -275,7 +277,7 @@ def test_the_experiments_results_can_be_kept_to_the_operator_or_the_key_holders(
     wrong = [{}, {"Authorization": "Bearer nope"}, basic("nope"), {"X-API-Key": "key-two"}]
     if not key_holders:
         wrong += [{"X-API-Key": "key-one"}, basic("key-one")]
-    for path in ("/experiments", "/dashboard"):
+    for path in (*REPORT_PATHS[:-1], "/compare.json?query=tea"):
         for headers in wrong:
             response = live.get(path, headers=headers)
             error = error_of(response, 401)

@@ -12,7 +12,7 @@ import pytest
 from reranker.core.config import config_from_dict
 from reranker.core.errors import StoreError
 from reranker.features.clicks import PositionBias, click_lifts
-from reranker.stores import ClickCounts, Leadership, open_event_store
+from reranker.stores import ClickCounts, ImpressionLog, Leadership, open_event_store
 from reranker.stores.conformance import impression
 from reranker.stores.events import ClickResult, RewardResult
 from reranker.stores.postgres import PostgresStore
@@ -141,6 +141,8 @@ BROKEN = [
      lambda self, page_key, since: None),
     ("check_closed_first_pages_are_counted", "closed_first_pages",
      lambda self, name, after, since, limit: (after, 0, 0)),
+    ("check_pages_since_reads_the_window", "pages_since",  # the arms left unfiltered
+     lambda self, since, arms=None: SQLiteStore.pages_since(self, since)),
     ("check_writes_are_seen_by_every_object", "record_reward",
      lambda self, impression_id, value, now=None: RewardResult(impression_id, value, None)),
     ("check_clicks_racing_the_close_are_counted_or_refused", "closed_since", _without_clicks),
@@ -160,6 +162,20 @@ def test_a_check_fails_on_a_store_that_breaks_what_it_checks(tmp_path, check, me
     CHECKS[check](lambda: SQLiteStore(tmp_path / "e.sqlite"))  # sound, it passes
     with pytest.raises(AssertionError, match="Broken"):
         CHECKS[check](lambda: broken(tmp_path / "broken.sqlite"))
+
+
+def test_the_default_pages_since_passes_its_check(tmp_path):
+    """A store that keeps the interface's ``pages_since`` (read through ``closed_since``)
+    gives what the check asks, and leaves the pages still open out."""
+    kept = type("Kept", (SQLiteStore,), {"pages_since": ImpressionLog.pages_since})
+    CHECKS["check_pages_since_reads_the_window"](lambda: kept(tmp_path / "kept.sqlite"))
+    store = kept(tmp_path / "open.sqlite")
+    try:
+        store.log_impression(impression("open", 1.0))
+        assert list(store.pages_since(0.0)) == []
+        assert [page.created for page in SQLiteStore.pages_since(store, 0.0)] == [1.0]
+    finally:
+        store.close()
 
 
 def test_unusable_store_files_are_named(tmp_path):
