@@ -13,6 +13,7 @@ from typing import Any
 from reranker import __version__
 from reranker.api.validation import ERROR_SCHEMA
 from reranker.core.config import Config
+from reranker.evaluation.analytics import MAX_DAYS, MAX_TOP
 from reranker.serving.trust import reports_access
 
 #: When each error status is answered, as docs/reference/http-api.md ("Errors") says.
@@ -246,9 +247,9 @@ def openapi_document(config: Config, schemas: dict[str, dict[str, Any]],
             None, _json(200, "the figures of the window", "Analytics"), 400, 401, 503),
             "parameters": [
                 _query("days", "the window: pages of the last days (default 7)",
-                       {"type": "number", "exclusiveMinimum": 0}),
+                       {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DAYS}),
                 _query("top", "queries per list (default 20)",
-                       {"type": "integer", "minimum": 1, "maximum": 1000}),
+                       {"type": "integer", "minimum": 1, "maximum": MAX_TOP}),
                 _query("arm", "only the pages this arm (label) showed alone",
                        {"type": "string"})]}},
         "/dashboard/analytics": {"get": _operation(

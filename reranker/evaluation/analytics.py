@@ -51,6 +51,8 @@ DEFAULT_DAYS = 7.0
 DEFAULT_TOP = 20
 #: Queries per list at most.
 MAX_TOP = 1000
+#: The longest window, in days (a hundred years: every page a store holds).
+MAX_DAYS = 36_500.0
 #: The served top whose movement from the engine's order ``moved`` measures.
 MOVED_DEPTH = 10
 #: The figures of a query, in the order the tables and the CSV give them.
@@ -216,9 +218,9 @@ def check_window(days: Any, top: Any) -> tuple[float, int]:
         days = float(days)
     except (TypeError, ValueError):
         days = math.nan
-    if not (math.isfinite(days) and days > 0):
-        raise BadRequestError("'days' must be a number of days above 0, such as 7 or 0.5",
-                              field="days")
+    if not (math.isfinite(days) and 0 < days <= MAX_DAYS):
+        raise BadRequestError(f"'days' must be a number of days above 0 and at most "
+                              f"{MAX_DAYS:,.0f}, such as 7 or 0.5", field="days")
     try:
         top = int(top)
     except (TypeError, ValueError):

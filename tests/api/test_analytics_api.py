@@ -46,6 +46,7 @@ def test_analytics_count_the_searches_and_clicks_made(live):
 
 
 @pytest.mark.parametrize("params, field", [({"days": "0"}, "days"), ({"top": "x"}, "top"),
+                                           ({"days": "9007199254740992.0"}, "days"),
                                            ({"arm": "nope"}, "arm")])
 def test_bad_analytics_parameters_are_named(live, params, field):
     assert error_of(live.get("/analytics", params=params), 400)["field"] == field
