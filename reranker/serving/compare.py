@@ -53,7 +53,8 @@ def compare_search(service: RerankerService, query: Any, size: Any = None,
         column["hits"] = [{"id": hit["id"], "title": titles.get(hit["id"]), "rank": rank,
                            "engine_rank": hit["engine_rank"], "score": hit["score"],
                            "ranks": [where.get(hit["id"]) for where in ranks],
-                           "features": features[hit["id"]]}
+                           "features": features[hit["id"]],
+                           **({"pinned": True} if hit.get("pinned") else {})}
                           for rank, hit in enumerate(top, start=1)]
     return {"query": search.query, "size": search.size, "candidates": len(ids),
             "total": search.candidates.total, "features": names, "columns": columns}
