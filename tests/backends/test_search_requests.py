@@ -11,7 +11,7 @@ from tests.support.configs import write_config, write_docs
 from tests.support.es_scenarios import unique_index
 from tests.support.es_standin import Standin
 from tests.support.servers import LiveServer, run_cli
-from tests.support.shop import FILTER_FIELDS, shop
+from tests.support.shop import FILTER_FIELDS, index_in_process, shop
 
 
 def passes(product: dict, clauses: list[dict]) -> bool:
@@ -275,9 +275,9 @@ def book_server(request, tmp_path):
         standin = Standin("8.15.1")
         path = write_config(tmp_path, backend={"type": "elasticsearch", "hosts": [standin.url],
                                                "index": unique_index(), **backend}, **sections)
-    indexed = run_cli("index", "-c", str(path), str(write_docs(tmp_path, BOOKS)))
+    indexed = index_in_process(path, write_docs(tmp_path, BOOKS))
     server = LiveServer(path)
-    yield server, indexed.stdout
+    yield server, indexed
     server.stop()
     if standin is not None:
         standin.stop()

@@ -8,7 +8,7 @@ import pytest
 from reranker.stores.events import NOT_LEARNED
 from tests.support.configs import PERCEPTRON, RANDOM, write_config, write_docs
 from tests.support.servers import LiveServer, run_cli, wait_until
-from tests.support.shop import FILTER_FIELDS, shop
+from tests.support.shop import FILTER_FIELDS, index_in_process, shop
 
 BACKEND = {"type": "embedded", "path": "index", "fields": ["title", "body"],
            "filter_fields": FILTER_FIELDS}
@@ -18,7 +18,7 @@ BACKEND = {"type": "embedded", "path": "index", "fields": ["title", "body"],
 def shop_config(tmp_path):
     path = write_config(tmp_path, backend=BACKEND,
                         features={"numeric_fields": ["price", "popularity"]})
-    run_cli("index", "-c", str(path), str(write_docs(tmp_path, shop())))
+    index_in_process(path, write_docs(tmp_path, shop()))
     return path
 
 
@@ -76,7 +76,7 @@ def test_a_pin_and_a_hide_through_the_cli_reach_a_running_service(shop_config):
 
 def test_a_pin_the_learner_agrees_with_leaves_the_page_learned(tmp_path):
     path = write_config(tmp_path, backend=BACKEND, learner={"name": "backend_order"})
-    run_cli("index", "-c", str(path), str(write_docs(tmp_path, shop())))
+    index_in_process(path, write_docs(tmp_path, shop()))
     server = LiveServer(path)  # (the engine's order: the same page every time)
     try:
         top = search(server)["hits"][0]["id"]
@@ -98,7 +98,7 @@ def test_every_arm_of_an_experiment_honours_the_rules(tmp_path):
     path = write_config(tmp_path, backend=BACKEND, experiment={
         "mode": "interleave", "name": "trial", "window": 50,
         "arms": {"perceptron": PERCEPTRON, "random": RANDOM}})
-    run_cli("index", "-c", str(path), str(write_docs(tmp_path, shop())))
+    index_in_process(path, write_docs(tmp_path, shop()))
     run_cli("rules", "add", "-c", str(path), "-q", "shop tea", "--pin", "p050:2",
             "--hide", "p000")
     server = LiveServer(path)

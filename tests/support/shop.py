@@ -8,7 +8,7 @@ import pytest
 from tests.support.configs import write_config, write_docs
 from tests.support.es_scenarios import unique_index
 from tests.support.es_standin import Standin
-from tests.support.servers import LiveServer, run_cli
+from tests.support.servers import LiveServer
 
 CATEGORIES = ("tea", "coffee", "kettle")
 BRANDS = ("acme", "zeta", "nova", "orbit")
@@ -49,9 +49,21 @@ def shop_server(request, tmp_path):
                                                "index": unique_index(), "request_timeout": 5.0,
                                                "fields": ["title", "body"],
                                                "filter_fields": FILTER_FIELDS}, **sections)
-    run_cli("index", "-c", str(path), str(write_docs(tmp_path, products)))
+    index_in_process(path, write_docs(tmp_path, products))
     server = LiveServer(path)
     yield server, products, standin
     server.stop()
     if standin is not None:
         standin.stop()
+
+
+def index_in_process(config_path, documents) -> str:
+    """``reranker index`` run in this process (through click's runner: the command itself,
+    without a second interpreter's start-up, which costs the tests a second a server)."""
+    from click.testing import CliRunner
+
+    from reranker.commands.index import index
+
+    result = CliRunner().invoke(index, ["-c", str(config_path), str(documents)])
+    assert result.exit_code == 0, result.output
+    return result.output
