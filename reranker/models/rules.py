@@ -197,7 +197,8 @@ class RuleBook:
             if not found:
                 known = ", ".join(rule.id for rule in rules) or "none"
                 raise NotFoundError(f"no query rule {rule_id!r} in {self.path} (rules: {known})")
-            self._write([rule for rule in rules if rule.id != rule_id], self._last_number())
+            self._write([rule for rule in rules if rule.id != rule_id],
+                        max([_number(rule.id) for rule in rules] + [self._last_number()]))
         return found[0]
 
     def _last_number(self) -> int:
