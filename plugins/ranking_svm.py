@@ -65,6 +65,8 @@ class RankingSVM(CoactiveLearner):
     name = "ranking_svm"
     description = ("Ranking SVM retrained on the coactive preferences phi(ybar) - phi(y) "
                    "(Coactive Learning's baseline): refit on 10% more pairs, C by 5-fold CV.")
+    #: Refits its weights on every pair it holds: no query's share of them to keep.
+    sums_updates = False
     params = CoactiveLearner.params + (
         Param("refit_growth", float, 0.1, "refit when the pairs have grown by this share "
               "since the last fit", minimum=0.0, exclusive_minimum=True),

@@ -376,6 +376,46 @@ def check_starts_from_the_prior(cls: type[Learner], params: dict | None = None) 
         f"{cls.name}: a restored model lost its starting ranking"
 
 
+def check_one_query_is_no_evidence(cls: type[Learner], params: dict | None = None) -> None:
+    """A linear learner with a starting ranking whose learned weights sum its updates
+    (:meth:`reranker.learners.base.LinearLearner.shrinks`) ranks with its learned weights
+    shrunk to what the queries that taught them agree on (docs/algorithms.md, "Evidence
+    across queries"): taught by one query only, it ranks every other by its starting
+    ranking alone; taught the same by many, its learned weights count. Other learners are
+    not shrunk (the trainer's query balance is every learner's)."""
+    from reranker.learners.base import LinearLearner
+
+    learner = cls(feature_map=FeatureMap(depth=5), **(params or {}))
+    learner.validate_params()
+    prior = np.zeros(N_FEATURES)
+    prior[0] = 1.0
+    learner.initialize(N_FEATURES, [f"x{i}" for i in range(N_FEATURES)], prior)
+    if not isinstance(learner, LinearLearner) or not learner.shrinks():
+        return
+    rng = np.random.default_rng(8)
+    for X, clicks in _requests(8, 30):
+        result = learner.rank(X, 5, rng)
+        feedback = feedback_from_clicks(result.ranking, 5, clicks)
+        feedback.query = "the one query"
+        learner.update(X, feedback)
+    assert learner.query_count() < 1.5, \
+        f"{cls.name}: one query's pages were counted as {learner.query_count():.1f} queries"
+    assert np.allclose(learner.weights(), learner.start_weights()), \
+        (f"{cls.name}: taught by one query only, its learned weights count for every other "
+         f"query; a learner whose learned weights are not the sum of its updates declares "
+         f"sums_updates = False")
+    taught = 1  # the queries whose pages changed the learned weights
+    for i, (X, clicks) in enumerate(_requests(9, 60)):
+        result = learner.rank(X, 5, rng)
+        feedback = feedback_from_clicks(result.ranking, 5, clicks)
+        feedback.query = f"query {i}"
+        before = learner.learned_weights().copy()
+        learner.update(X, feedback)
+        taught += not np.array_equal(before, learner.learned_weights())
+    assert abs(learner.query_count() - taught) < 2, \
+        f"{cls.name}: {taught} queries taught it, counted as {learner.query_count():.1f}"
+
+
 def check_carries_over_to_another_feature_set(cls: type[Learner], params: dict | None = None
                                                ) -> None:
     """A learner with ``capabilities.supports_growth`` carries its learned state onto a
@@ -463,6 +503,7 @@ LEARNER_CHECKS: list[Callable[..., None]] = [
     check_starts_from_the_prior,
     check_carries_over_to_another_feature_set,
     check_learns_judgments,
+    check_one_query_is_no_evidence,
 ]
 
 

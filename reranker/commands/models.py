@@ -206,17 +206,10 @@ def _summary(value: Any) -> str:
 def _describe(arm: Arm, model: RankingModel) -> dict[str, Any]:
     """What ``models show`` shows of one model, as JSON-ready data (the learned state as the
     model file has it)."""
-    import numpy as np
-
     from reranker.learners.base import LinearLearner
 
     learner, names = model.learner, list(model.feature_names)
-    weights = None
-    if isinstance(learner, LinearLearner):
-        learned = np.asarray(learner.learned_weights(), dtype=np.float64)
-        total = np.asarray(learner.weights(), dtype=np.float64)
-        weights = {name: {"learned": float(a), "start": float(b - a), "total": float(b)}
-                   for name, a, b in zip(names, learned, total, strict=True)}
+    weights = learner.weight_parts(names) if isinstance(learner, LinearLearner) else None
     saved = model.to_dict()
     return {"arm": {"label": arm.label, "labels": list(arm.labels), "id": arm.id,
                     "folder": str(arm.models.dir)},
@@ -286,9 +279,11 @@ def show(config_path: str | None, label: str | None, version: int | None,
     names = info["features"]
     columns: dict[str, list[str]] = {}
     if info["weights"] is not None:
-        for key, title in (("learned", "Learned"), ("start", "Starting ranking"),
+        for key, title in (("learned", "Learned"), ("agreement", "Queries agree"),
+                           ("start", "Starting ranking"),
                            ("total", "Total (ranks)")):
-            columns[title] = [f"{info['weights'][name][key]:+.6g}" for name in names]
+            form = ".3f" if key == "agreement" else "+.6g"
+            columns[title] = [format(info['weights'][name][key], form) for name in names]
     else:
         for key, value in state.items():
             if isinstance(value, np.ndarray) and value.shape == (len(names),) \

@@ -104,6 +104,12 @@ class _GreedyCommand(click.Command):
               "learners see both click features (earlier versions) [default: on].")
 @click.option("--confidence", type=click.FloatRange(min=0.5, max=0.999), help="Confidence at "
               "which a query's clicks judge a result (learner.confidence) [default: 0.95].")
+@click.option("--shrink/--no-shrink", default=None, help="Rank with each learned weight "
+              "shrunk to the share the queries that taught it agree on, as the service does "
+              "(learner.shrink) [default: on].")
+@click.option("--query-balance/--no-query-balance", default=None, help="Learn from each "
+              "query's pages as if the queries came equally often, as the service does "
+              "(learner.query_balance) [default: on].")
 @click.option("--takeover/--no-takeover", default=None, help="An experiment: the learners' "
               "pages serve alone only once duels (randomised pairs that the learner's order "
               "and the engine's rank the other way round, on queries without clicks of their "

@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "backend_feature": "best", "checkpoints": 40, "workers": None, "library": "fixed",
     "reveal": 0.5, "start": "engine", "click_features": True, "window": 200, "evaluate": None,
     "reward": "none", "specialize": True, "confidence": 0.95, "takeover": False,
+    "shrink": True, "query_balance": True,
 }
 SHOWN = ("offline_ndcg@10", "online_ndcg@10", "utility_regret")
 
@@ -112,6 +113,8 @@ def run_simulate(options: dict[str, Any], console: Console | None = None,
                             click_features=bool(plan["click_features"]),
                             specialize=bool(plan["specialize"]),
                             confidence=float(plan["confidence"]),
+                            shrink=bool(plan["shrink"]),
+                            query_balance=bool(plan["query_balance"]),
                             takeover=bool(plan["takeover"]),
                             window=plan["window"], backend_feature=feature,
                             evaluate=_target(plan["evaluate"], plan["params"]),

@@ -160,6 +160,16 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "confidence": Key("float", 0.95, "Confidence at which a query's clicks judge one of "
                           "its results against another (a one-sided test of their click "
                           "rates per position-weighted exposure).", minimum=0.5, maximum=0.999),
+        "shrink": Key("bool", True, "Rank with each learned weight shrunk to the share that "
+                      "the queries which taught it agree on (a James-Stein factor over "
+                      "queries): what one query or a few taught alone leaves the starting "
+                      "ranking as it was. Learners with a starting ranking whose weights sum "
+                      "their updates; false: the learned weights in full."),
+        "query_balance": Key("bool", True, "Learn from each query's pages as if every "
+                             "query came equally often: a page of a query searched more "
+                             "than the average is learned from with probability the "
+                             "average over its count, so the model that ranks new queries is "
+                             "not the model of the most frequent ones. false: every page."),
     },
     "experiment": {
         "mode": Key("str", None, "Compare learners on live traffic: interleave (team-draft "

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from reranker.learners import shrinkage
 from reranker.learners.capabilities import NAMES, Capabilities
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.feedback import Feedback
@@ -706,19 +707,70 @@ class LinearLearner(Learner):
     params: tuple[Param, ...] = (PRIOR_STEPS,)
     #: A subclass whose ``params`` leave ``prior_steps`` out starts from zero weights.
     prior_steps: float = 0.0
+    #: Rank with each learned weight shrunk to the share the queries that taught it agree
+    #: on (:mod:`reranker.learners.shrinkage`; ``learner.shrink``, set by the model
+    #: factory). Only with a starting ranking (a nonzero ``prior_``): the weights shrink
+    #: towards it.
+    shrink: bool = True
+    #: Whether the learned weights are the sum of the updates' changes, so that each query's
+    #: share of them can be kept (False for a learner that refits its weights on every pair
+    #: it holds, such as the ranking SVM: it is never shrunk).
+    sums_updates: ClassVar[bool] = True
+    _factors: tuple[tuple[int, int], np.ndarray] | None = None
 
     def learned_weights(self) -> np.ndarray:
         """The weights the learner has learned (``w_t`` of the papers)."""
         return self.w_
 
     def weights(self) -> np.ndarray:
-        """The weights it ranks with: learned, plus the starting ranking."""
+        """The weights it ranks with: learned (shrunk, see :attr:`shrink`), plus the starting
+        ranking."""
         learned = self.learned_weights()
         if self.prior_steps == 0:
             return learned
+        if self.shrinks():
+            learned = learned * self.shrink_factors()
         # prior_weight(), inlined: this runs on every search (a prior of zeros adds zeros)
         return learned + (self.prior_steps * (1.0 + self.step_sum_) / (1.0 + self.steps_)
                           ) * self.prior_
+
+    def shrinks(self) -> bool:
+        """Whether it ranks with its learned weights shrunk (:attr:`shrink`): with a
+        starting ranking to shrink towards, learned weights that sum their updates, and a
+        sketch that holds every change since the start."""
+        return bool(self.shrink and self.prior_steps != 0 and self.sums_updates
+                    and self.sketched_ and self.prior_.any())
+
+    def weight_parts(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Per feature name: the ``learned`` weight, the queries' ``agreement`` on it (the
+        shrink factor, 1 when not shrinking), the starting ranking's weight (``start``) and
+        the ``total`` it ranks with, ``learned * agreement + start``."""
+        learned, start, total = self.learned_weights(), self.start_weights(), self.weights()
+        factors = self.shrink_factors() if self.shrinks() else np.ones_like(learned)
+        return {name: {"learned": float(a), "agreement": float(f), "start": float(b),
+                       "total": float(c)}
+                for name, a, f, b, c in zip(names, learned, factors, start, total,
+                                            strict=True)}
+
+    def start_weights(self) -> np.ndarray:
+        """The starting ranking's part of :meth:`weights`."""
+        if self.prior_steps == 0:
+            return np.zeros_like(self.prior_)
+        return self.prior_weight() * self.prior_
+
+    def shrink_factors(self) -> np.ndarray:
+        """Per feature, the share of its learned weight the queries agree on
+        (:func:`reranker.learners.shrinkage.shrink_factors`), kept until the next update."""
+        key = (self.steps_, id(self.query_squares_))
+        if self._factors is None or self._factors[0] != key:
+            self._factors = (key, shrinkage.shrink_factors(
+                self.learned_weights(), self.query_squares_,
+                shrinkage.query_count(self.query_seen_)))
+        return self._factors[1]
+
+    def query_count(self) -> float:
+        """How many distinct queries have taught the learned weights (estimated)."""
+        return shrinkage.query_count(self.query_seen_)
 
     def prior_weight(self) -> float:
         """The starting ranking's current scale: ``prior_steps`` average steps."""
@@ -730,6 +782,9 @@ class LinearLearner(Learner):
             else np.asarray(prior, dtype=np.float64).copy()
         self.step_sum_ = 0.0  # sum of the norms of the learned weights' changes
         self.steps_ = 0  # informative feedbacks
+        # each query's changes of the learned weights, sketched (reranker.learners.shrinkage)
+        self.query_rows_, self.query_squares_, self.query_seen_ = shrinkage.new_sketch(n)
+        self.sketched_ = 1  # the sketch holds every change since the start
 
     def carry_over(self, old: Learner, source: Sequence[int]) -> None:
         """As :meth:`Learner.carry_over`, but the new feature set's own starting ranking,
@@ -740,17 +795,31 @@ class LinearLearner(Learner):
         super().carry_over(old, source)
         if prior.any():
             self.prior_ = prior
+        # the sketch's rows are per query, its columns per feature (the default mapping
+        # would take a row count equal to the old feature count for features)
+        source = np.asarray(source, dtype=np.intp)
+        kept = np.flatnonzero(source >= 0)
+        self.query_rows_, self.query_squares_, _ = shrinkage.new_sketch(self.n_features_in_)
+        self.query_rows_[:, kept] = old.query_rows_[:, source[kept]]
+        self.query_squares_[kept] = old.query_squares_[source[kept]]
+        self.query_seen_ = old.query_seen_.copy()
 
     def _state_defaults(self) -> dict[str, Any]:
-        # A model saved before starting rankings existed started from w = 0.
+        # A model saved before starting rankings existed started from w = 0; one saved
+        # before the sketch keeps its learned weights unshrunk (sketched_ 0).
         n = getattr(self, "n_features_in_", 0)
-        return {"prior_": np.zeros(n), "step_sum_": 0.0, "steps_": 0}
+        rows, squares, seen = shrinkage.new_sketch(n)
+        return {"prior_": np.zeros(n), "step_sum_": 0.0, "steps_": 0, "query_rows_": rows,
+                "query_squares_": squares, "query_seen_": seen, "sketched_": 0}
 
     def _grow_prior(self, old: int, n_features: int, prior: np.ndarray | None) -> None:
         extra = np.zeros(n_features - old)
         if prior is not None and self.prior_.any():
             extra = np.asarray(prior, dtype=np.float64)[old:n_features].copy()
         self.prior_ = np.concatenate([self.prior_, extra])
+        self.query_rows_ = np.hstack([self.query_rows_,
+                                      np.zeros((shrinkage.ROWS, n_features - old))])
+        self.query_squares_ = np.concatenate([self.query_squares_, np.zeros(n_features - old)])
 
     def _learn(self, X: np.ndarray, feedback: Feedback) -> bool:
         if self.prior_steps == 0 or type(self).weights is not LinearLearner.weights:
@@ -760,7 +829,13 @@ class LinearLearner(Learner):
         before = self.learned_weights().copy()
         changed = self._update(X, feedback)
         if changed:  # a step per informative feedback, even one a batch holds back
-            self.step_sum_ += float(np.linalg.norm(self.learned_weights() - before))
+            change = self.learned_weights() - before
+            self.step_sum_ += float(np.linalg.norm(change))
+            if self.sketched_ and self.sums_updates and change.any():
+                # a feedback without its query counts as a query of its own
+                shrinkage.add_change(self.query_rows_, self.query_squares_, self.query_seen_,
+                           feedback.query if feedback.query is not None
+                           else f"\x00{self.steps_}", change)
             self.steps_ += 1
         return changed
 

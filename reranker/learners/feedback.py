@@ -65,6 +65,10 @@ class Feedback:
     #: there is more than a click to report (a simulated user of the semibandit protocol
     #: reports each shown result's relevance label); None: the clicks are the feedback
     values: np.ndarray | None = None
+    #: the normalised query of the page (:func:`reranker.features.clicks.counts.query_key`),
+    #: when known: the unit whose agreement the learned weights need
+    #: (:mod:`reranker.learners.shrinkage`)
+    query: str | None = None
 
     def __post_init__(self) -> None:
         if self.clicked is None:

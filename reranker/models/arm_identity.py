@@ -33,9 +33,11 @@ from reranker.models.model import ModelFactory
 
 ARM_FILE = "arm.json"
 #: Keys an arm's section takes, as the ``learner:`` section does.
-ARM_KEYS = ("name", "params", "depth", "discount", "seed", "specialize", "confidence")
+ARM_KEYS = ("name", "params", "depth", "discount", "seed", "specialize", "confidence", "shrink",
+            "query_balance")
 #: The keys an arm's section takes from the ``learner:`` section when it leaves them out.
-ARM_DEFAULTS = ("depth", "discount", "seed", "specialize", "confidence")
+ARM_DEFAULTS = ("depth", "discount", "seed", "specialize", "confidence", "shrink",
+                "query_balance")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,12 @@ class ArmSpec:
     #: that is what makes it part of the identity
     specialize: bool = True
     confidence: float = CONFIDENCE  # of a judgment: what the model learns from, not what it is
+    #: rank with the learned weights shrunk to what the queries agree on
+    #: (:mod:`reranker.learners.shrinkage`): how the model is used, not what it is
+    shrink: bool = True
+    #: learn from each query's pages as if the queries came equally often
+    #: (:mod:`reranker.models.balance`): what the model learns from, not what it is
+    query_balance: bool = True
 
     def settings(self) -> dict[str, Any]:
         """Everything that makes a model of this arm mean what it means."""
@@ -81,6 +89,7 @@ def arm_section(label: str, section: Any, defaults: Mapping[str, Any], where: st
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}"
                           f"{did_you_mean(unknown[0], ARM_KEYS)} (known: {', '.join(ARM_KEYS)})")
     merged = {"name": None, "params": {}, "specialize": True, "confidence": CONFIDENCE,
+              "shrink": True, "query_balance": True,
               **{key: defaults[key] for key in ARM_DEFAULTS if key in defaults}, **section}
     if not isinstance(merged["name"], str) or not merged["name"]:
         raise ConfigError(f"{where}.name must name a learner (`reranker learners` lists them)")
@@ -95,9 +104,9 @@ def arm_section(label: str, section: Any, defaults: Mapping[str, Any], where: st
     seed = merged["seed"]
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ConfigError(f"{where}.seed must be an integer or null, got {seed!r}")
-    if not isinstance(merged["specialize"], bool):
-        raise ConfigError(f"{where}.specialize must be true or false, got "
-                          f"{merged['specialize']!r}")
+    for key in ("specialize", "shrink", "query_balance"):
+        if not isinstance(merged[key], bool):
+            raise ConfigError(f"{where}.{key} must be true or false, got {merged[key]!r}")
     confidence = merged["confidence"]
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) \
             or not 0.5 <= confidence <= 0.999:
@@ -122,7 +131,8 @@ def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str, *,
     try:
         factory = ModelFactory(learner_cls, dict(section["params"]),
                                FeatureMap(section["depth"], section["discount"]),
-                               names, config.features.normalization)
+                               names, config.features.normalization,
+                               shrink=section.get("shrink", True))
     except ValueError as exc:
         raise ConfigError(f"{params_key or where + '.params'}: {exc}") from exc
     learner = factory.new_learner()
@@ -136,7 +146,9 @@ def build_arm(label: str, section: Mapping[str, Any], config, pm, where: str, *,
                    normalization=config.features.normalization,
                    features=factory.feature_names, seed=section["seed"],
                    specialize=specialize,
-                   confidence=float(section.get("confidence", CONFIDENCE)))
+                   confidence=float(section.get("confidence", CONFIDENCE)),
+                   shrink=section.get("shrink", True),
+                   query_balance=section.get("query_balance", True))
     factory.arm_settings = spec.settings()
     return spec, factory
 

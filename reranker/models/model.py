@@ -26,6 +26,7 @@ from reranker.features.extraction import (
 from reranker.learners.base import Learner, RankResult
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.feedback import Feedback
+from reranker.models.balance import QueryBalance
 
 FORMAT = "reranker-model"
 FORMAT_VERSION = 1
@@ -62,6 +63,9 @@ class RankingModel:
     #: version whose training cursor}``, or ``{"restart_after": the newest version then}``;
     #: None for a trained version (the trainer saves its next one without it).
     origin: dict[str, int] | None = None
+    #: Which pages the trainer learns from so that the queries weigh alike
+    #: (:mod:`reranker.models.balance`; ``learner.query_balance``).
+    balance: QueryBalance = field(default_factory=QueryBalance)
 
     def __post_init__(self) -> None:
         # The columns normalisation leaves raw (the click features), as a mask.
@@ -118,6 +122,7 @@ class RankingModel:
                                            "state": self.normalizer.get_state()}},
             "training": self.progress.to_dict(),
             "state": state,
+            "query_balance": self.balance.to_dict(),
         }
         if self.origin:
             payload["origin"] = dict(self.origin)
@@ -170,8 +175,11 @@ class ModelFactory:
 
     def __init__(self, learner_cls: type[Learner], params: dict[str, Any],
                  feature_map: FeatureMap, feature_names: list[str], normalization: str,
-                 prior: np.ndarray | None = None):
+                 prior: np.ndarray | None = None, shrink: bool = True):
         self.learner_cls = learner_cls
+        #: ``learner.shrink``: linear learners rank with their learned weights shrunk to
+        #: what the queries agree on (:mod:`reranker.learners.shrinkage`)
+        self.shrink = shrink
         self.params = dict(params)
         self.feature_map = feature_map
         self.feature_names = tuple(feature_names)
@@ -193,13 +201,17 @@ class ModelFactory:
         try:
             return cls(learner_cls, dict(config.learner.params),
                        FeatureMap(config.learner.depth, config.learner.discount),
-                       FeatureSpec.from_config(config).names, config.features.normalization)
+                       FeatureSpec.from_config(config).names, config.features.normalization,
+                       shrink=config.learner.shrink)
         except ValueError as exc:
             where = f"{config.source}: " if config.source else ""
             raise ConfigError(f"{where}learner.params: {exc}") from exc
 
     def new_learner(self) -> Learner:
-        return self.learner_cls(feature_map=self.feature_map, **self.params)
+        learner = self.learner_cls(feature_map=self.feature_map, **self.params)
+        if hasattr(learner, "shrink"):
+            learner.shrink = self.shrink
+        return learner
 
     def new(self) -> RankingModel:
         """Version 0: the learner's initial model (``w_1`` of the papers)."""
@@ -304,6 +316,9 @@ class ModelFactory:
                                            for k in TrainingProgress.COUNTERS},
                                         store_id=training.get("store_id"))
             version = int(version)
+            # (a model saved before the balance starts counting now)
+            balance = QueryBalance.from_dict(data["query_balance"]) \
+                if "query_balance" in data else QueryBalance()
         except (ValueError, TypeError, KeyError) as exc:
             raise fail(str(exc)) from None
         origin = data.get("origin")
@@ -313,7 +328,7 @@ class ModelFactory:
             raise fail(f"section 'origin' must map names to version numbers, got {origin!r}")
         return RankingModel(learner=learner, normalizer=normalizer,
                             feature_names=self.feature_names, version=version, progress=progress,
-                            origin=origin)
+                            origin=origin, balance=balance)
 
 
 def feature_change(old: tuple[str, ...] | list[str], new: tuple[str, ...] | list[str]) -> str:

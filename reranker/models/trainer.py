@@ -57,6 +57,8 @@ class TrainReport:
     updates: int = 0  # impressions that changed the model
     skipped: int = 0  # impressions passed over: another feature set, or a failed update
     bounded: int = 0  # impressions passed over: their client's budget was spent (models/budget.py)
+    #: impressions passed over so that every query weighs alike (models/balance.py)
+    balanced: int = 0
     versions: list[int] = field(default_factory=list)  # versions saved
     #: Impressions applied after the last version saved, which taught nothing: the next
     #: pass reads them again (the saved cursor is before them). Summed over the arms in a
@@ -79,7 +81,7 @@ class TrainReport:
 
     def add(self, label: str, report: TrainReport) -> None:
         self.arms[label] = report
-        for key in ("applied", "clicks", "updates", "skipped", "bounded"):
+        for key in ("applied", "clicks", "updates", "skipped", "bounded", "balanced"):
             setattr(self, key, getattr(self, key) + getattr(report, key))
         self.versions.extend(report.versions)
         self.unsaved += report.unsaved
@@ -297,12 +299,21 @@ class Trainer:
         # (a specialised page teaches judgments, not its clicks: count the clicks it had)
         clicked = len(imp.clicked or []) if SPECIALISED in (imp.context or {}) \
             else len(feedback.clicked)
+        query = query_key(imp.query)
         if not budget.allows(imp.user_id, imp.closed_seq, imp.created, clicked > 0,
-                             query_key(imp.query) if budget.query_budget else None):
+                             query if budget.query_budget else None):
             progress.impressions += 1
             report.applied += 1
             report.bounded += 1
             return
+        if arm.spec.query_balance and not model.balance.keeps(query, imp.id):
+            progress.impressions += 1
+            progress.clicks += clicked
+            report.applied += 1
+            report.clicks += clicked
+            report.balanced += 1
+            return
+        feedback.query = query
         changed = False
         if len(imp.doc_ids):
             snapshot = model.snapshot()

@@ -54,6 +54,7 @@ from reranker.learners.specialization import (
     specialise,
     specializes,
 )
+from reranker.models.balance import QueryBalance
 from reranker.models.model import ModelFactory
 from reranker.models.takeover import Takeover, duels, on_probation
 from reranker.offline.letor import RankingData, load_letor, load_many
@@ -152,6 +153,11 @@ class Settings:
     #: its own ranking; False: the learners see both click features (earlier versions)
     specialize: bool = True
     confidence: float = CONFIDENCE  # of a judgment, and of the general model's takeover
+    #: learned weights shrunk to what the queries agree on (learner.shrink,
+    #: reranker.learners.shrinkage) and each query's pages learned from as if the queries
+    #: came equally often (learner.query_balance, reranker.models.balance), as the service
+    shrink: bool = True
+    query_balance: bool = True
     #: an experiment (docs/algorithms.md, "Taking over from the engine, tried"): the general
     #: model's pages serve alone only once duels on queries without clicks of their own show
     #: users prefer it to the engine's order; until then those queries get probation pages, the
@@ -466,7 +472,8 @@ def simulation_factory(data: SimulationData, spec: LearnerSpec,
         prior = engine_prior(names, with_backend_feature(data, settings).backend_feature)
     return ModelFactory(learner_class(get_plugin_manager(), spec.name), spec.params,
                         FeatureMap(settings.depth, settings.discount), names, "none",
-                        prior=prior if prior is not None else np.zeros(len(names)))
+                        prior=prior if prior is not None else np.zeros(len(names)),
+                        shrink=settings.shrink)
 
 
 class _ClickLog:
@@ -573,6 +580,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
         engine_column = list(data.feature_names).index(
             with_backend_feature(data, settings).backend_feature)
     judged_teach = capabilities.learns_from_mixed_lists
+    balance = QueryBalance() if settings.query_balance else None
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
     n_train = len(train)
@@ -643,7 +651,11 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 check.observe(learner, X, y, k, positions, labels, utility, ideal_utility[qi],
                               target_X=target_X, page=None if result is own else result)
             t2 = clock()
-            if judgment is None:  # the learner's own page
+            query = str(qi)  # (the page's query, as the trainer gives it)
+            if balance is not None and not balance.keeps(query, f"{run}:{t}"):
+                pass  # a page of a query searched more than the average, passed over
+            elif judgment is None:  # the learner's own page
+                feedback.query = query
                 learn(X, feedback)
             elif judged_teach and positions is not None and len(positions):
                 # a specialised page with a click teaches the query's judgments at the
@@ -652,6 +664,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 taught = judgment_feedback(result.context[GENERAL], n, k,
                                            result.context[JUDGED_OFFSET], result.context[JUDGED])
                 if taught is not None:
+                    taught.query = query
                     learn(X, taught)
             learner_seconds += (t1 - t0) + (clock() - t2)
             # only a query without clicks of its own tests what carries over to new queries
@@ -1003,6 +1016,10 @@ PLAN_KEYS = {
     "click_features": "give the learners the click features (true or false)",
     "specialize": "keep the general model and each query's own clicks apart (true or false)",
     "confidence": "confidence at which a query's clicks judge a result",
+    "shrink": "rank with the learned weights shrunk to what the queries agree on (true or "
+              "false)",
+    "query_balance": "learn from each query's pages as if the queries came equally often "
+                     "(true or false)",
     "takeover": "serve the learner's pages alone only once duels show users prefer it to the "
                 "engine's order (an experiment; true or false)",
     "window": "impressions per window of online NDCG@10",

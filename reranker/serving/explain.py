@@ -135,7 +135,8 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
     rules = (imp.context or {}).get(RULES)
     return {"impression_id": imp.id, "query": imp.query, "learner": imp.learner,
             "model_version": imp.model_version, "arm": imp.arm, "closed": imp.closed_seq
-            is not None, **{k: v for k, v in arm_model(arm).items() if k == "weights"},
+            is not None, **{k: v for k, v in arm_model(arm).items()
+                                     if k in ("weights", "queries_learned_from")},
             "decided_by": decision, **({"rules": rules} if rules else {}), "hits": page,
             "training": training(service, arm, imp)}
 
@@ -199,11 +200,9 @@ def arm_model(arm: Arm) -> dict[str, Any]:
                            "arm": arm.label}
     learner = model.learner
     if isinstance(learner, LinearLearner):
-        learned, total = learner.learned_weights(), learner.weights()
-        out["weights"] = {name: {"learned": float(a), "start": float(b - a),
-                                 "total": float(b)}
-                          for name, a, b in zip(model.feature_names, learned, total,
-                                                strict=True)}
+        out["weights"] = learner.weight_parts(model.feature_names)
+        if learner.shrinks():
+            out["queries_learned_from"] = round(learner.query_count(), 1)
     return out
 
 
@@ -225,6 +224,7 @@ def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str], names: list[str],
     learner = model.learner
     linear = isinstance(learner, LinearLearner)
     weights = learner.weights() if linear else None
+    start_weights = learner.start_weights() if linear else None
     general = X @ weights if linear else \
         model.rank(X_raw[:, columns], len(ids), np.random.default_rng(0)).scores
     lift = X_raw[:, names.index(QUERY_FEATURE)] if QUERY_FEATURE in names else None
@@ -239,7 +239,7 @@ def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str], names: list[str],
                "score": float(scores[i]), "general_score": float(general[i])}
         if linear:
             hit["parts"] = dict(zip(model_names, (X[i] * weights).tolist(), strict=True))
-            start = float(X[i] @ (weights - learner.learned_weights()))
+            start = float(X[i] @ start_weights)
             hit["general_parts"] = {"engine": start, "learned": float(general[i]) - start}
         if specialised:
             hit["page_parts"] = {"general_model": float(scaled[i]),
@@ -269,8 +269,8 @@ def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
     moved = sum(a != b for a, b in zip(order, engine, strict=True))
     out.update(by="general_model" if moved else "engine", moved_from_engine=moved)
     if weights is not None:
-        start = X @ (weights - learner.learned_weights())
-        learned = X @ learner.learned_weights()
+        start = X @ learner.start_weights()
+        learned = X @ weights - start
         out["engine_share"] = float(np.abs(start).sum() / max(np.abs(start).sum()
                                                               + np.abs(learned).sum(), 1e-300))
     if not arm.spec.specialize:

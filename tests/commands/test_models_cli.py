@@ -115,7 +115,9 @@ def test_show_prints_the_weights_by_feature_name_as_the_model_file_has_them(work
         weights = shown["weights"][name]
         assert weights["learned"] == state["w_"][i]
         assert weights["start"] == pytest.approx(prior_weight * state["prior_"][i])
-        assert weights["total"] == pytest.approx(weights["learned"] + weights["start"])
+        assert 0.0 <= weights["agreement"] <= 1.0
+        assert weights["total"] == pytest.approx(weights["learned"] * weights["agreement"]
+                                                 + weights["start"])
     assert any(state["w_"])  # it learned something
     text = models("show", "1", "-c", config).stdout
     assert "version 1, saved" in text and "model-000001.json" in text

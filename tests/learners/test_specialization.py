@@ -2,6 +2,8 @@
 model and query specialisation"): judgments, the decisions they make on constructed data,
 what a specialised page teaches the general model, and the same through the HTTP API."""
 
+import time
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -287,5 +289,21 @@ def test_a_query_s_clicks_specialise_its_page_and_teach_the_general_model(workdi
         assert all("judgments cover none" in t["why"] for t in taught if not t["learns"])
         report = live.service.trainer.run_once(close_all=True)
         assert report.updates > 0 and report.version == 1
+        # what one query taught is no evidence for another: its weights count for nothing
+        # until other queries agree (docs/algorithms.md, "Evidence across queries")
+        deadline = time.monotonic() + 10
+        while True:
+            other = live.post("/explain", {"query": "black tea", "size": 10}).json()
+            if other["model_version"] == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert other["model_version"] == 1
+        assert other["queries_learned_from"] == pytest.approx(1, abs=0.1)
+        weights = other["weights"]
+        assert any(part["learned"] for part in weights.values())
+        assert all(part["agreement"] == 0.0 and part["total"] == part["start"]
+                   for part in weights.values())
+        assert all(hit["general_parts"]["learned"] == 0.0 for hit in other["hits"])
+        assert other["decided_by"]["by"] == "engine"
     finally:
         live.stop()

@@ -11,7 +11,9 @@ import requests
 
 from reranker.core.config import load_config
 from reranker.core.plugins import get_plugin_manager
+from reranker.features.clicks.counts import query_key
 from reranker.models.arms import arms_from_config
+from reranker.models.balance import QueryBalance
 from reranker.stores.sqlite import SQLiteStore
 from reranker.testing import cli_env, reranker_command
 from tests.support.configs import write_config, write_docs
@@ -71,10 +73,15 @@ def expected_weights(config, events):
     log2 discounts at depth 10; a page its query's clicks specialised adds, once clicked,
     each judged pair of the general model's own ranking that it logged (docs/algorithms.md,
     "General model and query specialisation"): the better result over the other, at their
-    places in that ranking. The model's features leave the query's own click lift out."""
+    places in that ranking. The model's features leave the query's own click lift out; the
+    pages of a query searched more than the average are passed over as the query balance
+    decides (docs/algorithms.md, "Evidence across queries")."""
     g = np.append(1.0 / np.log2(np.arange(2, 12)), 0.0)  # 0 below depth 10
     w = np.zeros(5)  # score, title, body, popularity, the click feature over other queries
+    balance = QueryBalance()  # every query weighing alike (learner.query_balance)
     for imp in events.closed_since(0, 10**9):
+        if not balance.keeps(query_key(imp.query), imp.id):
+            continue
         X = np.delete(imp.features, imp.feature_names.index("click_lift:query_doc"), axis=1)
         span = X.max(axis=0) - X.min(axis=0)
         Xn = np.where(span > 0, (X - X.min(axis=0)) / np.where(span > 0, span, 1), 0.0)
