@@ -72,12 +72,16 @@ class CorsPolicy:
     def note_refusal(self, endpoint: str) -> None:
         """Count and log (once a minute per origin) a request to ``endpoint`` from a page
         on another origin than the service's own that the policy does not allow: a page
-        that tries to call the service and whose browser keeps the answer from it."""
+        that tries to call the service and whose browser keeps the answer from it (an
+        origin ``server.cors_origins`` lists, too, on an endpoint it does not open to other
+        origins: ``/explain`` without ``server.cors_explain``)."""
         origin = request.headers.get("Origin")
         # (the service's own pages: the same host, whatever scheme a proxy in front of it
         # terminates)
-        if not origin or self.allow(origin) is not None \
-                or origin.lower().partition("://")[2] == request.host.lower():
+        if not origin or origin.lower().partition("://")[2] == request.host.lower():
+            return
+        listed = self.allow(origin) is not None
+        if listed and endpoint in self.routes:
             return
         if self.refused is not None:
             self.refused.labels(endpoint).inc()
@@ -88,6 +92,12 @@ class CorsPolicy:
         if len(self._logged) >= REFUSAL_LOG_ORIGINS:
             self._logged.clear()
         self._logged[key] = now
+        if listed:
+            log.warning("a page on %r called %s %s, which server.cors_explain does not open "
+                        "to other origins: its browser keeps the answer from it (set it to "
+                        "true to allow it; logged once a minute per origin)", key,
+                        request.method, request.path)
+            return
         log.warning("a page on %r called %s %s, and server.cors_origins does not list that "
                     "origin: its browser keeps the answer from it (add the origin to allow "
                     "it; logged once a minute per origin)", key, request.method, request.path)
@@ -133,6 +143,8 @@ def register(bp: Blueprint, policy: CorsPolicy) -> None:
         if endpoint in policy.routes:
             if policy.enabled:
                 policy.add_origin(response)
+            policy.note_refusal(endpoint)
+        elif endpoint == EXPLAIN_ROUTE[0]:  # (closed to other origins: counted as refused)
             policy.note_refusal(endpoint)
         return response
 

@@ -16,6 +16,7 @@ from flask import Blueprint, current_app, jsonify, request
 from reranker.api.errors import error_response
 from reranker.api.gate import RequestGate, credential_given
 from reranker.core.errors import BadRequestError, NotFoundError, shorten
+from reranker.core.suggest import did_you_mean
 from reranker.serving.monitoring import redact_all
 from reranker.serving.trust import reports_access
 
@@ -34,6 +35,17 @@ def _page(name: str) -> tuple[str, int, dict[str, str]]:
         text = text.replace(f"/* {shared} */",
                             static.joinpath(shared).read_text(encoding="utf-8"), 1)
     return text, 200, PAGE_HEADERS
+
+
+def known_parameters(*names: str) -> None:
+    """Refuse (400, naming it) a query-string parameter the endpoint does not take."""
+    for name in request.args:
+        if name not in names:
+            starts = [n for n in names if n.startswith(name)] if name else []
+            hint = f"; did you mean {starts[0]!r}?" if len(starts) == 1 \
+                else did_you_mean(name, names)
+            raise BadRequestError(f"unknown parameter {name[:100]!r}{hint} (known: "
+                                  f"{', '.join(names)})", field=name)
 
 
 def register(bp: Blueprint, gate: RequestGate) -> None:
@@ -121,6 +133,7 @@ def register(bp: Blueprint, gate: RequestGate) -> None:
         refused = reports_allowed("the search analytics")
         if refused:
             return refused
+        known_parameters("days", "top", "arm")
         days, top = check_window(request.args.get("days"), request.args.get("top"))
         arm = request.args.get("arm") or None
         arms = arm_names(service.arms, arm)
@@ -139,6 +152,7 @@ def register(bp: Blueprint, gate: RequestGate) -> None:
         refused = reports_allowed("the side-by-side comparison")
         if refused:
             return refused
+        known_parameters("query", "size")
         query = request.args.get("query")  # (checked as a search's: check_search)
         size = request.args.get("size")
         if size is not None:

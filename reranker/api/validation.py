@@ -247,7 +247,7 @@ def _filter_schema(max_clauses: int) -> dict[str, Any]:
                 "x-expected": "an object naming one field: {FIELD: ...}",
                 "additionalProperties": value}
 
-    bounds = {"type": "object", "minProperties": 1,
+    bounds = {"type": "object", "minProperties": 1, "x-names": "bound",
               "x-expected": f"an object of bounds ({', '.join(RANGE_BOUNDS)}) with numbers "
                             f"or dates",
               "properties": {name: {"type": ["number", "string"],

@@ -872,8 +872,11 @@ def _add_filter_value(tdoc: tantivy.Document, field: str, kind: str, value: Any)
         return
     # (a keyword field takes any text, one that reads as a date too)
     if held != kind and not (kind == "keyword" and held == "date"):
-        raise ValueError(f"filter field {field!r} holds {value!r}, but the index keeps it as "
-                         f"a {kind} (from the first documents that hold it)")
+        what = ", a date," if held == "date" else ""
+        hint = (": a field of dates needs ISO 8601 dates (or none) in the documents that "
+                "come first, which type it") if held == "date" else ""
+        raise ValueError(f"filter field {field!r} holds {value!r}{what} but the index keeps "
+                         f"it as a {kind} (from the first documents that hold it){hint}")
     if kind == "keyword":
         tdoc.add_text(field, value)
     elif kind == "boolean":

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reranker.core.errors import BadRequestError, field_path, quoted_path, shorten
+from reranker.core.suggest import did_you_mean
 from reranker.core.times import epoch_millis, iso_text
 
 #: The bounds a range clause takes.
@@ -107,7 +108,14 @@ def _clause(item: Any, i: int, allowed: tuple[str, ...]) -> Clause:
             raise bad_value(path, f"holds {len(value)} values; at most {MAX_TERMS}")
         return Clause("terms", field, tuple(_scalar(v, [*path, j])
                                             for j, v in enumerate(value)))
-    if not isinstance(value, dict) or not value or set(value) - set(RANGE_BOUNDS):
+    if isinstance(value, dict):  # (as the request's schema names it)
+        unknown = sorted(str(k) for k in set(value) - set(RANGE_BOUNDS))
+        if unknown:
+            raise BadRequestError(
+                f"{quoted_path(path)}: unknown bound {unknown[0]!r}"
+                f"{did_you_mean(unknown[0], RANGE_BOUNDS)} (known: "
+                f"{', '.join(sorted(RANGE_BOUNDS))})", field=field_path([*path, unknown[0]]))
+    if not isinstance(value, dict) or not value:
         raise bad_value(path, f"must be an object of bounds ({', '.join(RANGE_BOUNDS)}) with "
                          f"numbers or dates, got {shorten(value)}")
     bounds: list[tuple[str, float | str]] = []

@@ -351,7 +351,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                             "separated) that /search and /explain then require in an "
                             "X-API-Key or Authorization: Bearer header; null: no key.",
                             nullable=True),
-        "reports_access": Key("str", None, "Who may read GET /experiments and /dashboard: "
+        "reports_access": Key("str", None, "Who may read the reports (GET /experiments, "
+                              "/analytics, /compare and their pages): "
                               "public; operator (Authorization: Bearer "
                               "<server.admin_token>); api_key (one of the API keys, or the "
                               "operator's token); either also as the password of HTTP Basic "

@@ -47,7 +47,8 @@ def test_analytics_count_the_searches_and_clicks_made(live):
 
 @pytest.mark.parametrize("params, field", [({"days": "0"}, "days"), ({"top": "x"}, "top"),
                                            ({"days": "9007199254740992.0"}, "days"),
-                                           ({"arm": "nope"}, "arm")])
+                                           ({"arm": "nope"}, "arm"),
+                                           ({"day": "7"}, "day")])
 def test_bad_analytics_parameters_are_named(live, params, field):
     assert error_of(live.get("/analytics", params=params), 400)["field"] == field
 
@@ -73,6 +74,9 @@ def test_compare_shows_the_engine_and_the_arm_without_logging(live):
     for hit in arm["hits"]:  # where the arm's hits sit in the engine's top 4
         assert hit["ranks"][0] == (hit["engine_rank"] if hit["engine_rank"] <= 4 else None)
     assert error_of(live.get("/compare.json"), 400)["field"] == "query"
+    # the page /compare takes ?q=; its data, ?query=: the other name is said
+    error = error_of(live.get("/compare.json", params={"q": "tea"}), 400)
+    assert error["field"] == "q" and "did you mean 'query'?" in error["message"]
     assert error_of(live.get("/compare.json", params={"query": "tea", "size": "x"}),
                     400)["field"] == "size"
 

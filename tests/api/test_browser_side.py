@@ -134,11 +134,17 @@ def test_another_origin_gets_answers_without_cors_headers(client_for):
                                                             ).headers
 
 
-def test_explain_is_cross_origin_only_when_configured(client_for):
+def test_explain_is_cross_origin_only_when_configured(client_for, caplog):
     closed = client_for([PAGE])
-    assert "Access-Control-Allow-Origin" not in preflight(closed, "/explain", PAGE).headers
-    answer = closed.post("/explain", json={"query": "tea"}, headers={"Origin": PAGE})
+    with caplog.at_level(logging.WARNING, logger="reranker.api.browser"):
+        assert "Access-Control-Allow-Origin" not in preflight(closed, "/explain", PAGE).headers
+        answer = closed.post("/explain", json={"query": "tea"}, headers={"Origin": PAGE})
+        closed.post("/explain", json={"query": "tea"})  # (not from a page: not counted)
     assert answer.status_code == 200 and "Access-Control-Allow-Origin" not in answer.headers
+    # a listed origin that calls /explain while it is closed is refused, counted and logged
+    assert refused(closed, "explain") == 2
+    lines = [r.getMessage() for r in caplog.records if PAGE in r.getMessage()]
+    assert len(lines) == 1 and "server.cors_explain" in lines[0]
     opened = client_for([PAGE], cors_explain=True)
     response = preflight(opened, "/explain", PAGE)
     assert response.status_code == 204 and response.headers["Access-Control-Allow-Origin"] == PAGE

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from reranker.backends.filters import parse_filters
+from reranker.core.errors import BadRequestError
 from tests.support.configs import write_config, write_docs
 from tests.support.es_scenarios import unique_index
 from tests.support.es_standin import Standin
@@ -119,7 +121,9 @@ BAD_REQUESTS = [
      "'filter'[0].range.price.gte must be a finite number or an ISO 8601 date"),
     ({"filter": [{"range": {"price": {"gte": "2010-01-01"}}}]},
      "'filter'[0].range.price.gte is a date, and 'price' is a number field"),
-    ({"filter": [{"range": {"price": {"from": 5}}}]}, "'filter'[0].range.price must be an"),
+    ({"filter": [{"range": {"price": {"form": 5}}}]},
+     "'filter'[0].range.price: unknown bound 'form' (known: gt, gte, lt, lte)"),
+    ({"filter": [{"range": {"price": {}}}]}, "'filter'[0].range.price must be an object"),
     ({"facets": "category"}, "'facets' must be a list"),
     ({"facets": ["colour"]}, "'facets'[0]: \"colour\" is not a filter field"),
     ({"from": -1}, "'from' must be a non-negative integer"),
@@ -133,6 +137,14 @@ def test_bad_filters_paging_and_facets_are_400_naming_the_field(shop_server):
         answer = server.post("/search", {"query": "shop", **body})
         assert answer.status_code == 400, body
         assert message in answer.json()["error"]["message"], (body, answer.text)
+
+
+def test_an_unknown_range_bound_is_named_without_the_request_schema_too():
+    """The library's search checks its filters without the HTTP request's schema."""
+    with pytest.raises(BadRequestError) as caught:
+        parse_filters([{"range": {"price": {"gte": 1, "lte_": 2}}}], ("price",))
+    assert caught.value.field == "filter[0].range.price.lte_"
+    assert "unknown bound 'lte_'; did you mean 'lte'" in str(caught.value)
 
 
 def test_a_range_on_a_keyword_field_is_refused_on_every_backend(shop_server):
@@ -388,3 +400,16 @@ def test_a_date_facet_counts_ranges_of_dates_and_gives_the_first_and_last(book_s
         {"field": "published", "stats": True}]}).json()
     assert page["facets"]["published"] == {"count": 6, "min": "1999-09-09",
                                            "max": "2024-02-29"}
+
+
+def test_a_date_in_a_filter_field_typed_as_numbers_gets_the_right_hint(tmp_path):
+    path = write_config(tmp_path, backend={"type": "embedded", "path": "index",
+                                           "fields": ["title", "body"],
+                                           "filter_fields": ["published"]},
+                        features={"numeric_fields": ["pages"]})
+    books = [{**book, "published": 2001} if i == 0 else book for i, book in enumerate(BOOKS)]
+    result = run_cli("index", "-c", str(path), str(write_docs(tmp_path, books)), check=False)
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "filter field 'published' holds '" in text and "a date, but the index keeps it " \
+        "as a number" in text and "ISO 8601 dates" in text
