@@ -2,7 +2,8 @@
 model and each query's own clicks kept apart (docs/algorithms.md, "General model and query
 specialisation"), on MQ2008, OHSUMED and the LightGBM example, against the same learner
 without click features, the engine's order, and the earlier design (click features among the
-learner's features: ``--no-specialize``).
+learner's features, learned weights in full and every page learned from: ``--no-specialize
+--no-shrink --no-query-balance``).
 
     python examples/new_queries.py --data ../shared/data --out new-queries
 
@@ -96,7 +97,8 @@ def main() -> None:
                         replace(base, click_features=False), args.workers, advance),
                     "earlier": simulate(
                         data, [LearnerSpec("preference_perceptron", label=EARLIER), floor],
-                        replace(base, specialize=False), args.workers, advance),
+                        replace(base, specialize=False, shrink=False, query_balance=False),
+                        args.workers, advance),
                 }
                 results[(name, click_model)] = {
                     t: _figures(runs, t) for t in points}
