@@ -96,6 +96,23 @@ def test_plackett_luce_position_marginals_are_exact():
                 exact[i, r] += p
         np.testing.assert_allclose(plackett_luce_position_marginals(scores, k), exact,
                                    atol=1e-11)
+    # scores far apart in places (a starting ranking that weighs much): the blocks between
+    # the wide drops are computed alone, still exact
+    scores = np.array([3.0, 2.0, -60.0, -61.5, -62.0, -150.0, -151.0])
+    exact = np.zeros((7, 4))
+    for top in itertools.permutations(range(7), 4):
+        p = math.exp(plackett_luce_prefix_log_prob(scores, np.array(top)))
+        for r, i in enumerate(top):
+            exact[i, r] += p
+    np.testing.assert_allclose(plackett_luce_position_marginals(scores, 4), exact, atol=1e-11)
+    # ... and scores 45 to 100 apart (thousands from first to last) place each of the
+    # first k at its own rank
+    scores = np.random.default_rng(3).permutation(
+        -np.cumsum(np.random.default_rng(4).uniform(45.0, 100.0, size=100)))
+    by_rank = np.argsort(-scores)
+    marginals = plackett_luce_position_marginals(scores, 10)
+    np.testing.assert_allclose(marginals[by_rank[:10]], np.eye(10), atol=1e-9)
+    assert not marginals[by_rank[10:]].any()
 
 
 def test_dbgd_steps_toward_the_direction_only_when_it_wins():
