@@ -61,8 +61,11 @@ def add_change(rows: np.ndarray, squares: np.ndarray, seen: np.ndarray, key: str
 def query_count(seen: np.ndarray) -> float:
     """The number of distinct queries marked in the packed bitmap ``seen`` (linear counting:
     close to exact while they are few against its bits)."""
-    bits = seen.size * 8
-    ones = int(np.unpackbits(seen).sum())
+    return linear_count(int(np.unpackbits(seen).sum()), seen.size * 8)
+
+
+def linear_count(ones: int, bits: int) -> float:
+    """Linear counting's estimate of the distinct items that set ``ones`` of ``bits``."""
     if ones == 0:
         return 0.0
     zeros = bits - ones

@@ -15,7 +15,7 @@ every process that trains decides alike.
 Bounded memory: ``n_q`` is counted for at most :data:`CAPACITY` queries by the Misra-Gries
 summary (Misra & Gries 1982), which under-counts any query by at most ``N / CAPACITY``
 (a query it does not hold counts as new, and is kept); ``Q`` is the linear count of a bitmap
-(:func:`reranker.learners.shrinkage.query_count`). Queries are held as hashes.
+(:func:`reranker.learners.shrinkage.linear_count`). Queries are held as hashes.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from reranker.learners.shrinkage import query_count
+from reranker.learners.shrinkage import linear_count
 
 #: Queries whose pages are counted at most.
 CAPACITY = 1000
@@ -50,12 +50,16 @@ class QueryBalance:
         self.pages = 0
         self.counts: dict[str, int] = {}  # query hash (hex) -> pages, at most CAPACITY
         self.seen = np.zeros(BITS // 8, dtype=np.uint8)
+        self._ones = 0  # bits set in seen, kept as they are set (no recount per page)
 
     def keeps(self, query: str, page_id: str) -> bool:
         """Count one page of ``query`` (its normalised form) and say whether to learn from it."""
         digest = _hash(query)
         bit = int.from_bytes(digest[:4], "little") % BITS
-        self.seen[bit >> 3] |= np.uint8(1 << (bit & 7))
+        mask = 1 << (bit & 7)
+        if not self.seen[bit >> 3] & mask:
+            self.seen[bit >> 3] |= np.uint8(mask)
+            self._ones += 1
         self.pages += 1
         key = digest.hex()
         counts = self.counts
@@ -69,7 +73,7 @@ class QueryBalance:
                 if not counts[held]:
                     del counts[held]
         pages_of_query = counts.get(key, 0) or 1
-        average = self.pages / max(query_count(self.seen), 1.0)
+        average = self.pages / max(linear_count(self._ones, BITS), 1.0)
         return pages_of_query <= average or coin(page_id) < average / pages_of_query
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,4 +103,5 @@ class QueryBalance:
             raise ValueError(f"query_balance.seen must be {BITS // 8} bytes in hexadecimal")
         balance.pages, balance.counts = pages, dict(counts)
         balance.seen = array.copy()
+        balance._ones = int(np.unpackbits(balance.seen).sum())
         return balance

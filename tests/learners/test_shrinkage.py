@@ -177,6 +177,10 @@ def test_equal_queries_lose_nothing_and_the_counts_stay_bounded():
     assert len(balance.counts) <= CAPACITY
     restored = QueryBalance.from_dict(balance.to_dict())
     assert restored.to_dict() == balance.to_dict()
+    # restored, it decides the next pages as the one that counted them did
+    stream = [(f"q{t % 7}" if t % 3 else f"new {t}", f"n{t}") for t in range(3000)]
+    assert [restored.keeps(*page) for page in stream] == [balance.keeps(*page)
+                                                         for page in stream]
 
 
 @pytest.mark.parametrize("change, field", [
