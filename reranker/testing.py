@@ -381,8 +381,8 @@ def check_one_query_is_no_evidence(cls: type[Learner], params: dict | None = Non
     (:meth:`reranker.learners.base.LinearLearner.shrinks`) ranks with its learned weights
     shrunk to what the queries that taught them agree on (docs/algorithms.md, "Evidence
     across queries"): taught by one query only, it ranks every other by its starting
-    ranking alone; taught the same by many, its learned weights count. Other learners are
-    not shrunk (the trainer's query balance is every learner's)."""
+    ranking alone, and it counts the queries that taught it. Other learners are not shrunk
+    (the trainer's query balance is every learner's)."""
     from reranker.learners.base import LinearLearner
 
     learner = cls(feature_map=FeatureMap(depth=5), **(params or {}))
