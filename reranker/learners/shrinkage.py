@@ -34,10 +34,15 @@ ROWS = 127
 BITS = 4096
 
 
+def digest(text: str) -> bytes:
+    """Eight bytes that stand for ``text`` (a query's normalised form, a page's id) wherever
+    it is counted or sampled by hash (here and in :mod:`reranker.models.balance`)."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+
+
 def query_slot(key: str) -> tuple[int, float, int]:
     """The sketch row, sign and bitmap bit of a query (its normalised form)."""
-    value = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(),
-                           "little")
+    value = int.from_bytes(digest(key), "little")
     return value % ROWS, 1.0 if (value >> 16) & 1 else -1.0, (value >> 24) % BITS
 
 

@@ -20,12 +20,11 @@ summary (Misra & Gries 1982), which under-counts any query by at most ``N / CAPA
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
 
-from reranker.learners.shrinkage import linear_count
+from reranker.learners.shrinkage import digest, linear_count
 
 #: Queries whose pages are counted at most.
 CAPACITY = 1000
@@ -34,13 +33,9 @@ CAPACITY = 1000
 BITS = 65536
 
 
-def _hash(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-
-
 def coin(page_id: str) -> float:
     """A number in [0, 1) fixed by the page's id."""
-    return int.from_bytes(_hash(page_id), "little") / 2.0 ** 64
+    return int.from_bytes(digest(page_id), "little") / 2.0 ** 64
 
 
 class QueryBalance:
@@ -54,14 +49,14 @@ class QueryBalance:
 
     def keeps(self, query: str, page_id: str) -> bool:
         """Count one page of ``query`` (its normalised form) and say whether to learn from it."""
-        digest = _hash(query)
-        bit = int.from_bytes(digest[:4], "little") % BITS
+        hashed = digest(query)
+        bit = int.from_bytes(hashed[:4], "little") % BITS
         mask = 1 << (bit & 7)
         if not self.seen[bit >> 3] & mask:
             self.seen[bit >> 3] |= np.uint8(mask)
             self._ones += 1
         self.pages += 1
-        key = digest.hex()
+        key = hashed.hex()
         counts = self.counts
         if key in counts:
             counts[key] += 1

@@ -140,6 +140,16 @@ def test_the_sketch_survives_saving_growing_and_carrying_over():
     copy.grow(3, ["engine", "other", "new"], np.array([1.0, 0.0, 0.0]))
     np.testing.assert_array_equal(copy.weights()[:2], learner.weights()[:2])
     assert copy.query_rows_.shape == (shrinkage.ROWS, 3)
+    # carried onto a feature set in another order (and one feature more): the same weights,
+    # shrunk by the same factors, each on its feature
+    cls = learner_class(get_plugin_manager(), "preference_perceptron")
+    moved = ModelFactory(cls, {"swap_probability": 0.0, "prior_steps": 1.0}, FeatureMap(depth=3),
+                         ["new", "other", "engine"], "none",
+                         prior=np.array([0.0, 0.0, 1.0])).new().learner
+    moved.carry_over(learner, [-1, 1, 0])
+    assert moved.shrinks()
+    np.testing.assert_allclose(moved.shrink_factors()[1:], learner.shrink_factors()[::-1])
+    np.testing.assert_allclose(moved.weights()[1:], learner.weights()[::-1])
     # a model saved before the sketch keeps its learned weights unshrunk
     old = {k: v for k, v in state.items() if not k.startswith(("query_", "sketched_"))}
     legacy = engine_first_learner()
