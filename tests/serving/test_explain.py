@@ -164,7 +164,9 @@ def test_the_trainer_counts_clicks_that_taught_nothing_with_the_reason(live, cap
         upper = imp.context["pair_offset"]  # the upper result of the first pair: no lesson
         live.post("/click", {"impression_id": page["impression_id"],
                              "doc_id": page["hits"][upper]["id"]})
-    page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+    # (a fifth query: a query's second page among four queries searched once each would be
+    # learned from only by the query balance's coin, learner.query_balance)
+    page = live.post("/search", {"query": "kettle", "size": 10}).json()
     lower = live.service.events.get_impression(page["impression_id"]).context["pair_offset"] + 1
     live.post("/click", {"impression_id": page["impression_id"],
                          "doc_id": page["hits"][lower]["id"]})
