@@ -49,6 +49,7 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     from reranker.evaluation.logs import pages_from_log
     from reranker.models.arm_identity import ARM_DEFAULTS, arm_section, build_arm
     from reranker.models.arms import Arm
+    from reranker.models.database_store import model_place
     from reranker.offline.simulation import parse_param
     from reranker.stores import open_event_store
 
@@ -69,7 +70,7 @@ def evaluate(config_path: str | None, learner_name: str | None, params: tuple[st
     spec, factory = build_arm("target", section, config, get_plugin_manager(), where,
                               name_key="--learner" if learner_name else None,
                               params_key="--param" if params else None)
-    arm = Arm(spec, factory, config.store.models, max_bytes=config.store.max_model_bytes)
+    arm = Arm(spec, factory, model_place(config.store), max_bytes=config.store.max_model_bytes)
     if version == 0:  # the initial model, never saved (as /search calls it)
         model = factory.new()
     elif version is not None:

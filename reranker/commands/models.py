@@ -53,6 +53,19 @@ def _one_arm(config_path: str | None, label: str | None) -> Arm:
     raise NotFoundError(f"{where} has no arm {label!r}; its arms are {', '.join(labels)}")
 
 
+def _in_folder(arm: Arm) -> bool:
+    """Whether the arm's models are in a folder (``store.model_store: folder``)."""
+    from reranker.models.store import ModelStore
+
+    return isinstance(arm.models, ModelStore)
+
+
+def _where(arm: Arm) -> dict[str, Any]:
+    """Where the arm's models are: its ``folder`` (None in the database) and ``location``."""
+    return {"folder": arm.models.location if _in_folder(arm) else None,
+            "location": arm.models.location}
+
+
 def _versions_of(arm: Arm) -> dict[str, Any]:
     """What ``models list`` shows of one arm, as JSON-ready data."""
     from reranker.core.errors import ModelLoadError
@@ -66,7 +79,7 @@ def _versions_of(arm: Arm) -> dict[str, Any]:
         pin_error = None
     try:  # where a feature-set change carried its first version from, or will
         carried_from = arm.arm_file().get("carried_from")
-        found = None if arm.models.dir.exists() else arm.predecessor()
+        found = None if arm.models.exists() else arm.predecessor()
     except ModelLoadError as exc:
         carried_from, found, pin_error = None, None, pin_error or exc.message
     starts_from = None if found is None else {"how": found[0], "folder": found[1].name}
@@ -93,7 +106,7 @@ def _versions_of(arm: Arm) -> dict[str, Any]:
     elif pin_error is None:
         serving = 0 if newest_good is None else newest_good
     return {"label": arm.label, "labels": list(arm.labels), "id": arm.id,
-            "learner": arm.spec.learner, "folder": str(arm.models.dir),
+            "learner": arm.spec.learner, **_where(arm),
             "next_version": arm.models.next_version(), "pinned": pinned,
             "pin_error": pin_error, "serving": serving,
             "newest": versions[-1] if versions else None, "versions": rows,
@@ -131,7 +144,7 @@ def list_models(config_path: str | None, label: str | None, as_json: bool) -> No
     console = wide_console()
     for info in listing:
         click.echo(f"arm {', '.join(info['labels'])} ({info['id']}), learner {info['learner']}, "
-                   f"folder {info['folder']}")
+                   + (f"folder {info['folder']}" if info["folder"] else info["location"]))
         carried = info["carried_from"]
         if carried:
             click.echo(f"  started from version {carried.get('version')} of "
@@ -212,9 +225,10 @@ def _describe(arm: Arm, model: RankingModel) -> dict[str, Any]:
     weights = learner.weight_parts(names) if isinstance(learner, LinearLearner) else None
     saved = model.to_dict()
     return {"arm": {"label": arm.label, "labels": list(arm.labels), "id": arm.id,
-                    "folder": str(arm.models.dir)},
+                    **_where(arm)},
             "version": model.version,
-            "file": str(arm.models.path(model.version)) if model.version else None,
+            "file": str(arm.models.path(model.version))
+            if model.version and _in_folder(arm) else None,
             "saved": arm.models.saved_at(model.version) if model.version else None,
             "learner": saved["learner"], "feature_map": saved["feature_map"],
             "features": names, "normalization": saved["features"]["normalization"],
@@ -252,7 +266,8 @@ def show(config_path: str | None, label: str | None, version: int | None,
         return
     listing = _versions_of(arm)
     marks = [name for name in ("serving", "pinned", "newest") if listing[name] == version]
-    click.echo(f"arm {', '.join(arm.labels)} ({arm.id}), folder {arm.models.dir}")
+    click.echo(f"arm {', '.join(arm.labels)} ({arm.id}), " + (
+        f"folder {arm.models.location}" if _in_folder(arm) else arm.models.location))
     if version == 0:
         click.echo("version 0: the learner's initial model (never saved)"
                    + (f" [{', '.join(marks)}]" if marks else ""))
@@ -368,3 +383,58 @@ def rollback(config_path: str | None, label: str | None, version: int | None) ->
     if pinned is not None:
         click.echo(f"note: version {pinned} is pinned: services keep serving it until "
                    f"`reranker models unpin`")
+
+
+@models.command("import")
+@config_option
+@click.argument("folder", type=click.Path(file_okay=False, path_type=str), required=False)
+def import_folder(config_path: str | None, folder: str | None) -> None:
+    """Copy a folder of models (default: store.models) into the PostgreSQL database of a
+    config with store.model_store: database: every arm's versions (numbers and save times
+    kept), its arm.json, its pin and its next version number. Versions already in the
+    database are left as they are, so running it twice copies nothing twice. The folder is
+    only read; once the services of the config run on the database, it can be archived."""
+    import os
+    from pathlib import Path
+
+    from reranker.core.errors import ConfigError
+    from reranker.models.arm_identity import ARM_FILE
+    from reranker.models.database_store import ModelDatabase, model_place
+    from reranker.models.store import _NAME, NEXT_VERSION_FILE, PIN_FILE, ModelStore
+
+    config = load_config(config_path)
+    place = model_place(config.store)
+    if not isinstance(place, ModelDatabase):
+        raise ConfigError("store.model_store: `reranker models import` copies a folder into the "
+                          "database; set store.model_store: database (with store.type "
+                          "postgresql) in the config first")
+    root = Path(folder or config.store.models)
+    if not root.is_dir():
+        raise ConfigError(f"{root} is not a folder of models")
+    arms = sorted(child for child in root.iterdir()
+                  if child.is_dir() and any(map(_NAME.match, os.listdir(child))))
+    if not arms:
+        raise ConfigError(f"{root} holds no arm folder with model versions (model-*.json)")
+    for child in arms:
+        source, target = ModelStore(root, child.name), place.store(child.name)
+        copied = skipped = 0
+        for version in source.versions():
+            path = source.path(version)
+            text = path.read_text(encoding="utf-8")
+            if target.import_version(version, text, path.stat().st_mtime):
+                copied += 1
+            else:
+                skipped += 1
+        for name in (ARM_FILE, PIN_FILE):
+            text = source.read_text(name)
+            if text is not None and target.read_text(name) is None:
+                target.write_text(name, text)
+        mark = source.read_text(NEXT_VERSION_FILE)
+        if mark is not None and mark.strip().isdigit():
+            target.import_version_mark(int(mark))
+        click.echo(f"{child.name}: {copied} versions copied"
+                   + (f", {skipped} already in the database" if skipped else "")
+                   + f"; next version {target.next_version()}"
+                   + (f", version {target.pinned()} pinned" if target.pinned() else ""))
+    click.echo(f"the models of {root} are in {place.location}")
+    place.close()

@@ -10,9 +10,10 @@ from reranker.core.config import load_config
 
 
 def _book(config_path: str | None):
+    from reranker.models.database_store import model_place
     from reranker.models.rules import RuleBook
 
-    return RuleBook(load_config(config_path).store.models)
+    return RuleBook(model_place(load_config(config_path).store))
 
 
 def _pin(value: str) -> tuple[str, int]:
@@ -29,7 +30,8 @@ def rules() -> None:
 
     Every arm honours the rules, a running service reads a change within a second, and
     `POST /explain` shows which rules a search matched. A page whose order a pin changed is
-    learned from by no learner. The rules live beside the models (store.models/rules.json).
+    learned from by no learner. The rules live beside the models: store.models/rules.json,
+    or the database with store.model_store: database.
     """
 
 

@@ -238,7 +238,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
                          "most (a search or click waits for a free one).", minimum=1),
         "timeout": Key("float", 10.0, "Seconds a store operation waits for a lock, a "
                        "connection or the server before it fails with 503.", minimum=0.01),
-        "models": Key("str", "models", "Folder of saved model versions.", path=True),
+        "models": Key("str", "models", "Folder of saved model versions (store.model_store "
+                      "folder).", path=True),
+        "model_store": Key("str", "folder", "Where model versions, pins and arm identities "
+                           "live: 'folder' (store.models, on this machine or a file system "
+                           "every machine mounts) or 'database' (the PostgreSQL database of "
+                           "store.dsn, with store.type postgresql: machines then share "
+                           "nothing but that database).", choices=("folder", "database")),
         "keep_models": Key("int", 20, "How many model versions to keep per learner.",
                            minimum=1),
         "max_model_bytes": Key("int", 268435456, "Largest model file a service or trainer "
@@ -662,6 +668,10 @@ def _validate(merged: dict, label: str, base_dir: Path, source: Path | None,
         raise ConfigError(f"{origins.get('store.type', label)}: store.type postgresql needs "
                           f"store.dsn, the server's connection string (or set "
                           f"RERANKER_STORE_DSN)")
+    if config.store.model_store == "database" and config.store.type != "postgresql":
+        raise ConfigError(f"{origins.get('store.model_store', label)}: store.model_store "
+                          f"database keeps the models in the PostgreSQL event store: it "
+                          f"needs store.type postgresql, not {config.store.type!r}")
     _check_cors_origins(config.server.cors_origins, origins.get("server.cors_origins", label))
     text_filters = sorted(set(config.backend.fields) & set(config.backend.filter_fields))
     if text_filters:

@@ -18,13 +18,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from reranker.core.errors import ConfigError, ModelLoadError
+from reranker.core.errors import ConfigError, ModelLoadError, StoreError
 from reranker.core.suggest import did_you_mean
 from reranker.features.extraction import FeatureSpec
 from reranker.learners.featuremap import FeatureMap
@@ -159,12 +157,14 @@ ARM_SETTINGS = ("learner", "params", "feature_map", "normalization", "features")
 
 class ArmIdentity:
     """An arm's names: its spec (id and settings), the labels the configuration gives it,
-    the older names of its impressions, and the ``arm.json`` in its folder that records
-    them."""
+    the older names of its impressions, and the ``arm.json`` in its model store (a file of
+    its folder, or a document of the database) that records them."""
 
-    def __init__(self, spec: ArmSpec, folder: Path):
+    def __init__(self, spec: ArmSpec, store):
         self.spec = spec
-        self.folder = folder
+        #: The arm's model store (:class:`reranker.models.store.ModelStore` or
+        #: :class:`reranker.models.database_store.DatabaseModelStore`).
+        self.store = store
         #: The labels this arm has in the configuration (two when an experiment gives two
         #: arms identical settings, as an A/A test does: they share one model).
         self.labels: list[str] = [spec.label]
@@ -176,42 +176,37 @@ class ArmIdentity:
         """The values of ``Impression.arm`` that are this arm's own impressions."""
         return (self.spec.id, *self.aliases)
 
-    @property
-    def path(self) -> Path:
-        return self.folder / ARM_FILE
-
     def settle(self) -> None:
-        """Write the ``arm.json`` if the folder has none yet, and read the aliases."""
-        if not self.path.exists():
+        """Write the ``arm.json`` if the store has none yet, and read the aliases."""
+        data = self.read()
+        if not data:
             self.write(aliases=[])
-        self.aliases = tuple(str(a) for a in self.read().get("aliases", []))
+        self.aliases = tuple(str(a) for a in data.get("aliases", []))
 
     def read(self) -> dict[str, Any]:
-        """The arm's ``arm.json`` (empty before the folder exists); :class:`ModelLoadError`
+        """The arm's ``arm.json`` (empty before the store has one); :class:`ModelLoadError`
         naming it when it cannot be read."""
-        path = self.path
+        where = f"{ARM_FILE} of {self.store.location}"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"{path} is not readable: {exc}") from exc
+            text = self.store.read_text(ARM_FILE)
+            if text is None:
+                return {}
+            data = json.loads(text)
+        except StoreError as exc:
+            raise ModelLoadError(f"{where} is not readable: {exc.message}") from exc
+        except ValueError as exc:
+            raise ModelLoadError(f"{where} is not readable: {exc}") from exc
         if not isinstance(data, dict):
-            raise ModelLoadError(f"{path} is not readable: not a JSON object")
+            raise ModelLoadError(f"{where} is not readable: not a JSON object")
         return data
 
     def write(self, aliases: list[str], carried_from: dict[str, Any] | None = None) -> None:
         """Replace the ``arm.json`` (atomically): the id, the settings, the aliases and,
         for a model carried over from another feature set, where it came from."""
-        folder = self.folder
         extra = {"carried_from": carried_from} if carried_from else {}
+        text = json.dumps({"id": self.spec.id, **self.spec.settings(), "aliases": aliases,
+                           **extra}, indent=1) + "\n"
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".{ARM_FILE}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps({"id": self.spec.id, **self.spec.settings(),
-                                       "aliases": aliases, **extra}, indent=1) + "\n",
-                           encoding="utf-8")
-            os.replace(tmp, folder / ARM_FILE)
-        except OSError as exc:
-            raise ModelLoadError(f"store.models: cannot write {folder / ARM_FILE}: {exc}") \
-                from exc
+            self.store.write_text(ARM_FILE, text)
+        except StoreError as exc:
+            raise ModelLoadError(exc.message) from exc

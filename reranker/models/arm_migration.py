@@ -55,7 +55,7 @@ class FolderMigration:
         else:
             self._carry_from(other, settings)
 
-    def predecessor(self) -> tuple[str, Path, dict[str, Any]] | None:
+    def predecessor(self) -> tuple[str, Any, dict[str, Any]] | None:
         """Where a new folder of this arm starts from, among the other folders in
         ``store.models`` (read only): ``("take over", folder, settings)`` for a folder an
         earlier version wrote for exactly these settings (``<learner>/`` before arms, an id
@@ -65,6 +65,8 @@ class FolderMigration:
         under another feature set, carried onto these features as this arm's first version
         with a one-line warning; else None."""
         mine = self.spec.settings()
+        if not isinstance(self.models, ModelStore):  # the database: its other arms
+            return self._predecessor_in(self.models.database, mine)
         others: list[tuple[float, Path, dict[str, Any]]] = []
         for other, settings, legacy in sibling_folders(self.models.dir.parent,
                                                        self.spec.learner):
@@ -86,7 +88,32 @@ class FolderMigration:
             store = ModelStore(other.parent, other.name)
             saved = max((store.saved_at(v) or 0.0 for v in store.versions()), default=None)
             if saved is not None:
-                others.append((saved, other, settings))
+                others.append((saved, store, settings))
+        if not others:
+            return None
+        _, other, settings = max(others, key=lambda entry: entry[0])
+        return "carry", other, settings
+
+    def _predecessor_in(self, database, mine: dict[str, Any]
+                        ) -> tuple[str, Any, dict[str, Any]] | None:
+        """The arm of the database with the newest model of these settings under another
+        feature set (its ``arm.json`` says what it is), to carry from; None when none."""
+        others = []
+        for arm in database.arms():
+            if arm == self.spec.id:
+                continue
+            store = database.store(arm)
+            try:
+                data = json.loads(store.read_text(ARM_FILE) or "{}")
+                settings = {key: data[key] for key in ARM_SETTINGS}
+            except (ValueError, KeyError, TypeError):
+                continue
+            if {**settings, "features": mine["features"]} != mine \
+                    or settings["features"] == mine["features"]:
+                continue
+            saved = max((store.saved_at(v) or 0.0 for v in store.versions()), default=None)
+            if saved is not None:
+                others.append((saved, store, settings))
         if not others:
             return None
         _, other, settings = max(others, key=lambda entry: entry[0])
@@ -107,19 +134,20 @@ class FolderMigration:
         log.warning("model folder %s is now %s (arm %s)", other, folder, self.spec.id)
         self.identity.write(aliases=aliases)
 
-    def _carry_from(self, other: Path, settings: dict[str, Any]) -> None:
-        """Start this arm from the newest good model in ``other`` (the same arm under feature
-        set ``settings["features"]``), or from a new model when it cannot be carried over."""
+    def _carry_from(self, other, settings: dict[str, Any]) -> None:
+        """Start this arm from the newest good model in ``other`` (the model store of the
+        same arm under feature set ``settings["features"]``), or from a new model when it
+        cannot be carried over."""
         factory = ModelFactory(self.factory.learner_cls, dict(self.factory.params),
                                self.factory.feature_map, settings["features"],
                                self.factory.normalization)
         change = feature_change(settings["features"], self.spec.features)
         kept = (f"; the models of the old feature set stay in {other.name} and serve again "
                 f"if the configuration goes back")
-        old, _ = ModelStore(other.parent, other.name).load_latest(factory)
+        old, _ = other.load_latest(factory)
         try:
             if old is None:
-                raise ValueError(f"no model in {other} loads")
+                raise ValueError(f"no model in {other.location} loads")
             model = self.factory.carry_over(old)
         except ValueError as exc:
             log.warning("arm %r: the feature set changed (%s): a new model starts in %s, "

@@ -22,12 +22,13 @@ class ServedModel:
     """The model one process serves for an arm (``label``, ``arm_id``: how messages name
     it) whose versions and pin ``models`` holds. It reads the store; it never writes it."""
 
-    #: Seconds between full checks of the model store, in case two saves fell into one tick
-    #: of a coarse file-system clock and left its modification time unchanged.
-    FULL_CHECK_INTERVAL = 1.0
-
     def __init__(self, models: ModelStore, factory: ModelFactory, label: str, arm_id: str):
         self.models = models
+        #: Seconds between full checks of the model store: the store's own
+        #: (``full_check_interval``: every second for a folder, in case two saves fell into
+        #: one tick of a coarse file-system clock; a safety net for the database, whose
+        #: changes are notified).
+        self.FULL_CHECK_INTERVAL = models.full_check_interval
         self.factory = factory
         self.label = label
         self.arm_id = arm_id
@@ -163,6 +164,6 @@ class ServedModel:
 
 def pinned_gone(models: ModelStore, pinned: int) -> str:
     """The problem of a pin whose version's file is gone."""
-    return (f"pinned version {pinned} is gone from {models.dir} (its file was deleted): a "
+    return (f"pinned version {pinned} is gone from {models.location} (deleted): a "
             f"process serving it keeps it in memory, one that starts now refuses to; pin "
             f"another version (`reranker models pin`) or unpin")

@@ -30,7 +30,7 @@ class ArmVersions:
             saved = (f"its saved versions are {_ranges(versions)}" if versions
                      else "it has no saved version")
             raise NotFoundError(f"{what or f'arm {self.label!r} ({self.arm_id})'} has no "
-                                f"version {version} in {self.models.dir}: {saved} (`reranker "
+                                f"version {version} in {self.models.location}: {saved} (`reranker "
                                 f"models list` lists them)")
         try:
             return self.models.load(version, self.factory)
@@ -83,13 +83,13 @@ class ArmVersions:
             newest, _ = self.models.load_latest(self.factory)
             if newest is None:
                 raise NotFoundError(f"arm {self.label!r} ({self.arm_id}) has no saved version "
-                                    f"that loads in {self.models.dir}: nothing to roll back")
+                                    f"that loads in {self.models.location}: nothing to roll back")
             if version is None:
                 older = [v for v in self.models.versions() if v < newest.version]
                 if not older:
                     raise NotFoundError(f"arm {self.label!r} ({self.arm_id}) has no version "
                                         f"before its newest, {newest.version}, in "
-                                        f"{self.models.dir}: nothing to roll back to")
+                                        f"{self.models.location}: nothing to roll back to")
                 version = older[-1]
             if version == newest.version:
                 raise ConflictError(f"version {version} is the newest version of arm "

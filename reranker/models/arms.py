@@ -19,7 +19,6 @@ Where its versions and pin are kept is the model store's
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,6 +38,7 @@ from reranker.models.arm_identity import (
 from reranker.models.arm_migration import FolderMigration
 from reranker.models.arm_serving import ServedModel, pinned_gone
 from reranker.models.arm_versions import ArmVersions
+from reranker.models.database_store import ModelDatabase, model_place
 from reranker.models.model import ModelFactory, RankingModel
 from reranker.models.store import MAX_MODEL_BYTES, ModelStore
 from reranker.stores.events import Impression
@@ -57,8 +57,10 @@ class Arm:
                  keep: int = 20, max_bytes: int = MAX_MODEL_BYTES):
         self.spec = spec
         self.factory = factory
-        self.models = ModelStore(models_root, spec.id, keep=keep, max_bytes=max_bytes)
-        self.identity = ArmIdentity(spec, self.models.dir)
+        self.models = models_root.store(spec.id, keep=keep, max_bytes=max_bytes) \
+            if isinstance(models_root, ModelDatabase) else \
+            ModelStore(models_root, spec.id, keep=keep, max_bytes=max_bytes)
+        self.identity = ArmIdentity(spec, self.models)
         self.migration = FolderMigration(self.identity, factory, self.models)
         self.served = ServedModel(self.models, factory, spec.label, spec.id)
         self.versions = ArmVersions(self.models, factory, spec.label, spec.id)
@@ -111,11 +113,11 @@ class Arm:
         takes over one an earlier version wrote for exactly these settings, or starts from
         the newest model of the same arm under another feature set
         (:mod:`reranker.models.arm_migration`)."""
-        if not self.models.dir.exists():
+        if not self.models.exists():
             self.migration.start()
         self.identity.settle()
 
-    def predecessor(self) -> tuple[str, Path, dict[str, Any]] | None:
+    def predecessor(self) -> tuple[str, Any, dict[str, Any]] | None:
         """Where a new folder of this arm would start from
         (:meth:`FolderMigration.predecessor`)."""
         return self.migration.predecessor()
@@ -217,6 +219,7 @@ def arms_from_config(config, pm) -> list[Arm]:
         if spec.id in arms:  # identical settings (an A/A test): one model serves both labels
             arms[spec.id].labels.append(label)
             continue
-        arms[spec.id] = Arm(spec, factory, config.store.models, keep=config.store.keep_models,
+        arms[spec.id] = Arm(spec, factory, model_place(config.store),
+                            keep=config.store.keep_models,
                             max_bytes=config.store.max_model_bytes)
     return list(arms.values())

@@ -53,8 +53,51 @@ class VersionExistsError(RerankerError):
     status = 409
 
 
-class ModelStore:
-    """The saved versions of one learner's model."""
+def parse_version_number(text: str, where: str, fix: str) -> int:
+    """The version number a pin or next-version document holds; :class:`ModelStoreError`
+    naming ``where`` and how to ``fix`` it when it holds none."""
+    text = text.strip()
+    if not text.isdigit():
+        raise ModelStoreError(f"store.models: {where} must hold a version number, not "
+                              f"{text!r}; {fix}")
+    return int(text)
+
+
+class SavedVersions:
+    """What the two model stores share, over their own ``versions``, ``load``, ``pinned``
+    and ``_log_refused``: the newest version that loads, and the state of the pin."""
+
+    def load_latest(self, factory: ModelFactory, newer_than: int = -1
+                    ) -> tuple[RankingModel | None, list[str]]:
+        """The newest version that loads (and is newer than ``newer_than``), with the errors
+        of the newer ones that did not. ``(None, errors)`` when none does."""
+        errors = []
+        for version in reversed(self.versions()):
+            if version <= newer_than:
+                break
+            try:
+                return self.load(version, factory), errors
+            except ModelLoadError as exc:
+                self._log_refused(version, exc.message)
+                errors.append(exc.message)
+        return None, errors
+
+    def pin_state(self) -> tuple[int | None, str | None]:
+        """The pinned version (None when none is), and the problem of a pin that holds no
+        version number (then no version is pinned)."""
+        try:
+            return self.pinned(), None
+        except StoreError as exc:
+            return None, exc.message
+
+
+class ModelStore(SavedVersions):
+    """The saved versions of one learner's model, in a folder (the default; the
+    PostgreSQL database is the other place, :mod:`reranker.models.database_store`)."""
+
+    #: Seconds between full checks of the store by a serving process (in case two saves
+    #: fell into one tick of a coarse file-system clock and left the folder's time alone).
+    full_check_interval = 1.0
 
     def __init__(self, root: str | os.PathLike, learner_name: str, keep: int = 20,
                  max_bytes: int = MAX_MODEL_BYTES):
@@ -70,6 +113,34 @@ class ModelStore:
 
     def path(self, version: int) -> Path:
         return self.dir / f"model-{version:06d}.json"
+
+    @property
+    def location(self) -> str:
+        """Where the arm's models are, for messages: the folder."""
+        return str(self.dir)
+
+    @property
+    def name(self) -> str:
+        """The arm's id: the folder's name."""
+        return self.dir.name
+
+    def exists(self) -> bool:
+        """Whether the arm's folder exists yet."""
+        return self.dir.exists()
+
+    def read_text(self, name: str) -> str | None:
+        """The file ``name`` of the folder, None when it does not exist."""
+        try:
+            return (self.dir / name).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelStoreError(f"store.models: cannot read {self.dir / name}: {exc}") \
+                from exc
+
+    def write_text(self, name: str, text: str) -> None:
+        """Replace the file ``name`` of the folder atomically."""
+        write_atomically(self.dir, name, text)
 
     def versions(self) -> list[int]:
         """Saved version numbers, oldest first."""
@@ -128,14 +199,6 @@ class ModelStore:
         file when it cannot be read."""
         return self._read_number(PIN_FILE)
 
-    def pin_state(self) -> tuple[int | None, str | None]:
-        """The pinned version (None when none is), and the problem of a pin file that holds
-        no version number (then no version is pinned)."""
-        try:
-            return self.pinned(), None
-        except StoreError as exc:
-            return None, exc.message
-
     def pin(self, version: int) -> None:
         """Pin ``version`` (atomically: a reader sees the old pin or the new one). The caller
         checks that the version loads."""
@@ -171,10 +234,8 @@ class ModelStore:
         except (OSError, UnicodeDecodeError) as exc:
             raise ModelStoreError(f"store.models: cannot read {name} in the model folder "
                              f"{self.dir}: {exc}") from exc
-        if not text.isdigit():
-            raise ModelStoreError(f"store.models: {path} must hold a version number, not {text!r}; "
-                             f"write the right number into it or delete it")
-        return int(text)
+        return parse_version_number(text, str(path),
+                                    "write the right number into it or delete it")
 
     def _write_file(self, name: str, text: str) -> None:
         """Replace ``<folder>/<name>`` with ``text`` atomically and durably."""
@@ -248,21 +309,6 @@ class ModelStore:
             raise ModelLoadError(f"model {path} is refused: it says it is version "
                                  f"{model.version}")
         return model
-
-    def load_latest(self, factory: ModelFactory, newer_than: int = -1
-                    ) -> tuple[RankingModel | None, list[str]]:
-        """The newest version that loads (and is newer than ``newer_than``), with the errors
-        of the newer ones that did not. ``(None, errors)`` when none does."""
-        errors = []
-        for version in reversed(self.versions()):
-            if version <= newer_than:
-                break
-            try:
-                return self.load(version, factory), errors
-            except ModelLoadError as exc:
-                self._log_refused(version, exc.message)
-                errors.append(exc.message)
-        return None, errors
 
     def _log_refused(self, version: int, message: str) -> None:
         try:

@@ -162,7 +162,7 @@ class Trainer:
     def check_store(self, model: RankingModel, models: ModelStore | None = None) -> None:
         """Refuse a model whose cursor belongs to another event log: continuing would skip
         or repeat impressions."""
-        folder = (models or self.models).dir
+        folder = (models or self.models).location
         progress = model.progress
         if progress.store_id is not None and progress.store_id != self.events.store_id:
             raise ModelStoreError(
@@ -232,7 +232,7 @@ class Trainer:
         unsaved_limit = 10 * self.batch_size
         # The store's lock spans machines (PostgreSQL); the folder's, this machine's
         # processes, and the commands that save versions without training.
-        with self.events.trainer_lock(arm.models.dir.name), arm.models.lock():
+        with self.events.trainer_lock(arm.models.name), arm.models.lock():
             model, report.model_errors = arm.models.load_latest(arm.factory)
             if model is None:
                 model = arm.factory.new()

@@ -42,6 +42,7 @@ from reranker.features.clicks import lifts_from_counts, query_key
 from reranker.features.extraction import FeatureSpec, kernels
 from reranker.learners.specialization import QueryEvidence
 from reranker.models.arms import Arm, arms_from_config
+from reranker.models.database_store import model_place
 from reranker.models.model import ModelFactory, RankingModel
 from reranker.models.rules import RULES, Plan, ServedRules
 from reranker.models.store import ModelStore
@@ -92,7 +93,7 @@ class RerankerService:
         self.background: list[tuple[threading.Thread, threading.Event]] = []
         self.feature_watch = FeatureWatch(self.spec.names)
         #: The query rules every arm honours (``reranker rules``; :mod:`reranker.models.rules`).
-        self.rules = ServedRules(config.store.models)
+        self.rules = ServedRules(model_place(config.store))
         server = config.server
         self.prometheus = PrometheusMetrics(self)
         self.ranker = Ranker(self.arms, self.spec.names,

@@ -1,7 +1,8 @@
 """The production set-up (docs/how-to/production.md), run as written: its configuration
-(PostgreSQL, keys and API keys from the environment, a trusted proxy header, JSON logs,
-retention, the trainer apart), `reranker index`, `reranker serve` with gunicorn workers and
-`reranker train --follow` beside it, on a real PostgreSQL server."""
+(Elasticsearch, PostgreSQL holding the events and the models, keys and API keys from the
+environment, a trusted proxy header, JSON logs, retention, the trainer apart), `reranker
+index`, `reranker serve` with gunicorn workers and `reranker train --follow` beside it, on a
+real PostgreSQL server and the Elasticsearch stand-in."""
 
 import re
 import signal
@@ -14,6 +15,7 @@ import yaml
 from reranker.core.config import load_config
 from reranker.testing import cli_env, reranker_command
 from tests.support.configs import write_docs
+from tests.support.es_standin import Standin
 from tests.support.paths import ROOT
 from tests.support.servers import ServeProcess
 from tests.support.traffic import learn
@@ -36,19 +38,21 @@ def test_the_production_example_is_a_valid_configuration(tmp_path):
     config = load_config(path)
     assert config.store.type == "postgresql" and config.server.workers >= 2
     assert config.trainer.enabled is False and config.store.retention
+    assert config.store.model_store == "database" and config.backend.type == "elasticsearch"
 
 
 def test_the_production_example_serves_learns_and_reports(tmp_path, corpus, postgres_dsn):
     example = production_example()
-    # Where this machine has things, and a trainer that closes pages after a second, not
-    # after the default window; everything else as written.
-    example["backend"]["path"] = str(tmp_path / "index")
-    example["store"].update(dsn=postgres_dsn, models=str(tmp_path / "models"))
+    # Where this machine finds the cluster and the database, and a trainer that closes pages
+    # after a second, not after the default window; everything else as written.
+    standin = Standin("8.15.1")
+    example["backend"]["hosts"] = [standin.url]
+    example["store"].update(dsn=postgres_dsn)
     example["trainer"].update(feedback_window=1.0, interval=0.2)
     path = tmp_path / "production.yaml"
     path.write_text(yaml.safe_dump(example), encoding="utf-8")
     env = {"RERANKER_SIGNING_KEYS": "k2:" + "a" * 64, "RERANKER_API_KEYS": "app-key-1234567890",
-           "RERANKER_SERVER_ADMIN_TOKEN": "operator-token-123456"}
+           "RERANKER_SERVER_ADMIN_TOKEN": "operator-token-123456", "ES_API_KEY": "c2VjcmV0"}
     command_env = {**cli_env(), **env}
     subprocess.run(reranker_command() + ["index", "-c", str(path),
                                          str(write_docs(tmp_path, corpus.documents))],
@@ -96,4 +100,6 @@ def test_the_production_example_serves_learns_and_reports(tmp_path, corpus, post
         server.stop()
         follower.send_signal(signal.SIGTERM)
         output, _ = follower.communicate(timeout=60)
+        standin.stop()
     assert follower.returncode == 0, output
+    assert not (tmp_path / "models").exists()  # the models are in the database
