@@ -253,7 +253,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "retention": Key("float", None, "Seconds after its search that an impression every "
                          "arm has learned from is deleted, with its clicks (those of the "
                          "running experiment are compacted instead: their features dropped, "
-                         "the page kept for its report); null keeps every impression.",
+                         "the page kept for its report), and after which the click counts of "
+                         "a query searched no more are forgotten; null keeps every "
+                         "impression and count.",
                          minimum=1.0, nullable=True),
         "retention_interval": Key("float", 600.0, "Seconds between two retention passes of "
                                   "the trainer (with store.retention).", minimum=0.01),

@@ -190,6 +190,8 @@ class Normalizer:
     statistics that the trainer updates (:meth:`partial_fit`) and the model saves."""
 
     method = "none"
+    #: Whether it keeps running statistics (:meth:`partial_fit` changes it).
+    fits = False
 
     def transform(self, X: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
         """The scaled features, as a new array when anything is scaled (``X`` itself is
@@ -238,6 +240,7 @@ class ZScore(Normalizer):
     by the trainer from the raw features of the impressions it learns from."""
 
     method = "zscore"
+    fits = True
 
     def __init__(self) -> None:
         self.count = 0

@@ -51,14 +51,36 @@ class ArmFeedback:
             self._columns[names] = feature_columns(names, self.factory.feature_names)
         return self._columns[names]
 
+    def takes(self, imp: Impression) -> bool:
+        """Whether this arm may learn from ``imp`` at all: a first page in a learner's own
+        order, that it showed alone or took part in as a mixed list it learns from."""
+        if imp.offset:  # a later page: not randomised, its clicks would teach position bias
+            return False
+        if not imp.learned:  # sorted by a field, or ordered by a query rule: the site's order
+            return False
+        names = self.identity.names()
+        if imp.arm in names:
+            return True
+        logged = (imp.context or {}).get("arms", {})
+        return imp.arm is None and any(entry.get("id") in names for entry in logged.values()) \
+            and self.factory.learner_cls.capabilities.learns_from_mixed_lists
+
+    def learns_only_from_clicks(self) -> bool:
+        """Whether a page without a click or a reward changes nothing for this arm: its
+        learner learns preferences, which such a page leaves as they were (the conformance
+        suite checks it), and its normalisation keeps no running statistics."""
+        from reranker.features.extraction import make_normalizer
+
+        capabilities = self.factory.learner_cls.capabilities
+        return not capabilities.per_item_feedback \
+            and not make_normalizer(self.factory.normalization).fits
+
     def feedback(self, imp: Impression) -> tuple[np.ndarray, Feedback] | None:
         """The features and feedback this arm learns from in ``imp``, or None when the
         impression is not one it may learn from (module docstring). The features are the
         model's columns of the logged ones (all of them when the model lacks one: the
         trainer then names the difference)."""
-        if imp.offset:  # a later page: not randomised, its clicks would teach position bias
-            return None
-        if not imp.learned:  # sorted by a field, or ordered by a query rule: the site's order
+        if not self.takes(imp):
             return None
         index = {doc_id: i for i, doc_id in enumerate(imp.doc_ids)}
         clicked = np.array([index[d] for d in imp.clicked or [] if d in index], dtype=np.intp)
@@ -67,8 +89,7 @@ class ArmFeedback:
             columns = self.columns(imp.feature_names)
             if columns is not None and len(columns) != X.shape[1]:
                 X = X[:, columns]
-        names = self.identity.names()
-        if imp.arm in names:
+        if imp.arm in self.identity.names():
             if SPECIALISED in (imp.context or {}):
                 # a specialised page teaches the query's judgments at the model's own
                 # ranking, once it has a click (docs/algorithms.md, "General model and
@@ -80,11 +101,6 @@ class ArmFeedback:
             return X, feedback_from_clicks(
                 imp.ranking, imp.n_shown, clicked, log_prob=imp.log_prob,
                 propensities=imp.propensities, context=imp.context, reward=imp.reward)
-        logged = (imp.context or {}).get("arms", {})
-        if imp.arm is not None or not any(entry.get("id") in names
-                                           for entry in logged.values()) \
-                or not self.factory.learner_cls.capabilities.learns_from_mixed_lists:
-            return None
         # A mixed list it took part in: the page as shown, with every click, and the pairs
         # the experiment randomised on it (the arms' own perturbations are not what was
         # shown), as if the arm had shown it.

@@ -243,11 +243,13 @@ class Trainer:
                                      self.address_budget, self.query_budget))
             budget.forget_through(model.progress.cursor)
             names = arm.names()
+            # (pages without a click come bare when they teach this arm nothing)
+            read_batch = self.events.closed_since_lean \
+                if arm.learning.learns_only_from_clicks() else self.events.closed_since
             updates, skipped, read = 0, 0, 0  # since the last save
             applied_at_save = 0
             while True:
-                batch = self.events.closed_since(model.progress.cursor, self.batch_size,
-                                                 arms=names)
+                batch = read_batch(model.progress.cursor, self.batch_size, arms=names)
                 if not batch:
                     break
                 for imp in batch:
@@ -271,16 +273,21 @@ class Trainer:
                report: TrainReport, budget: ClientBudget) -> None:
         progress = model.progress
         progress.cursor = imp.closed_seq
-        try:
-            learned = arm.feedback(imp)
-        except (ValueError, LookupError) as exc:  # a page whose logged ranking is broken
-            log.warning("impression %s skipped: its feedback cannot be read (%s: %s)",
-                        imp.id, type(exc).__name__, exc)
-            progress.skipped += 1
-            report.skipped += 1
-            return
-        if learned is None:  # a mixed list this arm had no part in, or cannot learn from
-            return
+        if imp.bare:  # no click, no reward: counted as applied, and nothing to learn
+            if not arm.learning.takes(imp):
+                return
+            learned = None, None
+        else:
+            try:
+                learned = arm.feedback(imp)
+            except (ValueError, LookupError) as exc:  # a page whose logged ranking is broken
+                log.warning("impression %s skipped: its feedback cannot be read (%s: %s)",
+                            imp.id, type(exc).__name__, exc)
+                progress.skipped += 1
+                report.skipped += 1
+                return
+            if learned is None:  # a mixed list this arm had no part in, or cannot learn from
+                return
         if arm.columns(imp.feature_names) is None:
             # Logged under another feature configuration (the model's features are not all
             # among the logged ones): its weights would mean nothing here.
@@ -290,7 +297,7 @@ class Trainer:
             report.skipped += 1
             return
         X, feedback = learned
-        if X is None:  # an arm added after retention compacted the impression
+        if X is None and not imp.bare:  # an arm added after retention compacted it
             log.warning("impression %s skipped: retention dropped its features before this "
                         "arm learned from it", imp.id)
             progress.skipped += 1
@@ -298,7 +305,7 @@ class Trainer:
             return
         # (a specialised page teaches judgments, not its clicks: count the clicks it had)
         clicked = len(imp.clicked or []) if SPECIALISED in (imp.context or {}) \
-            else len(feedback.clicked)
+            or feedback is None else len(feedback.clicked)
         query = query_key(imp.query)
         if not budget.allows(imp.user_id, imp.closed_seq, imp.created, clicked > 0,
                              query if budget.query_budget else None):
@@ -313,9 +320,9 @@ class Trainer:
             report.clicks += clicked
             report.balanced += 1
             return
-        feedback.query = query
         changed = False
-        if len(imp.doc_ids):
+        if feedback is not None and len(imp.doc_ids):
+            feedback.query = query
             snapshot = model.snapshot()
             try:
                 with np.errstate(over="raise", invalid="raise", divide="raise"):

@@ -75,6 +75,7 @@ class Retained:
 
     deleted: int = 0  # impressions deleted, with their clicks and rewards
     compacted: int = 0  # impressions whose features were dropped
+    forgotten: int = 0  # queries whose own click counts were deleted (not searched since)
 
 
 class ImpressionLog(abc.ABC):
@@ -176,6 +177,14 @@ class ImpressionLog(abc.ABC):
         """Closed impressions with ``closed_seq > cursor`` in order (at most ``limit``),
         with their clicks; with ``arms``, only those one of these arm ids showed alone and
         the mixed lists (``arm`` None)."""
+
+    def closed_since_lean(self, cursor: int, limit: int,
+                          arms: tuple[str, ...] | None = None) -> list[Impression]:
+        """What :meth:`closed_since` returns, except that an impression without a click or
+        a reward may come *bare* (``Impression.bare``): without its candidates and features,
+        which a trainer of a learner that learns only from clicks does not read. This
+        default reads every impression in full."""
+        return self.closed_since(cursor, limit, arms)
 
     @abc.abstractmethod
     def last_closed_seq(self) -> int:
@@ -369,8 +378,12 @@ class Maintenance(abc.ABC):
         ``readers`` has applied (or does not read): delete them, with their clicks and
         rewards, except those of experiment ``keep_experiment``, whose features are dropped
         (``features`` None when read) while the page as shown stays for the experiment's
-        report. The counts the click features and the position-bias estimate read stay as
-        they are. A store that cannot remove impressions raises
+        report. The click counts of a query that no page has shown or clicked since
+        ``before`` are deleted too (a store that counts clicks; a process that kept them
+        reads them again after ``store.retention``): so a site of queries searched once
+        keeps a store of a bounded size. The counts per document over all queries, the
+        total and the position-bias estimate stay as they are. A store that cannot remove
+        impressions raises
         :class:`~reranker.core.errors.ConfigError`."""
         from reranker.core.errors import ConfigError
 

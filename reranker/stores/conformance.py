@@ -225,6 +225,36 @@ def check_closing_with_a_limit_and_reading_by_arm(open_store: OpenStore) -> None
                f"{where}.closed_since with a limit")
 
 
+def check_a_lean_read_leaves_out_only_what_no_click_or_reward_needs(
+        open_store: OpenStore) -> None:
+    """``closed_since_lean`` reads what ``closed_since`` reads, in the same order, except
+    that an impression without a click or a reward may come bare (no candidates, no
+    features); one with a click or a reward comes in full."""
+    with _Opened(open_store) as opened:
+        store = opened()
+        where = f"{_name(store)}.closed_since_lean"
+        for k in range(4):
+            store.log_impression(impression(f"i{k}", float(k), arm="a"))
+        store.record_click("i1", "d4")
+        store.record_reward("i2", 1.0)
+        store.close_impressions(before=float("inf"))
+        full, lean = store.closed_since(0, 10), store.closed_since_lean(0, 10)
+        _equal([(i.id, i.closed_seq, i.clicked, i.reward, i.query, i.arm, i.n_shown)
+                for i in lean],
+               [(i.id, i.closed_seq, i.clicked, i.reward, i.query, i.arm, i.n_shown)
+                for i in full], where)
+        for read, whole in zip(lean, full, strict=True):
+            if read.bare:
+                _equal(read.id in ("i0", "i3") and read.doc_ids == [] and read.features is None,
+                       True, f"{where}: {read.id} bare")
+            else:
+                _equal((read.doc_ids, read.features.tolist(), read.ranking.tolist()),
+                       (whole.doc_ids, whole.features.tolist(), whole.ranking.tolist()),
+                       f"{where}: {read.id} in full")
+        _equal([i.id for i in store.closed_since_lean(1, 2, arms=("a",))], ["i1", "i2"],
+               f"{where} with a limit")
+
+
 def check_a_reward_is_replaced_while_open_and_frozen_after(open_store: OpenStore) -> None:
     """A later reward replaces an open page's; after closing only the same value is
     accepted; an unknown impression is ``NotFoundError``."""
@@ -687,6 +717,41 @@ def check_retention_removes_only_what_every_reader_has_applied(open_store: OpenS
         _equal(store.get_impression("i4").id, "i4", f"{_name(store)}.vacuum keeps the rest")
 
 
+def check_retention_forgets_the_counts_of_queries_searched_no_more(
+        open_store: OpenStore) -> None:
+    """``retain(before, ...)`` deletes the click counts of a query no page of which was
+    logged or clicked since ``before``, and keeps those of a query searched since, the
+    counts per document over all queries and the total; another object reads them so."""
+    with _Opened(open_store) as opened:
+        store = opened()
+        where = f"{_name(store)}.retain"
+        store.log_impression(impression("i0", 1.0, query="old query"))
+        store.record_click("i0", "d4")
+        store.flush()
+        time.sleep(0.01)
+        before = time.time()
+        time.sleep(0.01)
+        store.log_impression(impression("i1", 2.0, query="new query"))
+        store.flush()
+        reader = opened()
+        old_before = reader.click_counts("old query", ["d4", "d3"])
+        new_before = reader.click_counts("new query", ["d4", "d3"])
+        try:
+            done = store.retain(before, [Reader(("x",), 0)])
+        except ConfigError:
+            return
+        _equal(done.forgotten, 1, f"{where}: queries forgotten")
+        later = opened()
+        old, total = later.click_counts("old query", ["d4", "d3"])
+        _equal(old[:, :2].tolist(), [[0.0, 0.0], [0.0, 0.0]], f"{where}: the old query's counts")
+        _equal(old[:, 2:].tolist(), old_before[0][:, 2:].tolist(),
+               f"{where}: the counts over all queries")
+        _equal(tuple(total), tuple(old_before[1]), f"{where}: the total")
+        new = later.click_counts("new query", ["d4", "d3"])
+        _equal(new[0].tolist(), new_before[0].tolist(), f"{where}: the new query's counts")
+        _equal(store.retain(before, [Reader(("x",), 0)]).forgotten, 0, f"{where}: again")
+
+
 def check_retention_compacts_the_kept_experiment(open_store: OpenStore) -> None:
     """The pages of ``keep_experiment`` lose their features but stay for its report."""
     with _Opened(open_store) as opened:
@@ -724,6 +789,7 @@ STORE_CHECKS: dict[type, list[Callable[[OpenStore], None]]] = {
         check_a_batch_of_clicks_has_an_outcome_per_click,
         check_closing_numbers_impressions_in_order,
         check_closing_with_a_limit_and_reading_by_arm,
+        check_a_lean_read_leaves_out_only_what_no_click_or_reward_needs,
         check_a_reward_is_replaced_while_open_and_frozen_after,
         check_first_pages_and_experiment_rows,
         check_closed_first_pages_are_counted,
@@ -747,6 +813,7 @@ STORE_CHECKS: dict[type, list[Callable[[OpenStore], None]]] = {
         check_stats_count_the_log,
         check_a_sound_store_passes_its_health_checks,
         check_retention_removes_only_what_every_reader_has_applied,
+        check_retention_forgets_the_counts_of_queries_searched_no_more,
         check_retention_compacts_the_kept_experiment,
     ],
 }

@@ -137,8 +137,12 @@ class CountCache:
     with its own writes added, and the exposures of its queued impressions."""
 
     def __init__(self, ttl: float, *, max_cells: int = MAX_CELLS, timeout: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, max_age: float | None = None):
         self.ttl = ttl
+        #: Seconds a query's cells are kept at most, however current the total says they
+        #: are: retention deletes the counts of a query searched no more after as long
+        #: (``store.retention``), and kept ones would outlive them. None: no limit.
+        self.max_age = max_age
         self.max_cells = max_cells
         self.timeout = timeout
         self.clock = clock
@@ -404,6 +408,8 @@ class CountCache:
             return False
         if now - entry[0] <= self.ttl:
             return True
+        if self.max_age is not None and now - entry[0] > self.max_age:
+            return False
         if not self.ttl or entry[2] != self._epoch:
             return False
         return True if now - self._checked <= self.ttl else None

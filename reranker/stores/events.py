@@ -57,6 +57,9 @@ class Impression:
     closed_seq: int | None = None
     clicked: list[str] | None = None  # doc ids, filled when read for training
     reward: float | None = None  # the application's reward for the page, if it sent one
+    #: Read without its candidates and features (no click, no reward: nothing for a learner
+    #: that learns only from clicks; ``EventStore.closed_since_lean``)
+    bare: bool = False
 
     @property
     def learned(self) -> bool:

@@ -88,6 +88,7 @@ _SCHEMA = (
         doc_id TEXT NOT NULL,
         clicks DOUBLE PRECISION NOT NULL,
         exposure DOUBLE PRECISION NOT NULL,
+        updated DOUBLE PRECISION NOT NULL DEFAULT 0,
         PRIMARY KEY (query_key, doc_id))""",
     """CREATE TABLE IF NOT EXISTS experiment_state (
         name TEXT PRIMARY KEY,
@@ -145,6 +146,7 @@ class PostgresStore(SQLEventStore):
         store = cls(config.store.dsn, pool_size=config.store.pool_size,
                     timeout=config.store.timeout)
         store.click_refresh = config.features.click_refresh
+        store.click_memory = config.store.retention
         return store
 
     def __init__(self, dsn: str, pool_size: int = 10, timeout: float = 10.0):
@@ -184,6 +186,13 @@ class PostgresStore(SQLEventStore):
                         self._migrate_from_3(conn)
                         conn.execute("ALTER TABLE impressions ALTER COLUMN feature_set SET NOT "
                                      "NULL, ALTER COLUMN candidates SET NOT NULL")
+                        meta["schema_version"] = "4"
+                    if int(meta["schema_version"]) == 4:
+                        # when each click count last changed, for retention (schema 5);
+                        # the counts there are count from now
+                        conn.execute(f"ALTER TABLE click_stats ADD COLUMN IF NOT EXISTS "
+                                     f"updated DOUBLE PRECISION NOT NULL DEFAULT "
+                                     f"{time.time()!r}")
                         conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'",
                                      (str(SCHEMA_VERSION),))
                         meta["schema_version"] = str(SCHEMA_VERSION)
@@ -193,7 +202,7 @@ class PostgresStore(SQLEventStore):
         if int(meta["schema_version"]) != SCHEMA_VERSION:
             raise StoreError(f"store.dsn: {self.location} has event schema version "
                              f"{meta['schema_version']}, this version of reranker reads "
-                             f"{SCHEMA_VERSION} (and migrates 3); it was written by a newer "
+                             f"{SCHEMA_VERSION} (and migrates 3 and 4); it was written by a newer "
                              f"reranker: upgrade "
                              f"reranker, or point store.dsn at a new database")
         self.store_id: str = meta["store_id"]

@@ -61,7 +61,7 @@ from reranker.stores.write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Indexes on columns that a migration adds: created after the migrations ran.
 LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS impressions_open ON impressions (created) "
@@ -85,10 +85,17 @@ PENDING_IMPRESSIONS = 10_000
 #: (unless a click or a read waits for them).
 IMPRESSION_LINGER = 0.01
 
-UPSERT_STATS = ("INSERT INTO click_stats (query_key, doc_id, clicks, exposure) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
+UPSERT_STATS = ("INSERT INTO click_stats (query_key, doc_id, clicks, exposure, updated) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
                 "clicks = click_stats.clicks + excluded.clicks, "
-                "exposure = click_stats.exposure + excluded.exposure")
+                "exposure = click_stats.exposure + excluded.exposure, "
+                "updated = excluded.updated")
+#: Queries whose click counts one statement of retention deletes at most.
+FORGET_BATCH = 1000
+#: The queries none of whose click counts changed since a time (retention's): the counts per
+#: document over all queries and the total (``ALL_QUERIES``) are never among them.
+STALE_QUERIES = ("SELECT query_key FROM click_stats WHERE query_key <> ? GROUP BY query_key "
+                 "HAVING MAX(updated) < ? LIMIT ?")
 UPSERT_REQUESTS = ("INSERT INTO request_counts (scope, slot, client, requests, mark) "
                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, slot, client) DO UPDATE SET "
                    "requests = request_counts.requests + excluded.requests, "
@@ -119,6 +126,9 @@ class SQLEventStore(EventStore):
     #: Seconds the click counts read by this object serve before they are read again
     #: (``features.click_refresh``; :mod:`.count_cache`).
     click_refresh: float = 1.0
+    #: Seconds after which retention deletes the counts of a query searched no more
+    #: (``store.retention``): the counts this object keeps are read again after as long.
+    click_memory: float | None = None
 
     # -- what a database says: connections and transactions ------------------------------------
 
@@ -286,8 +296,8 @@ class SQLEventStore(EventStore):
     @property
     def _counts(self) -> CountCache:
         """The click counts this object has read, with its own writes (:mod:`.count_cache`)."""
-        return self._part("_count_cache", lambda: CountCache(self.click_refresh,
-                                                             timeout=self.timeout))
+        return self._part("_count_cache", lambda: CountCache(
+            self.click_refresh, timeout=self.timeout, max_age=self.click_memory))
 
     def _part(self, name: str, make: Callable[[], Any]) -> Any:
         """The part of this object kept as ``name`` (its writer, its group commits, its
@@ -328,8 +338,10 @@ class SQLEventStore(EventStore):
                     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [(sets[text], *_impression_row(item.impression))
                      for text, item in zip(names, new, strict=True)])
+                now = time.time()
                 self._run_many(conn, UPSERT_STATS, sorted(
-                    (key, doc_id, 0.0, weight) for (key, doc_id), weight in exposures.items()))
+                    (key, doc_id, 0.0, weight, now) for (key, doc_id), weight
+                    in exposures.items()))
                 stack.enter_context(self._counts.committing())  # then COMMIT
             self._counts.committed(exposures, EXPOSURE, ids)
         self._known_sets.update(sets)  # committed: other processes see them too
@@ -450,8 +462,10 @@ class SQLEventStore(EventStore):
                     entry[0] += top
                     entry[1] += bottom
             if stats:
+                now = time.time()
                 self._run_many(conn, UPSERT_STATS, sorted(
-                    (key, doc_id, clicks, 0.0) for (key, doc_id), clicks in stats.items()))
+                    (key, doc_id, clicks, 0.0, now) for (key, doc_id), clicks
+                    in stats.items()))
             if bias:
                 self._run_many(conn, UPSERT_BIAS, sorted(
                     (upper, top, bottom) for upper, (top, bottom) in bias.items()))
@@ -563,8 +577,25 @@ class SQLEventStore(EventStore):
             deleted += len(gone)
             compacted += len(emptied)
             if len(rows) < CLICK_BATCH:
-                return Retained(deleted, compacted)
+                return Retained(deleted, compacted, self._forget_queries(before))
             after = rows[-1][0]
+
+    def _forget_queries(self, before: float) -> int:
+        """Delete the click counts of the queries none of whose counts changed since
+        ``before`` (no page of theirs shown, no click), :data:`FORGET_BATCH` queries per
+        transaction; how many queries. A cell written meanwhile is kept (the row's own time
+        is checked again as it is deleted)."""
+        forgotten = 0
+        while True:
+            with self._write(durable=False) as conn:
+                keys = [row[0] for row in self._run(
+                    conn, STALE_QUERIES, (ALL_QUERIES, before, FORGET_BATCH)).fetchall()]
+                if keys:
+                    self._run(conn, f"DELETE FROM click_stats WHERE updated < ? AND query_key "
+                              f"IN ({','.join('?' * len(keys))})", (before, *keys))
+            forgotten += len(keys)
+            if len(keys) < FORGET_BATCH:
+                return forgotten
 
     # -- migrating ----------------------------------------------------------------------------
 
@@ -612,13 +643,24 @@ class SQLEventStore(EventStore):
 
     def closed_since(self, cursor: int, limit: int,
                      arms: tuple[str, ...] | None = None) -> list[Impression]:
+        return self._closed_rows(cursor, limit, arms, COLUMNS)
+
+    def closed_since_lean(self, cursor: int, limit: int,
+                          arms: tuple[str, ...] | None = None) -> list[Impression]:
+        """The candidates and features of an impression without a click or a reward are
+        neither read nor decoded (most impressions of a site: reading and decoding them was
+        most of a trainer's time)."""
+        return self._closed_rows(cursor, limit, arms, LEAN_COLUMNS)
+
+    def _closed_rows(self, cursor: int, limit: int, arms: tuple[str, ...] | None,
+                     columns: str) -> list[Impression]:
         where, args = "closed_seq > ?", [cursor]
         if arms is not None:
             marks = ",".join("?" * len(arms))
             where += f" AND (arm IN ({marks}) OR arm IS NULL)"
             args.extend(arms)
         with self._reading() as conn:
-            rows = self._run(conn, f"SELECT {COLUMNS} FROM impressions WHERE {where} ORDER BY "
+            rows = self._run(conn, f"SELECT {columns} FROM impressions WHERE {where} ORDER BY "
                              f"closed_seq LIMIT ?", (*args, limit)).fetchall()
         imps = [impression_from_row(row) for row in rows]
         clicks = self._clicks([imp.id for imp in imps])
@@ -972,9 +1014,26 @@ COLUMNS = ("id, created, query, user_id, learner, model_version, (SELECT names F
            "(SELECT value FROM rewards WHERE rewards.impression_id = impressions.id)")
 
 
+#: :data:`COLUMNS` with the candidates and features of an impression without a click or a
+#: reward left out (NULL): such a row is read as a bare impression.
+_EVIDENCE = ("EXISTS (SELECT 1 FROM clicks WHERE clicks.impression_id = impressions.id) OR "
+             "EXISTS (SELECT 1 FROM rewards WHERE rewards.impression_id = impressions.id)")
+LEAN_COLUMNS = COLUMNS.replace(
+    "candidates, features,", f"CASE WHEN {_EVIDENCE} THEN candidates END, CASE WHEN "
+                             f"{_EVIDENCE} THEN features END,", 1)
+
+
 def impression_from_row(row: Sequence) -> Impression:
     """An :class:`Impression` from a row of :data:`COLUMNS` (``features`` None when
-    retention compacted it)."""
+    retention compacted it), or of :data:`LEAN_COLUMNS` (bare without candidates)."""
+    if row[7] is None:  # (candidates are never NULL in the table)
+        return Impression(
+            id=row[0], created=row[1], query=row[2], user_id=row[3], learner=row[4],
+            model_version=row[5], doc_ids=[], feature_names=json.loads(row[6]), features=None,
+            ranking=np.empty(0, dtype=np.intp), n_shown=row[9], log_prob=row[10],
+            teams=None if row[11] is None else json.loads(row[11]), closed_seq=row[12],
+            context=None if row[13] is None else json.loads(row[13]), arm=row[14],
+            experiment=row[15], offset=row[16], page_key=row[17], reward=row[18], bare=True)
     doc_ids, ranking, propensities = unpack_candidates(row[7])
     return Impression(
         id=row[0], created=row[1], query=row[2], user_id=row[3], learner=row[4],

@@ -32,7 +32,6 @@ from reranker.stores.base import Leadership
 from reranker.stores.sql import (
     LATE_INDEXES,
     SCHEMA_VERSION,
-    UPSERT_STATS,
     SQLEventStore,
     stat_cells,
 )
@@ -82,6 +81,7 @@ CREATE TABLE IF NOT EXISTS click_stats (
     doc_id TEXT NOT NULL,          -- or '' for all documents
     clicks REAL NOT NULL,
     exposure REAL NOT NULL,        -- sum of the examination probabilities of where it was shown
+    updated REAL NOT NULL DEFAULT 0,  -- when a page or click last added to it (retention)
     PRIMARY KEY (query_key, doc_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS experiment_state (
@@ -212,6 +212,7 @@ class SQLiteStore(SQLEventStore):
     def from_config(cls, config) -> SQLiteStore:
         store = cls(config.store.path, busy_timeout=config.store.timeout)
         store.click_refresh = config.features.click_refresh
+        store.click_memory = config.store.retention
         return store
 
     def __init__(self, path: str | Path, busy_timeout: float = 10.0):
@@ -238,7 +239,7 @@ class SQLiteStore(SQLEventStore):
                                f"VALUES ('store_id', '{uuid.uuid4().hex}'); COMMIT;")
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             for version, step in ((1, self._migrate_from_1), (2, self._migrate_from_2),
-                                  (3, self._migrate_from_3)):
+                                  (3, self._migrate_from_3), (4, self._migrate_from_4)):
                 if int(meta["schema_version"]) == version:
                     self._migrate(conn, version, step)
                     meta["schema_version"] = str(version + 1)
@@ -252,7 +253,7 @@ class SQLiteStore(SQLEventStore):
             self.close()
             raise StoreError(f"store.path: {self.path} has event schema version "
                              f"{meta['schema_version']}, this version of reranker reads "
-                             f"{SCHEMA_VERSION} (and migrates 1 to 3); it was written by a "
+                             f"{SCHEMA_VERSION} (and migrates 1 to 4); it was written by a "
                              f"newer reranker: upgrade reranker, or point store.path at a new "
                              f"file to start a new event log")
         self.store_id: str = meta["store_id"]
@@ -318,8 +319,21 @@ class SQLiteStore(SQLEventStore):
                 "SELECT i.query, c.doc_id FROM clicks c JOIN impressions i ON "
                 "i.id = c.impression_id"):
             count(query_key(query), doc_id, 1.0, 0.0)
-        conn.executemany(UPSERT_STATS, [(key, doc_id, clicks, exposure) for
-                                        (key, doc_id), (clicks, exposure) in counts.items()])
+        conn.executemany("INSERT INTO click_stats (query_key, doc_id, clicks, exposure) "
+                         "VALUES (?, ?, ?, ?) ON CONFLICT (query_key, doc_id) DO UPDATE SET "
+                         "clicks = click_stats.clicks + excluded.clicks, "
+                         "exposure = click_stats.exposure + excluded.exposure",
+                         [(key, doc_id, clicks, exposure) for
+                          (key, doc_id), (clicks, exposure) in counts.items()])
+
+    @staticmethod
+    def _migrate_from_4(conn: sqlite3.Connection) -> None:
+        """Schema 4 -> 5: when each click count last changed, for retention to forget the
+        queries searched no more; the counts there are count from now."""
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(click_stats)")}
+        if "updated" not in columns:  # (a store of schema 1 made the table anew)
+            conn.execute(f"ALTER TABLE click_stats ADD COLUMN updated REAL NOT NULL DEFAULT "
+                         f"{time.time()!r}")
 
     @staticmethod
     def _migrate_from_2(conn: sqlite3.Connection) -> None:

@@ -22,7 +22,7 @@ from reranker.stores.sql import SCHEMA_VERSION
 from reranker.stores.sqlite import SQLiteStore
 from tests.support import legacy_stores
 from tests.support.configs import ENGINE, PERCEPTRON, RANDOM, experiment_config, write_config
-from tests.support.servers import LiveServer, run_cli
+from tests.support.servers import LiveServer, run_cli, wait_until
 from tests.support.traffic import users_search
 
 # -- arms --------------------------------------------------------------------------------------
@@ -412,8 +412,10 @@ def test_the_guard_holds_a_losing_arm_and_promotes_a_winning_one(workdir, corpus
             and "--force" in refused.stderr
         assert server.get("/experiments").json()["promoted"] is None
         run_cli("promote", "-c", str(path), "random", "--force")
-        status = server.service.experiment_status()
-        assert status["promoted"] == "random" and status["held"] == []
+        # (the service reads the shared state again within Experiment.STATE_REFRESH)
+        wait_until(lambda: server.service.experiment_status()["promoted"] == "random",
+                   timeout=10.0)
+        assert server.service.experiment_status()["held"] == []
     finally:
         server.stop()
     # with the default guard, 200 pages are too few to promote the winner

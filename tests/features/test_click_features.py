@@ -221,7 +221,8 @@ def test_an_event_store_of_schema_1_is_migrated(tmp_path):
     # exactly: i0 and i1 showed c then a (ranking [2, 0, 1], two shown), weighted 1 and 1/log2(3)
     g2 = 1 / np.log2(3)
     with sqlite3.connect(path) as conn:
-        rows = {f"{q}|{d}": [c, e] for q, d, c, e in conn.execute("SELECT * FROM click_stats")}
+        rows = {f"{q}|{d}": [c, e] for q, d, c, e in conn.execute(
+            "SELECT query_key, doc_id, clicks, exposure FROM click_stats")}
     assert rows.keys() == {"tea kettle|c", "tea kettle|a", "*|c", "*|a", "*|"}
     for cell, (clicks, exposure) in {"tea kettle|c": (0, 2), "tea kettle|a": (1, 2 * g2),
                                      "*|c": (0, 2), "*|a": (1, 2 * g2),

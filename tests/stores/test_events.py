@@ -4,6 +4,7 @@
 breaks what it checks; and SQLite's own workings."""
 
 import contextlib
+import dataclasses
 import time
 
 import numpy as np
@@ -107,6 +108,12 @@ BROKEN = [
     ("check_closing_numbers_impressions_in_order", "closed_since",
      lambda self, cursor, limit, arms=None: SQLiteStore.closed_since(
          self, cursor, limit, arms)[::-1]),
+    ("check_a_lean_read_leaves_out_only_what_no_click_or_reward_needs", "closed_since_lean",
+     lambda self, cursor, limit, arms=None: [  # every page bare, clicked or not
+         dataclasses.replace(i, doc_ids=[], features=None, bare=True)
+         for i in SQLiteStore.closed_since(self, cursor, limit, arms)]),
+    ("check_retention_forgets_the_counts_of_queries_searched_no_more", "_forget_queries",
+     lambda self, before: 1),  # says it forgot one, and deletes nothing
     ("check_a_reward_is_replaced_while_open_and_frozen_after", "record_reward",
      lambda self, impression_id, value, now=None: SQLiteStore.record_reward(
          self, impression_id, value + 1.0, now)),

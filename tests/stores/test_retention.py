@@ -153,3 +153,49 @@ def test_reranker_prune_on_postgresql_explains_a_size_that_did_not_change(workdi
     now, before = map(float, re.search(r"takes ([\d.]+) MB on disk \(before: ([\d.]+) MB",
                                        result.stdout).groups())
     assert ("only VACUUM FULL" in result.stdout) == (now >= before), result.stdout
+
+
+def test_a_store_of_searches_of_new_queries_stays_the_same_size(store):
+    """Rounds of 50 pages, each of a query never searched before and clicked: retention
+    forgets the click counts of the queries of five rounds ago, so the counts stop growing
+    once it starts, where without it they would grow by a round's queries every round."""
+    rng = np.random.default_rng(3)
+    rows, ends = [], []
+    for t in range(16):
+        for i in range(50):
+            imp = impression(f"{t}-{i}", float(t), n=20, shown=10, arm="a",
+                             query=f"query {t} {i}")
+            imp.features = served_like(20, rng)
+            store.log_impression(imp)
+            store.record_click(imp.id, imp.shown_ids()[i % 10])
+        store.flush()
+        ends.append(time.time())
+        time.sleep(0.01)
+        store.close_impressions(t + 0.5)
+        if t >= 5:
+            done = store.retain(ends[t - 5], [Reader(("a",), store.last_closed_seq())])
+            assert done.forgotten == 50, done
+        rows.append(store_rows(store, "SELECT COUNT(*) FROM click_stats")[0][0])
+    per_round = (rows[4] - rows[0]) / 4
+    assert per_round >= 500 and max(rows[6:]) - rows[5] <= per_round * 0.1, rows
+    # the counts over all queries (of the ten documents every page showed) and the total stay
+    assert store_rows(store, "SELECT COUNT(*) FROM click_stats WHERE query_key = '*'")[0][0] \
+        == 11
+
+
+def test_a_store_of_schema_4_is_migrated_and_its_counts_age_from_then(open_store):
+    store = open_store()
+    store.log_impression(impression("i0", 1.0, query="tea"))
+    store.flush()
+    with store._write() as conn:  # the store as schema 4 left it
+        store._run(conn, "ALTER TABLE click_stats DROP COLUMN updated")
+        store._run(conn, "UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    store.close()
+    migrated_at = time.time()
+    store = open_store()
+    assert store_rows(store, "SELECT value FROM meta WHERE key = 'schema_version'") == [("5",)]
+    updated = [row[0] for row in store_rows(store, "SELECT updated FROM click_stats")]
+    assert updated and all(migrated_at - 1 <= value <= time.time() for value in updated)
+    assert store.retain(migrated_at - 60, [Reader(("a",), 0)]).forgotten == 0
+    assert store.retain(time.time() + 1, [Reader(("a",), 0)]).forgotten == 1
+    assert store.click_counts("tea", ["d4"])[0][0, :2].tolist() == [0.0, 0.0]

@@ -403,6 +403,25 @@ def test_with_no_other_writer_one_lookup_of_the_total_keeps_the_cells_past_the_t
     assert (len(calls), cache.checks) == (2, 2)
 
 
+def test_a_lone_writers_cells_are_read_again_once_retention_may_have_forgotten_them():
+    """With ``store.retention`` (``max_age``), a query's cells are kept at most as long:
+    retention may then have deleted them in the database, which the total does not tell."""
+    db = {("tea", "a"): (1.0, 4.0), (ALL_QUERIES, "a"): (1.0, 4.0),
+          (ALL_QUERIES, ALL_DOCS): (1.0, 4.0)}
+    now = [0.0]
+    cache = CountCache(60.0, clock=lambda: now[0], max_age=500.0)
+    read, calls = reader(cache, db)
+    read_total = total_reader(cache, db)
+    cache.counts("tea", ["a"], read, read_total)
+    now[0] = 400.0  # confirmed by the total, as without a maximum age
+    cache.counts("tea", ["a"], read, read_total)
+    assert len(calls) == 1
+    del db["tea", "a"]  # retention forgot the query (the total is as it was)
+    now[0] = 501.0
+    counts, _ = cache.counts("tea", ["a"], read, read_total)
+    assert counts.tolist() == [[0.0, 0.0, 1.0, 4.0]] and len(calls) == 2
+
+
 def test_a_query_read_before_another_processes_write_is_read_again_past_the_ttl():
     """The write is seen first by another query's read: the lookups of the total find it
     equal from then on, but the query read before the write lacks it, and is read again."""
