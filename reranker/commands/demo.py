@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -117,7 +116,7 @@ def run_demo(workdir: Path, *, searches: int = 1500, seed: int = 7,
 
     service = RerankerService(config, pm).open()
     app = create_app(service=service)
-    _, stop_trainer = start_trainer(service, config.trainer.interval)
+    trainer_thread, stop_trainer = start_trainer(service, config.trainer.interval)
     server = BackgroundServer(app, threads=config.server.threads)
     client = HttpClient(server.url)
     console.print(f"Serving on {client.base_url}; learner: {learner}.")
@@ -126,7 +125,12 @@ def run_demo(workdir: Path, *, searches: int = 1500, seed: int = 7,
         floor = _backend_order_ndcg(service, corpus)
         baseline = float(np.mean(list(floor.values())))
         checkpoints = _simulate_users(client, floor, corpus, searches, seed, console)
-        time.sleep(config.trainer.feedback_window + 2 * config.trainer.interval)
+        # the final figure is the model's once it has learned from every page (a busy
+        # machine's trainer may lag behind the simulated users): the background trainer
+        # stops, and one last pass applies what is left
+        stop_trainer.set()
+        trainer_thread.join()
+        service.trainer.run_once(close_all=True)
         final = _evaluate(client, corpus)
         final_version = service.model.version
         weights = _weights(service)

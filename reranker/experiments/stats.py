@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
-from scipy import stats as scipy_stats
 
 from reranker.core.renamed import renamed
 
@@ -156,11 +155,23 @@ def compare(outcomes: Sequence[int] | np.ndarray, *, alpha: float = 0.05,
         ties=ties,
         win_rate=wins / decided,
         interval=bootstrap_rate_interval(wins, decided, level=level, draws=draws, seed=seed),
-        p_value=float(scipy_stats.binomtest(wins, decided, 0.5).pvalue),
+        p_value=sign_test(wins, decided),
         always_valid_p=always_valid_p,
         significant=significant,
         winner=winner,
     )
+
+
+def sign_test(wins: int, n: int) -> float:
+    """The exact two-sided p-value of ``wins`` in ``n`` fair coin flips: under a rate of 1/2
+    the binomial distribution is symmetric, so the outcomes at most as likely as ``wins`` are
+    those at least as far from ``n / 2``, twice the tail below ``min(wins, n - wins)`` (1 at
+    the middle). What ``scipy.stats.binomtest(wins, n, 0.5).pvalue`` gives, from
+    ``scipy.special`` alone (``scipy.stats`` costs a serving process some 45 MB and 0.4 s
+    to import)."""
+    if n <= 0:
+        return 1.0
+    return float(min(1.0, 2.0 * special.bdtr(min(wins, n - wins), n, 0.5)))
 
 
 def bootstrap_rate_interval(wins: int, n: int, level: float = 0.95, draws: int = 2000,
@@ -191,7 +202,7 @@ def mean_confidence_bounds(values: np.ndarray, level: float = 0.95) -> tuple[flo
     mean = float(array.mean())
     if array.size < 2:
         return mean, mean
-    half = scipy_stats.norm.ppf((1 + level) / 2) * array.std(ddof=1) / math.sqrt(array.size)
+    half = special.ndtri((1 + level) / 2) * array.std(ddof=1) / math.sqrt(array.size)
     return mean - float(half), mean + float(half)
 
 
@@ -204,7 +215,7 @@ def difference_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95
         raise ValueError("the mean of no values is undefined")
     difference = float(a.mean() - b.mean())
     variance = sum(x.var(ddof=1) / x.size for x in (a, b) if x.size > 1)
-    half = float(scipy_stats.norm.ppf((1 + level) / 2) * math.sqrt(variance))
+    half = float(special.ndtri((1 + level) / 2) * math.sqrt(variance))
     return difference, difference - half, difference + half
 
 

@@ -18,6 +18,7 @@ from reranker.experiments.stats import (
     compare,
     impressions_to_significance,
     mean_confidence_bounds,
+    sign_test,
 )
 
 
@@ -196,3 +197,12 @@ def test_peeking_keeps_false_positives_below_alpha():
     upper = stats.binom.ppf(0.99, experiments, alpha)
     assert sequential <= upper
     assert naive > upper  # peeking at a fixed-horizon test inflates false positives
+
+
+def test_the_sign_test_is_scipys_exact_binomial_test():
+    for n in (1, 2, 3, 10, 11, 57, 400, 1001):
+        for wins in sorted({0, 1, n // 3, n // 2, (n + 1) // 2, n - 1, n}):
+            assert sign_test(wins, n) == pytest.approx(stats.binomtest(wins, n, 0.5).pvalue,
+                                                       rel=1e-9, abs=1e-300), (wins, n)
+    assert sign_test(0, 0) == 1.0
+

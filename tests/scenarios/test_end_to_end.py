@@ -54,7 +54,7 @@ def test_clicked_result_moves_up(tmp_path, corpus):
                 clicks += 1
         assert clicks >= 12
         out = run_cli("train", "-c", str(config), "--close-all").stdout
-        assert "saved model version 1" in out and f"{clicks} clicks" in out
+        assert "saved model version 1" in out and f"{clicks} clicks" in out, out  # (in full)
         after_page = server.post("/search", {"query": query}).json()
         assert after_page["model_version"] == 1
         after = ranks(after_page).get(target, 99)

@@ -284,3 +284,15 @@ def test_serve_on_a_busy_port_names_it(workdir, live):
     result = run_cli("serve", "-c", str(workdir / "config.yaml"), "--port", port, check=False)
     assert result.returncode != 0 and "server.port" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_serving_process_does_not_import_scipy_stats():
+    """scipy.stats (some 45 MB and 0.4 s) is for the tests and the reports of others."""
+    import subprocess
+    import sys
+
+    code = ("import sys, reranker.serving.service, reranker.api.app; "
+            "print('scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"
