@@ -72,6 +72,13 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
                            f"no version was saved")
             else:
                 click.echo(f"{prefix}nothing to train: no impression is closed and unapplied")
+    if report.balanced:
+        click.echo(f"{report.balanced} pages of frequent queries passed over by the query "
+                   f"balance (learner.query_balance: each query's pages learned from as if the "
+                   f"queries were searched equally often)")
+    if report.bounded:
+        click.echo(f"{report.bounded} pages passed over: their client's training budget was "
+                   f"spent (security.client_budget, address_budget, query_budget)")
     for why, count in report.uninformative.items():
         click.echo(f"{count} clicks taught nothing: {why} (POST /explain with an impression id "
                    f"says why for one page)")
