@@ -394,13 +394,12 @@ def import_folder(config_path: str | None, folder: str | None) -> None:
     kept), its arm.json, its pin and its next version number. Versions already in the
     database are left as they are, so running it twice copies nothing twice. The folder is
     only read; once the services of the config run on the database, it can be archived."""
-    import os
     from pathlib import Path
 
     from reranker.core.errors import ConfigError
     from reranker.models.arm_identity import ARM_FILE
     from reranker.models.database_store import ModelDatabase, model_place
-    from reranker.models.store import _NAME, NEXT_VERSION_FILE, PIN_FILE, ModelStore
+    from reranker.models.store import NEXT_VERSION_FILE, PIN_FILE, ModelStore
 
     config = load_config(config_path)
     place = model_place(config.store)
@@ -411,8 +410,8 @@ def import_folder(config_path: str | None, folder: str | None) -> None:
     root = Path(folder or config.store.models)
     if not root.is_dir():
         raise ConfigError(f"{root} is not a folder of models")
-    arms = sorted(child for child in root.iterdir()
-                  if child.is_dir() and any(map(_NAME.match, os.listdir(child))))
+    arms = [child for child in sorted(root.iterdir())
+            if child.is_dir() and ModelStore(root, child.name).versions()]
     if not arms:
         raise ConfigError(f"{root} holds no arm folder with model versions (model-*.json)")
     for child in arms:

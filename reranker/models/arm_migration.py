@@ -67,7 +67,7 @@ class FolderMigration:
         mine = self.spec.settings()
         if not isinstance(self.models, ModelStore):  # the database: its other arms
             return self._predecessor_in(self.models.database, mine)
-        others: list[tuple[float, Path, dict[str, Any]]] = []
+        others: list[tuple[Any, dict[str, Any]]] = []
         for other, settings, legacy in sibling_folders(self.models.dir.parent,
                                                        self.spec.learner):
             if settings is None:  # it may be this arm's: starting afresh would strand it
@@ -85,20 +85,14 @@ class FolderMigration:
                 if legacy:  # an earlier version's folder of this very arm
                     return "take over", other, settings
                 continue
-            store = ModelStore(other.parent, other.name)
-            saved = max((store.saved_at(v) or 0.0 for v in store.versions()), default=None)
-            if saved is not None:
-                others.append((saved, store, settings))
-        if not others:
-            return None
-        _, other, settings = max(others, key=lambda entry: entry[0])
-        return "carry", other, settings
+            others.append((ModelStore(other.parent, other.name), settings))
+        return newest_to_carry(others)
 
     def _predecessor_in(self, database, mine: dict[str, Any]
                         ) -> tuple[str, Any, dict[str, Any]] | None:
         """The arm of the database with the newest model of these settings under another
         feature set (its ``arm.json`` says what it is), to carry from; None when none."""
-        others = []
+        others: list[tuple[Any, dict[str, Any]]] = []
         for arm in database.arms():
             if arm == self.spec.id:
                 continue
@@ -111,13 +105,8 @@ class FolderMigration:
             if {**settings, "features": mine["features"]} != mine \
                     or settings["features"] == mine["features"]:
                 continue
-            saved = max((store.saved_at(v) or 0.0 for v in store.versions()), default=None)
-            if saved is not None:
-                others.append((saved, store, settings))
-        if not others:
-            return None
-        _, other, settings = max(others, key=lambda entry: entry[0])
-        return "carry", other, settings
+            others.append((store, settings))
+        return newest_to_carry(others)
 
     def _take_over(self, other: Path) -> None:
         folder = self.models.dir
@@ -164,6 +153,18 @@ class FolderMigration:
         log.warning("arm %r: the feature set changed (%s): its new model %s starts from the "
                     "weights of version %d on the %d features both share%s", self.spec.label,
                     change, self.spec.id, old.version, shared, kept)
+
+
+def newest_to_carry(candidates: list[tuple[Any, dict[str, Any]]]
+                    ) -> tuple[str, Any, dict[str, Any]] | None:
+    """``("carry", store, settings)`` for the candidate model store (with its arm settings)
+    whose newest version was saved last; None when none has a version."""
+    saved = [(max(store.saved_at(v) or 0.0 for v in versions), store, settings)
+             for store, settings in candidates if (versions := store.versions())]
+    if not saved:
+        return None
+    _, store, settings = max(saved, key=lambda entry: entry[0])
+    return "carry", store, settings
 
 
 def sibling_folders(root: Path, learner: str

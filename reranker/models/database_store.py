@@ -291,6 +291,14 @@ class DatabaseModelStore(SavedVersions):
                          (self.arm, name, text))
             self.database.changed(conn, self.arm)
 
+    def document(self, name: str) -> str:
+        """Where messages say the document ``name`` is."""
+        return f"{name} of {self.location}"
+
+    def document_stamp(self, name: str) -> int:
+        """Changes when any document of the arm is written (:meth:`stamp`)."""
+        return self.stamp()
+
     def _read_number(self, name: str) -> int | None:
         text = self.read_text(name)
         return None if text is None else parse_version_number(

@@ -31,7 +31,6 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,7 +38,7 @@ import numpy as np
 from reranker.core.errors import BadRequestError, ModelStoreError, NotFoundError, shorten
 from reranker.features.clicks import query_key
 from reranker.models.database_store import ModelDatabase
-from reranker.models.store import folder_lock, write_atomically
+from reranker.models.store import ModelStore
 
 log = logging.getLogger(__name__)
 
@@ -144,50 +143,25 @@ class Rule:
 
 
 class RuleBook:
-    """The rules' file of a model folder, or their document in the database of the models
-    (``store.model_store: database``): read, add, remove."""
+    """The rules' document among the models: ``rules.json`` in the model folder, or its row
+    in the database (``store.model_store: database``); read, add, remove."""
 
     def __init__(self, place: str | os.PathLike | ModelDatabase):
-        #: The rules' document among the models of the database (None: the folder's file).
-        self.documents = place.store("") if isinstance(place, ModelDatabase) else None
-        self.folder = None if self.documents is not None else Path(place)
-        self.path = f"{RULES_FILE} of {place.location}" if self.documents is not None \
-            else self.folder / RULES_FILE
-
-    def _text(self) -> str | None:
-        if self.documents is not None:
-            return self.documents.read_text(RULES_FILE)
-        try:
-            return self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-
-    def _lock(self):
-        if self.documents is not None:
-            return self.documents.lock(RULES_LOCK)
-        return folder_lock(self.folder, RULES_LOCK)
+        #: The configuration's own documents beside its arms' (the model store of no arm).
+        self.documents = place.store("") if isinstance(place, ModelDatabase) \
+            else ModelStore(place, "")
+        self.path = self.documents.document(RULES_FILE)  # (for messages)
 
     def stamp(self) -> object:
-        """Changes when the rules are written (the file's time and size; the database's
-        notifications); None when there is no file."""
-        if self.documents is not None:
-            return self.documents.stamp()
-        try:
-            stat = self.path.stat()
-        except OSError:
-            return None
-        return stat.st_mtime_ns, stat.st_size
+        """Changes when the rules are written."""
+        return self.documents.document_stamp(RULES_FILE)
 
     def read(self) -> list[Rule]:
         """The rules, oldest first; none when the file does not exist. A
         :class:`ModelStoreError` naming the file and what is wrong when it cannot be used."""
-        try:
-            text = self._text()
-            if text is None:
-                return []
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ModelStoreError(f"store.models: cannot read the query rules {self.path}: "
-                                  f"{exc}") from exc
+        text = self.documents.read_text(RULES_FILE)
+        if text is None:
+            return []
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or data.get("format") != RULES_FORMAT \
@@ -207,7 +181,7 @@ class RuleBook:
     def add(self, query: str, *, match: str = "is", pins: Iterable[tuple[str, int]] = (),
             hide: Iterable[str] = (), note: str = "") -> Rule:
         """Add a rule (numbered after every rule the file ever held) and write the file."""
-        with self._lock():
+        with self.documents.lock(RULES_LOCK):
             rules = self.read()
             number = max([_number(rule.id) for rule in rules] + [self._last_number()]) + 1
             rule = Rule(f"r{number}", query, match, tuple(pins), tuple(hide), note,
@@ -220,7 +194,7 @@ class RuleBook:
 
     def remove(self, rule_id: str) -> Rule:
         """Remove the rule ``rule_id`` and write the file."""
-        with self._lock():
+        with self.documents.lock(RULES_LOCK):
             rules = self.read()
             found = [rule for rule in rules if rule.id == rule_id]
             if not found:
@@ -233,17 +207,14 @@ class RuleBook:
     def _last_number(self) -> int:
         """The highest rule number the file recorded (ids are never used twice)."""
         try:
-            return int(json.loads(self._text() or "{}").get("last", 0))
-        except (OSError, ValueError, AttributeError, TypeError):
+            return int(json.loads(self.documents.read_text(RULES_FILE) or "{}").get("last", 0))
+        except (ModelStoreError, ValueError, AttributeError, TypeError):
             return 0
 
     def _write(self, rules: list[Rule], last: int) -> None:
         text = json.dumps({"format": RULES_FORMAT, "last": last,
                            "rules": [r.to_dict() for r in rules]}, indent=1) + "\n"
-        if self.documents is not None:
-            self.documents.write_text(RULES_FILE, text)
-        else:
-            write_atomically(self.folder, RULES_FILE, text)
+        self.documents.write_text(RULES_FILE, text)
 
 
 def _number(rule_id: str) -> int:

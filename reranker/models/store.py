@@ -142,6 +142,18 @@ class ModelStore(SavedVersions):
         """Replace the file ``name`` of the folder atomically."""
         write_atomically(self.dir, name, text)
 
+    def document(self, name: str) -> Path:
+        """The file ``name`` of the folder (where messages say a document is)."""
+        return self.dir / name
+
+    def document_stamp(self, name: str) -> tuple[int, int] | None:
+        """Changes when the file ``name`` is written (its time and size); None without it."""
+        try:
+            stat = (self.dir / name).stat()
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size
+
     def versions(self) -> list[int]:
         """Saved version numbers, oldest first."""
         try:
@@ -241,9 +253,10 @@ class ModelStore(SavedVersions):
         """Replace ``<folder>/<name>`` with ``text`` atomically and durably."""
         write_atomically(self.dir, name, text)
 
-    def lock(self) -> contextlib.AbstractContextManager[None]:
-        """Hold the folder's trainer lock: no trainer saves a version meanwhile."""
-        return folder_lock(self.dir, LOCK_FILE)
+    def lock(self, name: str = LOCK_FILE) -> contextlib.AbstractContextManager[None]:
+        """Hold the folder's trainer lock (no trainer saves a version meanwhile), or the
+        lock ``name``."""
+        return folder_lock(self.dir, name)
 
     # -- saving and loading -----------------------------------------------------------------
 

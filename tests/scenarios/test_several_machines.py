@@ -44,8 +44,8 @@ def served_version(server, query="tea kettle") -> int:
 
 
 def every_worker_serves(server, version, seconds=10.0) -> float:
-    """Seconds until twenty searches in a row (over both workers) are ranked by
-    ``version``; fails after ``seconds``."""
+    """Seconds until twenty searches in a row (each on a connection of its own, which
+    either worker may take) are ranked by ``version``; fails after ``seconds``."""
     started = time.monotonic()
     while True:
         if all(served_version(server) == version for _ in range(20)):
