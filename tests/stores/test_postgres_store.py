@@ -100,8 +100,10 @@ def test_a_blocked_or_restarted_database_answers_503_and_loses_nothing(workdir, 
             blocker.close()
         # every connection the service held is cut, as a server restart would
         with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                          "datname = current_database() AND pid <> pg_backend_pid()")
+            # (waiting up to 5 s for each session to end: without the wait, a session
+            # could end between the pool's check of its connection and the click's use)
+            admin.execute("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                          "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         assert live.post("/search", {"query": "tea"}).status_code == 200
         response = live.post("/click", {"impression_id": page["impression_id"], "doc_id": doc})
         assert response.status_code == 202 and not response.json()["duplicate"]
