@@ -128,12 +128,15 @@ def zipf_draws(n_queries: int, size: int, exponent: float, seed: int) -> np.ndar
     return np.random.default_rng(seed).choice(n_queries, size=size, p=weights / weights.sum())
 
 
-def settings_of(learner: str, index: Path, models: str = "models") -> dict:
+def settings_of(learner: str, index: Path, models: str = "models",
+                experiment: dict | None = None) -> dict:
     """The demo's configuration, its index shared by every case; the models in
-    ``models``."""
+    ``models``; with ``experiment``, that section (its arms serve instead of ``learner``)."""
     settings = demo_config(learner)
     settings["backend"]["path"] = str(index)
     settings["store"]["models"] = models
+    if experiment is not None:
+        settings["experiment"] = experiment
     return settings
 
 
@@ -170,12 +173,13 @@ def labeller(topic_of: dict[str, str]) -> Callable[[str, list[str]], np.ndarray]
 
 
 def build_store(learner: str, share: float, index: Path, folder: Path,
-                args: argparse.Namespace, tick: Callable[[int], None] | None = None) -> dict:
-    """Build the event store of ``learner`` with clicks on ``share`` of the pages in
-    ``folder`` (module docstring); what it holds."""
+                args: argparse.Namespace, tick: Callable[[int], None] | None = None,
+                experiment: dict | None = None) -> dict:
+    """Build the event store of ``learner`` (or of ``experiment``'s arms) with clicks on
+    ``share`` of the pages in ``folder`` (module docstring); what it holds."""
     tick = tick or _tick
     folder.mkdir()
-    settings = settings_of(learner, index)
+    settings = settings_of(learner, index, experiment=experiment)
     # (a learner's ranking over its time budget is answered in the backend's order, which
     # no learner learns from: the build's searches share the machine, and those of PDGD's
     # first model take 70 ms and more)
@@ -424,6 +428,18 @@ def build_all(cases: list[Case], index: Path, tmp: Path, args: argparse.Namespac
     return built
 
 
+def add_traffic_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the traffic a store is built from (:func:`build_store`)."""
+    parser.add_argument("--queries", type=int, default=10_000, help="distinct queries")
+    parser.add_argument("--searched", type=int, default=500,
+                        help="the most frequent queries, whose own pages are searched for")
+    parser.add_argument("--zipf", type=float, default=1.0, help="exponent of the query ranks")
+    parser.add_argument("--train-until", type=int, default=20_000,
+                        help="the service's trainer runs after 500, 1,000, 2,000... "
+                             "impressions of a build up to this many")
+    parser.add_argument("--seed", type=int, default=0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impressions", type=int, default=200_000, help="per event store")
@@ -432,20 +448,13 @@ def main() -> None:
     parser.add_argument("--shares", default="",
                         help="more click shares, for the first learner: 0,0.1,0.3,1")
     parser.add_argument("--learners", default="preference_perceptron,pdgd")
-    parser.add_argument("--queries", type=int, default=10_000, help="distinct queries")
-    parser.add_argument("--searched", type=int, default=500,
-                        help="the most frequent queries, whose own pages are searched for")
-    parser.add_argument("--zipf", type=float, default=1.0, help="exponent of the query ranks")
+    add_traffic_arguments(parser)
     parser.add_argument("--searches", type=int, default=3000,
                         help="searches timed for the baseline, per learner")
     parser.add_argument("--search-seconds", type=float, default=30.0,
                         help="CPU-seconds of those searches at most, per learner")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="stores built at once")
-    parser.add_argument("--train-until", type=int, default=20_000,
-                        help="the service's trainer runs after 500, 1,000, 2,000... "
-                             "impressions of a build up to this many")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     learners = args.learners.split(",")
     cases = [Case(learner, args.click_share) for learner in learners]

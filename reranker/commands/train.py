@@ -26,13 +26,17 @@ from reranker.commands.options import config_option
 @click.option("--follow", is_flag=True,
               help="Keep training every trainer.interval seconds until stopped (SIGTERM or "
                    "Ctrl-C), while this process leads the store's trainers.")
-def train(config_path: str | None, close_all: bool, follow: bool) -> None:
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes that apply an experiment's arms at once (the arms are dealt out "
+                   "between them; more than the arms or the cores gains nothing).")
+def train(config_path: str | None, close_all: bool, follow: bool, jobs: int) -> None:
     """Apply all pending feedback once and exit.
 
     Closes the impressions whose feedback window (trainer.feedback_window) has passed,
     applies every closed impression the model has not seen, and saves a new model version.
     Safe to run while `reranker serve` is running. With --follow, it is the trainer of
     services started with --no-trainer, on this machine or others sharing the store.
+    With --jobs N, an experiment's arms learn at once in N processes.
     """
     from reranker.models.trainer import Trainer, unsaved_note
     from reranker.stores import open_event_store
@@ -45,17 +49,21 @@ def train(config_path: str | None, close_all: bool, follow: bool) -> None:
         with warnings_held():  # (said once logging is set up as configured)
             config = load_config(config_path)
             configure_logging(config.server.log_format)
-        _follow(config)
+        _follow(config, jobs)
         return
     config = load_config(config_path)
     events = open_event_store(config)
+    trainer = None
     try:
         trainer = Trainer.from_config(config, events)
+        trainer.train_in_processes(config, jobs)
         report = trainer.run_once(close_all=close_all)
         trainer.last_error = "; ".join(report.errors.values()) or None
         trainer.record(report)  # (what the services' /healthz read of the store's trainer)
         stats = events.stats()
     finally:
+        if trainer is not None:
+            trainer.close()
         events.close()
     for error in report.model_errors:
         click.echo(f"warning: {error}", err=True)
@@ -158,7 +166,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-def _follow(config: Config) -> None:
+def _follow(config: Config, jobs: int = 1) -> None:
     """``reranker train --follow``: the leader-mode training loop until SIGTERM or SIGINT."""
     import threading
 
@@ -173,10 +181,16 @@ def _follow(config: Config) -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
+    trainer = None
     try:
         trainer = Trainer.from_config(config, events)
+        processes = trainer.train_in_processes(config, jobs,
+                                               log_format=config.server.log_format)
+        arms = f", {len(trainer.arms)} arms in {processes} processes" if processes > 1 else ""
         click.echo(f"reranker training from {events.location} every "
-                   f"{config.trainer.interval:g}s (Ctrl-C stops)")
+                   f"{config.trainer.interval:g}s{arms} (Ctrl-C stops)")
         trainer.run_forever(stop, config.trainer.interval, lead=True)
     finally:
+        if trainer is not None:
+            trainer.close()
         events.close()

@@ -435,6 +435,9 @@ class Section(Mapping):
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("configuration is immutable")
 
+    def __reduce__(self):  # (to a process of its own: built again from its values)
+        return type(self), (self._name, self._values)
+
     def __repr__(self) -> str:
         return f"Section({self._name!r}, {self._values!r})"
 

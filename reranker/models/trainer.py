@@ -38,6 +38,7 @@ from reranker.stores import EventStore, Reader, Retained
 from reranker.stores.events import Impression
 
 if TYPE_CHECKING:
+    from reranker.models.arm_processes import ArmProcesses
     from reranker.models.arms import Arm
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,9 @@ class Trainer:
         self.leading: bool | None = None
         #: Called after every pass that saved a version (the experiment's guard).
         self.after_pass: Callable[[TrainReport], None] | None = None
+        #: The processes that apply the arms' impressions, when they learn at once
+        #: (:meth:`train_in_processes`); None: this process applies them.
+        self.processes: ArmProcesses | None = None
 
     @property
     def models(self) -> ModelStore:
@@ -182,6 +186,20 @@ class Trainer:
         report = TrainReport()
         before = float("inf") if close_all else self.clock() - self.feedback_window
         report.closed = self.events.close_impressions(before)
+        if self.processes is not None:
+            self.processes.train(report)  # (each process its arms, at once)
+        else:
+            self.train_arms(report)
+        self.last_report = report
+        if report.version is not None:
+            self.last_saved_version = report.version
+        self.last_run = self.clock()
+        return report
+
+    def train_arms(self, report: TrainReport) -> None:
+        """Apply the closed impressions to every arm's model, one arm after the other, into
+        ``report``: an arm that fails is named in ``report.errors`` and the others train;
+        the event store's failure is every arm's, and is raised."""
         for arm in self.arms:
             try:
                 report.add(arm.label, self._train_arm(arm))
@@ -196,11 +214,27 @@ class Trainer:
                 if self._arm_errors.pop(arm.label, None) is not None:
                     log.info("arm %s (learner %s) trains again", arm.label,
                              arm.factory.learner_cls.name)
-        self.last_report = report
-        if report.version is not None:
-            self.last_saved_version = report.version
-        self.last_run = self.clock()
-        return report
+
+    def train_in_processes(self, config, jobs: int, *, log_format: str | None = None) -> int:
+        """Apply the arms' impressions in up to ``jobs`` processes of their own from now on,
+        the arms dealt out between them (:class:`reranker.models.arm_processes.ArmProcesses`):
+        arms are independent, so they learn at once on as many cores. This process still
+        closes impressions, keeps retention and records the status. Returns the number of
+        processes (1, and none started, with one arm or ``jobs`` 1)."""
+        from reranker.models.arm_processes import ArmProcesses, deal
+
+        groups = deal([arm.label for arm in self.arms], jobs)
+        if len(groups) > 1:
+            self.processes = ArmProcesses(
+                config, groups, log_format=log_format,
+                learners={arm.label: arm.factory.learner_cls.name for arm in self.arms})
+        return len(groups)
+
+    def close(self) -> None:
+        """End the processes of :meth:`train_in_processes` (after the pass they run)."""
+        if self.processes is not None:
+            self.processes.close()
+            self.processes = None
 
     def _arm_failed(self, arm: Arm, exc: Exception) -> str:
         """What failed in ``arm``'s training, logged with its traceback when it is new (a
