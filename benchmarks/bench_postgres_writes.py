@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from throwaway_postgres import postgres_databases
 
 from reranker.stores.conformance import impression
 from reranker.stores.postgres import PostgresStore
@@ -87,20 +87,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--postgres-dsn", default=os.environ.get("RERANKER_BENCH_POSTGRES_DSN"))
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-    from postgres_server import Databases, ThrowawayCluster, server_binaries
-
-    cluster = None
-    dsn = args.postgres_dsn
-    if not dsn:
-        binaries = server_binaries()
-        if binaries is None:
-            raise SystemExit("no PostgreSQL server: install Debian's postgresql or pass "
-                             "--postgres-dsn")
-        cluster = ThrowawayCluster(binaries, fsync=True)
-        dsn = cluster.dsn
-    databases = Databases(dsn)
-    try:
+    with postgres_databases(args.postgres_dsn) as databases:
         one, two = PostgresStore(databases.create()), PostgresStore(databases.create())
         postmaster = postmaster_pid(one)
         rng = np.random.default_rng(0)
@@ -153,13 +140,6 @@ def main() -> None:
               f"batch")
         one.close()
         two.close()
-    finally:
-        for name in list(databases.made):
-            from psycopg.conninfo import make_conninfo
-
-            databases.drop(make_conninfo(databases.dsn, dbname=name))
-        if cluster is not None:
-            cluster.stop()
 
 
 if __name__ == "__main__":
