@@ -168,9 +168,11 @@ def _duration(seconds: float) -> str:
 
 def _follow(config: Config, jobs: int = 1) -> None:
     """``reranker train --follow``: the leader-mode training loop until SIGTERM or SIGINT."""
+    import functools
     import threading
 
     from reranker.models.trainer import Trainer
+    from reranker.serving.monitoring import configure_logging
     from reranker.stores import open_event_store
 
     events = open_event_store(config)
@@ -184,8 +186,8 @@ def _follow(config: Config, jobs: int = 1) -> None:
     trainer = None
     try:
         trainer = Trainer.from_config(config, events)
-        processes = trainer.train_in_processes(config, jobs,
-                                               log_format=config.server.log_format)
+        processes = trainer.train_in_processes(
+            config, jobs, setup=functools.partial(configure_logging, config.server.log_format))
         arms = f", {len(trainer.arms)} arms in {processes} processes" if processes > 1 else ""
         click.echo(f"reranker training from {events.location} every "
                    f"{config.trainer.interval:g}s{arms} (Ctrl-C stops)")

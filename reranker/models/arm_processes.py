@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import signal
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING
@@ -44,11 +45,13 @@ class ArmProcesses:
     """One process per group of arm labels (module docstring)."""
 
     def __init__(self, config: Config, groups: list[list[str]], *,
-                 learners: dict[str, str] | None = None, log_format: str | None = None):
+                 learners: dict[str, str] | None = None,
+                 setup: Callable[[], None] | None = None):
         self.config = config
         self.learners = learners or {}  # by label: the learner's name, for the errors
         self.groups = [list(group) for group in groups]
-        self.log_format = log_format
+        #: Called first in each process (picklable: the logging set up as this process's)
+        self.setup = setup
         self._context = multiprocessing.get_context("spawn")
         self._executors: list[ProcessPoolExecutor | None] = [None] * len(self.groups)
         self._failures: dict[str, str] = {}  # by label: the last process failure logged
@@ -57,7 +60,7 @@ class ArmProcesses:
         if self._executors[k] is None:
             self._executors[k] = ProcessPoolExecutor(
                 1, mp_context=self._context, initializer=_start,
-                initargs=(self.config, self.groups[k], self.log_format))
+                initargs=(self.config, self.groups[k], self.setup))
         return self._executors[k]
 
     def train(self, report: TrainReport) -> None:
@@ -120,17 +123,15 @@ class ArmProcesses:
 _trainer: Trainer | None = None
 
 
-def _start(config: Config, labels: list[str], log_format: str | None) -> None:
+def _start(config: Config, labels: list[str], setup: Callable[[], None] | None) -> None:
     """A group's process: its arms, the event store, and a trainer of those arms alone."""
     global _trainer
     # The process that started it stops it, after the pass it runs (a signal to the whole
     # process group, as a terminal's Ctrl-C sends, must not cut a pass short).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if log_format is not None:
-        from reranker.serving.monitoring import configure_logging
-
-        configure_logging(log_format)
+    if setup is not None:
+        setup()
     from multiprocessing.util import Finalize
 
     from reranker.core.plugins import get_plugin_manager

@@ -215,18 +215,20 @@ class Trainer:
                     log.info("arm %s (learner %s) trains again", arm.label,
                              arm.factory.learner_cls.name)
 
-    def train_in_processes(self, config, jobs: int, *, log_format: str | None = None) -> int:
+    def train_in_processes(self, config, jobs: int, *,
+                           setup: Callable[[], None] | None = None) -> int:
         """Apply the arms' impressions in up to ``jobs`` processes of their own from now on,
         the arms dealt out between them (:class:`reranker.models.arm_processes.ArmProcesses`):
         arms are independent, so they learn at once on as many cores. This process still
         closes impressions, keeps retention and records the status. Returns the number of
-        processes (1, and none started, with one arm or ``jobs`` 1)."""
+        processes (1, and none started, with one arm or ``jobs`` 1). ``setup`` is called
+        first in each (a picklable callable: for example the logging set up as here)."""
         from reranker.models.arm_processes import ArmProcesses, deal
 
         groups = deal([arm.label for arm in self.arms], jobs)
         if len(groups) > 1:
             self.processes = ArmProcesses(
-                config, groups, log_format=log_format,
+                config, groups, setup=setup,
                 learners={arm.label: arm.factory.learner_cls.name for arm in self.arms})
         return len(groups)
 
