@@ -3,15 +3,13 @@ store (:mod:`reranker.evaluation.analytics`), as tables, CSV or JSON."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
-import sys
-from collections.abc import Iterator
 from typing import IO, Any
 
 import click
 
+from reranker.commands.console import output_file
 from reranker.commands.options import config_option
 from reranker.core.config import load_config
 
@@ -62,7 +60,7 @@ def analytics(config_path: str | None, days: float | None, top: int | None, arm:
         report = search_analytics(events, days, arms=arms, arm=arm, top=top).to_dict()
     finally:
         events.close()
-    with _output(out_path) as handle:
+    with output_file(out_path) as handle:
         if output == "json":
             handle.write(json.dumps(report, indent=1, allow_nan=False) + "\n")
         elif output == "csv":
@@ -73,22 +71,6 @@ def analytics(config_path: str | None, days: float | None, top: int | None, arm:
         click.echo(_nothing(report), err=True)
     if out_path:
         click.echo(f"written: {out_path}", err=True)
-
-
-@contextlib.contextmanager
-def _output(path: str | None) -> Iterator[IO[str]]:
-    """Standard output, or the file at ``path`` (a file that cannot be written: a message
-    naming it)."""
-    if path is None:
-        yield sys.stdout
-        return
-    try:
-        handle = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115 -- closed below
-    except OSError as exc:
-        raise click.BadParameter(f"{path} cannot be written: {exc.strerror or exc}",
-                                 param_hint="--out") from None
-    with handle:
-        yield handle
 
 
 def _nothing(report: dict[str, Any]) -> str:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
+from typing import IO
 
+import click
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -29,3 +32,19 @@ def progress_bar(label: str, total: int | None = None, console: Console | None =
     with Progress(*columns, console=console, transient=True, disable=disable) as progress:
         task = progress.add_task(label, total=total)
         yield lambda k=1: progress.advance(task, k)
+
+
+@contextlib.contextmanager
+def output_file(path: str | None) -> Iterator[IO[str]]:
+    """Standard output, or the file at ``path`` (a file that cannot be written: a message
+    naming it)."""
+    if path is None:
+        yield sys.stdout
+        return
+    try:
+        handle = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115 -- closed below
+    except OSError as exc:
+        raise click.BadParameter(f"{path} cannot be written: {exc.strerror or exc}",
+                                 param_hint="--out") from None
+    with handle:
+        yield handle

@@ -9,6 +9,7 @@ from reranker.commands.analytics import analytics
 from reranker.commands.evaluate import evaluate
 from reranker.commands.experiments import promote, report
 from reranker.commands.index import index
+from reranker.commands.judgments import judgments
 from reranker.commands.learners import learners
 from reranker.commands.models import models
 from reranker.commands.offline import demo, simulate
@@ -35,6 +36,7 @@ cli.add_command(prune)
 cli.add_command(report)
 cli.add_command(promote)
 cli.add_command(analytics)
+cli.add_command(judgments)
 cli.add_command(evaluate)
 cli.add_command(learners)
 cli.add_command(demo)

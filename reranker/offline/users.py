@@ -244,3 +244,23 @@ def make_user(spec: str, grades: int) -> SimulatedUser:
     except ValueError as exc:
         raise ValueError(f"click model {spec!r}: {exc}") from None
     raise ValueError(f"unknown click model {spec!r}; expected {USER_HELP}")
+
+
+def users_click_through(service, corpus, searches: int, click_model, rng: np.random.Generator
+                        ) -> dict[tuple[str, str], int]:
+    """``searches`` searches of ``corpus``'s queries (drawn at random) through ``service`` in
+    process, each from a session of its own, clicked by ``click_model`` on the corpus's
+    hidden labels; the label of each (normalised query, document) shown."""
+    from reranker.features.clicks import query_key
+
+    shown: dict[tuple[str, str], int] = {}
+    for t in range(searches):
+        query, topic = corpus.queries[rng.integers(len(corpus.queries))]
+        page = service.search(query, 10, session_id=f"s{t}")
+        ids = [hit["id"] for hit in page["hits"]]
+        labels = np.array([corpus.label(topic, doc) for doc in ids], dtype=np.intp)
+        for doc, label in zip(ids, labels, strict=True):
+            shown[(query_key(query), doc)] = int(label)
+        for j in np.flatnonzero(click_model.clicks(labels, rng)):
+            service.click(page["impression_id"], ids[j], session_id=f"s{t}")
+    return shown
