@@ -906,6 +906,35 @@ class ElasticsearchBackend(Backend):
         self._call(lambda: es.indices.refresh(index=self.index), f"refreshing {self.index!r}")
         return report
 
+    def write_records(self, records: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, int]:
+        """Index ``(index, document)`` records into the cluster in bulk (each index made as
+        the cluster makes an index on first write, with its own mappings where a plugin
+        made it first, as OpenSearch's UBI plugin does for ``ubi_queries`` and
+        ``ubi_events``); how many each index took. A record the cluster refuses is an
+        error naming its index and why."""
+        from elasticsearch import helpers
+
+        es = self.es
+        written: dict[str, int] = collections.Counter()
+
+        def run():
+            for ok, item in helpers.streaming_bulk(
+                    es, ({"_index": index, "_source": doc} for index, doc in records),
+                    chunk_size=500, raise_on_error=False, raise_on_exception=True,
+                    max_retries=2):
+                result = next(iter(item.values()))
+                if not ok:
+                    raise BackendError(f"the cluster refused a record for index "
+                                       f"{result.get('_index')!r}: "
+                                       f"{_item_error(result.get('error'))}")
+                written[result.get("_index")] += 1
+
+        self._call(run, "bulk-writing records")
+        for index in written:
+            self._call(lambda index=index: es.indices.refresh(index=index),
+                       f"refreshing {index!r}")
+        return dict(written)
+
     def index_exists(self) -> bool:
         es = self.es
         return bool(self._call(lambda: es.indices.exists(index=self.index),

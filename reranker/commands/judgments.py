@@ -13,7 +13,7 @@ from typing import IO
 import click
 
 from reranker.commands.console import output_file
-from reranker.commands.options import config_option
+from reranker.commands.options import config_option, window_options
 from reranker.core.config import load_config
 
 #: The formats, and whether each needs graded judgments (COEC's figures are not on a scale).
@@ -26,11 +26,7 @@ COLUMNS = ("query", "doc_id", "impressions", "clicks", "expected", "estimate", "
 
 @click.command()
 @config_option
-@click.option("--days", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Only the pages logged in the last DAYS days (default: every page the "
-                   "store keeps).")
-@click.option("--arm", "arm", metavar="LABEL", default=None,
-              help="Only the pages this arm showed alone (default: every page).")
+@window_options
 @click.option("--min-impressions", type=click.IntRange(min=1), default=10, show_default=True,
               help="Judge a document for a query once it was shown on this many pages.")
 @click.option("--confidence", type=click.FloatRange(0.5, 1.0, max_open=True), default=0.95,

@@ -17,6 +17,7 @@ from reranker.commands.options import CommandGroup
 from reranker.commands.rules import rules
 from reranker.commands.serve import serve
 from reranker.commands.train import prune, train
+from reranker.commands.ubi import ubi
 
 
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,6 +38,7 @@ cli.add_command(report)
 cli.add_command(promote)
 cli.add_command(analytics)
 cli.add_command(judgments)
+cli.add_command(ubi)
 cli.add_command(evaluate)
 cli.add_command(learners)
 cli.add_command(demo)

@@ -39,3 +39,14 @@ def wide_console() -> Console:
 
     console = Console()
     return Console(width=max(console.width, 160) if console.is_terminal else 1000)
+
+
+def window_options(func):
+    """``--days`` (None: every page the store keeps) and ``--arm`` (None: every page), for
+    the commands that read logged pages."""
+    func = click.option("--arm", "arm", metavar="LABEL", default=None,
+                        help="Only the pages this arm showed alone (default: every "
+                             "page).")(func)
+    return click.option("--days", type=click.FloatRange(min=0, min_open=True), default=None,
+                        help="Only the pages logged in the last DAYS days (default: every "
+                             "page the store keeps).")(func)

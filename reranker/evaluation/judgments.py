@@ -38,11 +38,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from reranker.features.clicks import PositionBias, query_key
+from reranker.stores.base import closed_pages
 from reranker.stores.events import Impression
 
 ESTIMATORS = ("debiased", "coec")
-#: Pages read from the event store at a time.
-BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -101,18 +100,11 @@ class ClickTally:
 
 def tally_pages(events, since: float = 0.0, arms: tuple[str, ...] | None = None
                 ) -> ClickTally:
-    """The closed pages logged at ``since`` or later (optionally of ``arms`` only), counted
-    (read :data:`BATCH` at a time)."""
+    """The closed pages logged at ``since`` or later (optionally of ``arms`` only), counted."""
     tally = ClickTally()
-    cursor = 0
-    while True:
-        batch = events.closed_since(cursor, BATCH, arms)
-        if not batch:
-            return tally
-        cursor = batch[-1].closed_seq
-        for imp in batch:
-            if imp.created >= since:
-                tally.add(imp)
+    for imp in closed_pages(events, since, arms):
+        tally.add(imp)
+    return tally
 
 
 def poisson_interval(clicks: int, expected: float, confidence: float) -> tuple[float, float]:

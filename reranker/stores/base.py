@@ -241,15 +241,9 @@ class ImpressionLog(abc.ABC):
         The default reads the closed impressions through :meth:`closed_since`, the only
         ones it can read by a cursor: pages still in their feedback window are left out
         (the SQL stores give them too, and read neither ids nor features)."""
-        cursor = 0
-        while True:
-            batch = self.closed_since(cursor, PAGE_BATCH, arms)
-            if not batch:
-                return
-            cursor = batch[-1].closed_seq
-            for imp in batch:
-                if imp.created >= since and (arms is None or imp.arm in arms):
-                    yield ServedPage.of(imp)
+        for imp in closed_pages(self, since, arms):
+            if arms is None or imp.arm in arms:
+                yield ServedPage.of(imp)
 
 
 class ClickCounts(abc.ABC):
@@ -445,3 +439,20 @@ class Leadership:
 
     def release(self) -> None:
         """Give it up (harmless twice)."""
+
+
+def closed_pages(log: ImpressionLog, since: float = 0.0, arms: tuple[str, ...] | None = None
+                 ) -> Iterator[Impression]:
+    """The closed impressions of ``log`` logged at ``since`` or later, in the order they
+    closed, with their clicks (as :meth:`ImpressionLog.closed_since` gives them, and with
+    ``arms`` the mixed lists too), read :data:`PAGE_BATCH` at a time: judgments, UBI
+    exports and analytics read a whole window so, never all of it in memory at once."""
+    cursor = 0
+    while True:
+        batch = log.closed_since(cursor, PAGE_BATCH, arms)
+        if not batch:
+            return
+        cursor = batch[-1].closed_seq
+        for imp in batch:
+            if imp.created >= since:
+                yield imp

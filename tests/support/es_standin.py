@@ -25,6 +25,7 @@ import json
 import re
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -699,7 +700,8 @@ class _Handler(BaseHTTPRequestHandler):
         for action, source in zip(lines[::2], lines[1::2], strict=True):
             op, meta = next(iter(action.items()))
             name = meta.get("_index", default_index)
-            doc_id = str(meta.get("_id"))
+            # (without an _id, the cluster makes one, as for UBI records)
+            doc_id = str(meta["_id"]) if "_id" in meta else uuid.uuid4().hex
             try:
                 if name not in self.standin.indices:  # auto-create, like Elasticsearch
                     self.standin.indices[name] = Index(name, {})

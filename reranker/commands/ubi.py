@@ -1,0 +1,84 @@
+"""``reranker ubi``: the event log in the User Behavior Insights schema
+(:mod:`reranker.evaluation.ubi`), as JSON lines or into the cluster's ``ubi_*`` indices."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from reranker.commands.options import config_option, window_options
+from reranker.core.config import load_config
+
+
+@click.group()
+def ubi() -> None:
+    """User Behavior Insights (UBI 1.3): the logged searches and clicks as UBI queries and
+    events."""
+
+
+@ubi.command("export")
+@config_option
+@window_options
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write ubi_queries.jsonl and ubi_events.jsonl into this folder (made if "
+                   "missing).")
+@click.option("--to-cluster", is_flag=True,
+              help="Index them into the search cluster's ubi_queries and ubi_events indices "
+                   "(the Elasticsearch backend's connection).")
+@click.option("--application", default="reranker", show_default=True,
+              help="The UBI application name of every record.")
+@click.option("--impression-events/--no-impression-events", default=True, show_default=True,
+              help="An 'impression' event per shown result besides the 'click' events (what "
+                   "the Search Relevance Workbench's click models count).")
+def export(config_path: str | None, days: float | None, arm: str | None,
+           out_dir: Path | None, to_cluster: bool, application: str,
+           impression_events: bool) -> None:
+    """Every closed page as a UBI query (its id, query, client, shown results in order, and
+    the arm, learner, model version and randomised pairs that served it), its clicks, and
+    each shown result, as UBI events with their ranks."""
+    from reranker.core.plugins import backend_class, get_plugin_manager
+    from reranker.evaluation.analytics import arm_names
+    from reranker.evaluation.ubi import EVENTS_INDEX, QUERIES_INDEX, ubi_records
+    from reranker.models.arms import arms_from_config
+    from reranker.stores import open_event_store
+
+    if (out_dir is None) == (not to_cluster):
+        raise click.UsageError("give one of --out-dir FOLDER and --to-cluster")
+    if len(application) > 100:
+        raise click.BadParameter("at most 100 characters (UBI's bound)",
+                                 param_hint="--application")
+    config = load_config(config_path)
+    pm = get_plugin_manager()
+    arms = arm_names(arms_from_config(config, pm), arm) if arm is not None else None
+    backend = None
+    if to_cluster:
+        backend = backend_class(pm, config.backend.type)(config)
+        if not hasattr(backend, "write_records"):
+            raise click.UsageError(f"backend.type {config.backend.type} has no cluster to "
+                                   f"write UBI indices into: use --out-dir")
+    since = time.time() - days * 86400.0 if days is not None else 0.0
+    events = open_event_store(config, pm, existing=True)
+    try:
+        records = ubi_records(events, since, arms, application=application,
+                              impressions=impression_events)
+        if backend is not None:
+            written = backend.write_records(records)
+        else:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            written = {QUERIES_INDEX: 0, EVENTS_INDEX: 0}
+            with open(out_dir / f"{QUERIES_INDEX}.jsonl", "w", encoding="utf-8") as queries, \
+                    open(out_dir / f"{EVENTS_INDEX}.jsonl", "w", encoding="utf-8") as others:
+                files = {QUERIES_INDEX: queries, EVENTS_INDEX: others}
+                for index, record in records:
+                    files[index].write(json.dumps(record, allow_nan=False) + "\n")
+                    written[index] += 1
+    finally:
+        events.close()
+        if backend is not None:
+            backend.close()
+    where = "the cluster" if to_cluster else str(out_dir)
+    click.echo(f"{written.get(QUERIES_INDEX, 0)} UBI queries and {written.get(EVENTS_INDEX, 0)} "
+               f"events written to {where}")
