@@ -243,6 +243,10 @@ class ElasticsearchBackend(Backend):
     """Candidates and features from an existing Elasticsearch index (``backend.index``)."""
 
     name = "elasticsearch"
+    #: The server's name in messages.
+    product = "Elasticsearch"
+    #: The oldest version that gives every hit its named queries' scores.
+    minimum_version = MINIMUM_VERSION
 
     def __init__(self, config):
         super().__init__(config)
@@ -385,7 +389,7 @@ class ElasticsearchBackend(Backend):
         number = str(info.get("version", {}).get("number", ""))
         match = re.match(r"(\d+)\.(\d+)", number)
         if not match:
-            raise BackendError(f"Elasticsearch at {self._where()} reports no version number")
+            raise BackendError(f"{self.product} at {self._where()} reports no version number")
         major, minor = int(match.group(1)), int(match.group(2))
         if (major, minor) < MINIMUM_VERSION:
             raise BackendError(f"Elasticsearch {number} at {self._where()} is too old: "
@@ -405,31 +409,60 @@ class ElasticsearchBackend(Backend):
     def _call(self, func: Callable[[], Any], what: str) -> Any:
         """Run a client call; unreachable or slow clusters become 503s, refusals name what
         the cluster said."""
-        from elasticsearch import ApiError, ConnectionError, ConnectionTimeout, TransportError
-
         try:
             response = func()
-        except ConnectionTimeout as exc:
-            raise BackendUnavailableError(f"Elasticsearch at {self._where()} did not answer "
-                                          f"within {self.timeout:g}s while {what}") from exc
-        except ConnectionError as exc:  # (what failed, without the client's host and port)
-            raise BackendUnavailableError(f"Elasticsearch at {self._where()} is unreachable "
-                                          f"while {what}: {_connection_failure(exc)}") from exc
-        except ApiError as exc:
-            reason = _error_reason(exc)
-            if exc.status_code in (429, 502, 503, 504):
-                raise BackendUnavailableError(f"Elasticsearch is unavailable while {what}: "
+        except Exception as exc:
+            kind, status, reason = self._failure(exc)
+            product = self.product
+            if kind == "timeout":
+                raise BackendUnavailableError(f"{product} at {self._where()} did not answer "
+                                              f"within {self.timeout:g}s while {what}") from exc
+            if kind == "unreachable":  # (what failed, without the client's host and port)
+                raise BackendUnavailableError(f"{product} at {self._where()} is unreachable "
+                                              f"while {what}: {reason}") from exc
+            if kind == "refused":
+                if status in (429, 502, 503, 504):
+                    raise BackendUnavailableError(f"{product} is unavailable while {what}: "
+                                                  f"{reason}") from exc
+                hint = ""
+                if status == 401:  # (which keys give the credentials)
+                    hint = ("; check the credentials that backend.api_key_env, or "
+                            "backend.username and backend.password_env, name")
+                raise BackendError(f"{product} refused {what}: {reason}{hint}",
+                                   status=502) from exc
+            if kind == "failed":
+                raise BackendUnavailableError(f"{product} failed while {what}: "
                                               f"{reason}") from exc
-            hint = ""
-            if exc.status_code == 401:  # (which keys give the credentials)
-                hint = ("; check the credentials that backend.api_key_env, or backend.username "
-                        "and backend.password_env, name")
-            raise BackendError(f"Elasticsearch refused {what}: {reason}{hint}",
-                               status=502) from exc
-        except TransportError as exc:
-            raise BackendUnavailableError(f"Elasticsearch failed while {what}: "
-                                          f"{_short(exc)}") from exc
+            raise
         return getattr(response, "body", response)
+
+    def _failure(self, exc: Exception) -> tuple[str | None, int | None, str]:
+        """What a client's exception says: ``timeout``, ``unreachable``, ``refused`` (an
+        answer with an error status), ``failed`` (the transport failed otherwise) or None
+        (not the client's); the HTTP status, and the reason in a few words."""
+        from elasticsearch import ApiError, ConnectionError, ConnectionTimeout, TransportError
+
+        if isinstance(exc, ConnectionTimeout):
+            return "timeout", None, ""
+        if isinstance(exc, ConnectionError):
+            return "unreachable", None, _connection_failure(exc)
+        if isinstance(exc, ApiError):
+            return "refused", exc.status_code, _error_reason(exc)
+        if isinstance(exc, TransportError):
+            return "failed", None, _short(exc)
+        return None, None, ""
+
+    def _not_found(self) -> type[Exception]:
+        """The client's exception for a 404 answer."""
+        from elasticsearch import NotFoundError
+
+        return NotFoundError
+
+    def _bulk(self):
+        """The client's bulk helpers, and the client they take."""
+        from elasticsearch import helpers
+
+        return helpers, self.es
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -457,9 +490,10 @@ class ElasticsearchBackend(Backend):
             self.search(PROBE_TEXT, 1)  # the whole request runs
         except BackendError as exc:
             if "include_named_queries_score" in exc.message:  # (a version not read: < 8.8)
-                raise BackendError(f"Elasticsearch at {self._where()} refused the per-hit "
+                raise BackendError(f"{self.product} at {self._where()} refused the per-hit "
                                    f"feature scores (include_named_queries_score): they need "
-                                   f"Elasticsearch 8.8 or later") from exc
+                                   f"{self.product} {'.'.join(map(str, self.minimum_version))} "
+                                   f"or later") from exc
             raise
 
     def _check_fields(self) -> None:
@@ -469,10 +503,9 @@ class ElasticsearchBackend(Backend):
         feature that is always 0. Read with the field capabilities API, which needs no more
         than the search itself (the ``read`` privilege) and answers for remote clusters
         too."""
-        from elasticsearch import NotFoundError
-
         from reranker.core.suggest import did_you_mean
 
+        NotFoundError = self._not_found()  # noqa: N806 -- the client's class
         es = self.es
 
         def field_caps():
@@ -484,7 +517,7 @@ class ElasticsearchBackend(Backend):
         answer = self._call(field_caps, f"reading the fields of {self.index!r}")
         if not answer or not answer.get("indices"):
             raise BackendError(f"backend.index: no index or alias {self.index!r} in "
-                               f"Elasticsearch at {self._where()}; check the name (an existing "
+                               f"{self.product} at {self._where()}; check the name (an existing "
                                f"index, alias or pattern), or run `reranker index` to create it")
         types = {field: sorted(kinds) for field, kinds in (answer.get("fields") or {}).items()
                  if not any(caps.get("metadata_field") for caps in kinds.values())}
@@ -530,7 +563,7 @@ class ElasticsearchBackend(Backend):
                          for prefix in _prefixes(f) if "nested" in types.get(prefix, ())})
         if nested:
             raise BackendError(f"{nested[0]!r} is inside a nested field of {self.index!r}: "
-                               f"its values are separate documents to Elasticsearch, which "
+                               f"its values are separate documents to {self.product}, which "
                                f"neither _source features nor filters read; copy it to the "
                                f"document itself (or use feature_queries with a nested query)")
 
@@ -546,7 +579,7 @@ class ElasticsearchBackend(Backend):
         backend = self.config.backend
         store = f"_ltr/{backend.ltr_store}" if backend.ltr_store else "_ltr"
         path = f"/{store}/_featureset/{backend.ltr_featureset}"
-        from elasticsearch import NotFoundError
+        NotFoundError = self._not_found()  # noqa: N806 -- the client's class
 
         def read():
             try:
@@ -685,7 +718,7 @@ class ElasticsearchBackend(Backend):
             else:
                 matched = hit.get("matched_queries") or {}
                 if isinstance(matched, list):
-                    raise BackendError("Elasticsearch answered matched_queries as a list: the "
+                    raise BackendError(f"{self.product} answered matched_queries as a list: the "
                                        "server does not support include_named_queries_score")
                 values = matched
                 scores[i] = float(matched.get("backend_score", scores[i]))
@@ -751,8 +784,8 @@ class ElasticsearchBackend(Backend):
                 if isinstance(cause, dict) else f": {cause}"
         what = (f"{failed} of {shards.get('total', '?')} shards failed" if failed
                 else "the search timed out")
-        log.warning("Elasticsearch answered a search of %r in part (%s%s); the hits the "
-                    "other shards found are served", self.index, what, reason)
+        log.warning("%s answered a search of %r in part (%s%s); the hits the "
+                    "other shards found are served", self.product, self.index, what, reason)
 
     def read_sources(self, hits: Sequence[dict[str, Any]],
                      deadline: float | None = None) -> list[dict[str, Any]]:
@@ -768,7 +801,7 @@ class ElasticsearchBackend(Backend):
         ids = list(dict.fromkeys(str(hit["_id"]) for hit in hits))
         timeout = self.timeout if deadline is None else deadline - time.monotonic()
         if timeout <= 0:
-            raise BackendUnavailableError(f"Elasticsearch at {self._where()} did not answer "
+            raise BackendUnavailableError(f"{self.product} at {self._where()} did not answer "
                                           f"within {self.timeout:g}s while reading the shown "
                                           f"documents")
         es = self._with_timeout(timeout)
@@ -832,8 +865,7 @@ class ElasticsearchBackend(Backend):
     def index_documents(self, documents: Iterable[tuple[str, dict[str, Any]]], *,
                         recreate: bool = False,
                         progress: Callable[[int], None] | None = None) -> IndexReport:
-        from elasticsearch import helpers
-
+        helpers, bulk_client = self._bulk()
         es = self.es
         exists = bool(self._call(lambda: es.indices.exists(index=self.index),
                                  f"checking index {self.index!r}"))
@@ -871,7 +903,7 @@ class ElasticsearchBackend(Backend):
 
         def run():
             pending = 0
-            for ok, item in helpers.streaming_bulk(es, actions(), chunk_size=500,
+            for ok, item in helpers.streaming_bulk(bulk_client, actions(), chunk_size=500,
                                                    raise_on_error=False,
                                                    raise_on_exception=True, max_retries=2):
                 result = next(iter(item.values()))
@@ -912,14 +944,13 @@ class ElasticsearchBackend(Backend):
         made it first, as OpenSearch's UBI plugin does for ``ubi_queries`` and
         ``ubi_events``); how many each index took. A record the cluster refuses is an
         error naming its index and why."""
-        from elasticsearch import helpers
-
+        helpers, bulk_client = self._bulk()
         es = self.es
         written: dict[str, int] = collections.Counter()
 
         def run():
             for ok, item in helpers.streaming_bulk(
-                    es, ({"_index": index, "_source": doc} for index, doc in records),
+                    bulk_client, ({"_index": index, "_source": doc} for index, doc in records),
                     chunk_size=500, raise_on_error=False, raise_on_exception=True,
                     max_retries=2):
                 result = next(iter(item.values()))
