@@ -318,22 +318,32 @@ class ElasticsearchBackend(Backend):
             kwargs["cloud_id"] = backend.cloud_id
         else:
             kwargs["hosts"] = list(backend.hosts)
-        if backend.ca_certs:
-            if not os.path.isfile(backend.ca_certs):
-                raise BackendError(f"backend.ca_certs: {backend.ca_certs} does not exist")
-            kwargs["ca_certs"] = backend.ca_certs
+        kwargs.update(self._tls())
         if backend.api_key_env:
             kwargs["api_key"] = _secret(backend.api_key_env, "backend.api_key_env")
         if backend.username:
-            if not backend.password_env:
-                raise BackendError("backend.username is set but backend.password_env (the "
-                                   "environment variable with the password) is not")
-            kwargs["basic_auth"] = (backend.username,
-                                    _secret(backend.password_env, "backend.password_env"))
+            kwargs["basic_auth"] = self._user_and_password()
         try:
             return _client_class()(**kwargs)
         except (ValueError, TypeError) as exc:
             raise BackendError(f"backend.hosts/backend.cloud_id: {exc}") from exc
+
+    def _tls(self) -> dict[str, Any]:
+        """The client's certificate authority, when ``backend.ca_certs`` names one."""
+        path = self.config.backend.ca_certs
+        if not path:
+            return {}
+        if not os.path.isfile(path):
+            raise BackendError(f"backend.ca_certs: {path} does not exist")
+        return {"ca_certs": path}
+
+    def _user_and_password(self) -> tuple[str, str]:
+        """``backend.username`` with the password from ``backend.password_env``."""
+        backend = self.config.backend
+        if not backend.password_env:
+            raise BackendError("backend.username is set but backend.password_env (the "
+                               "environment variable with the password) is not")
+        return backend.username, _secret(backend.password_env, "backend.password_env")
 
     @property
     def es(self):

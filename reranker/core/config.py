@@ -73,7 +73,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                  "the most recently shown first, so that a result shown "
                                  "again is not read and decompressed from the index again; "
                                  "0 keeps none.", minimum=0.0),
-        # -- elasticsearch --
+        # -- elasticsearch and opensearch --
         "index": Key("str", None, "Elasticsearch index or alias to search.", nullable=True),
         "hosts": Key("list[str]", ["http://localhost:9200"], "Elasticsearch node URLs."),
         "cloud_id": Key("str", None, "Elastic Cloud id (instead of hosts).", nullable=True),
@@ -82,6 +82,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "username": Key("str", None, "User for basic authentication.", nullable=True),
         "password_env": Key("str", None, "Environment variable that holds the password.",
                             nullable=True),
+        "aws_region": Key("str", None, "OpenSearch backend: sign requests with AWS Signature "
+                          "Version 4 for this region (Amazon OpenSearch Service or "
+                          "Serverless; credentials from the AWS SDK's chain, needs boto3).",
+                          nullable=True),
+        "aws_service": Key("str", "es", "OpenSearch backend with backend.aws_region: 'es' "
+                           "(Amazon OpenSearch Service) or 'aoss' (Serverless).",
+                           choices=("es", "aoss")),
         "verify_certs": Key("bool", True, "Verify the cluster's TLS certificate."),
         "ca_certs": Key("str", None, "CA bundle file for TLS verification.", nullable=True,
                         path=True),

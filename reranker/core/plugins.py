@@ -14,6 +14,7 @@ from reranker.core.errors import ConfigError
 DEFAULT_PLUGINS = (
     "reranker.backends.embedded",
     "reranker.backends.elasticsearch",
+    "reranker.backends.opensearch",
     "reranker.backends.application",
     "reranker.stores.sqlite",
     "reranker.stores.postgres",

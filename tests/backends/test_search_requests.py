@@ -13,7 +13,7 @@ from tests.support.configs import write_config, write_docs
 from tests.support.es_scenarios import unique_index
 from tests.support.es_standin import Standin
 from tests.support.servers import LiveServer, run_cli
-from tests.support.shop import FILTER_FIELDS, index_in_process, shop
+from tests.support.shop import FILTER_FIELDS, index_in_process, remote_standin, shop
 
 
 def passes(product: dict, clauses: list[dict]) -> bool:
@@ -272,7 +272,7 @@ BOOKS = [{"id": f"b{i}", "title": f"book {i}", "body": "a book about tea",
                                         "2012-03-04T10:30:00Z", "2020-12-31", "2024-02-29"])]
 
 
-@pytest.fixture(params=["embedded", "elasticsearch"])
+@pytest.fixture(params=["embedded", "elasticsearch", "opensearch"])
 def book_server(request, tmp_path):
     """The books on either backend, their publication date a filter field whose type
     neither is told: the embedded engine infers a date from the ISO 8601 text, and
@@ -284,8 +284,8 @@ def book_server(request, tmp_path):
         path = write_config(tmp_path, backend={"type": "embedded", "path": "index", **backend},
                             **sections)
     else:
-        standin = Standin("8.15.1")
-        path = write_config(tmp_path, backend={"type": "elasticsearch", "hosts": [standin.url],
+        standin = remote_standin(request.param)
+        path = write_config(tmp_path, backend={"type": request.param, "hosts": [standin.url],
                                                "index": unique_index(), **backend}, **sections)
     indexed = index_in_process(path, write_docs(tmp_path, BOOKS))
     server = LiveServer(path)

@@ -28,7 +28,7 @@ from tests.support.servers import run_cli
 
 #: How often users click a result they look at, by its hidden label (0, 1, 2).
 ATTRACTION = (0.05, 0.5, 0.95)
-SEARCHES = 1200
+SEARCHES = 2000
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +57,13 @@ def test_the_judgments_order_documents_like_the_truth_better_than_coec(clicked):
     _, truth, tally, bias = clicked
     theta = bias.weights(5)
     assert np.allclose(theta, 1 / np.arange(1, 6), atol=0.1), theta  # from the pairs
+    # (the pages' random pairs vary from run to run: over runs of 3,000 searches the
+    # difference below was 0.067 +- 0.004, docs/results/judgments.md)
     ours = list(judgments(tally, bias, min_impressions=5))
     coec = list(judgments(tally, bias, estimator="coec", min_impressions=5))
     assert len(ours) == len(coec) > 300
     tau, tau_coec = kendall_tau_by_query(ours, truth), kendall_tau_by_query(coec, truth)
-    assert tau > 0.55 and tau > tau_coec + 0.01, (tau, tau_coec)
+    assert tau > 0.6 and tau > tau_coec, (tau, tau_coec)
 
 
 def test_the_intervals_hold_the_truth(clicked):

@@ -1,8 +1,11 @@
 """Scenarios run against an Elasticsearch server: the stand-in (test_es_backend.py) or a real
-cluster when RERANKER_TEST_ES_URL is set (test_elasticsearch_real.py)."""
+cluster when RERANKER_TEST_ES_URL is set (test_real_clusters.py); and the same against
+OpenSearch (``backend.type: opensearch``, :func:`backend_type`): the stand-in in its
+OpenSearch mode (test_opensearch_backend.py) or RERANKER_TEST_OPENSEARCH_URL."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import numpy as np
@@ -16,10 +19,24 @@ from reranker.serving.service import RerankerService
 from tests.support.configs import write_config, write_docs
 from tests.support.servers import ServeProcess, run_cli, wait_until
 
+#: The backend.type the scenarios configure (:func:`backend_type`).
+BACKEND = {"type": "elasticsearch"}
+
+
+@contextlib.contextmanager
+def backend_type(kind: str):
+    """Run the scenarios in the block with ``backend.type: kind``."""
+    before, BACKEND["type"] = BACKEND["type"], kind
+    try:
+        yield
+    finally:
+        BACKEND["type"] = before
+
 
 def es_config(folder, url, index, sections=None, **backend):
-    return write_config(folder, backend={"type": "elasticsearch", "hosts": [url], "index": index,
-                                         "request_timeout": 5.0, **backend}, **(sections or {}))
+    return write_config(folder, backend={"type": BACKEND["type"], "hosts": [url],
+                                         "index": index, "request_timeout": 5.0, **backend},
+                        **(sections or {}))
 
 
 def backend_for(path):
@@ -255,7 +272,8 @@ def scenario_clicked_result_moves_up(tmp_path, url, corpus):
         after = {h["id"]: h["rank"] for h in after_page["hits"]}.get(target, 99)
         assert after < before, (before, after)
         health = requests.get(server.url + "/healthz", timeout=10).json()
-        assert health["backend"]["type"] == "elasticsearch" and health["backend"]["status"] == "ok"
+        assert health["backend"]["type"] == BACKEND["type"]
+        assert health["backend"]["status"] == "ok"
     finally:
         server.stop()
 

@@ -16,6 +16,11 @@ BM25 scores:
   ``_validate/query``; stored scripts; the plugin's feature sets;
 * errors in Elasticsearch's JSON format; and faults to inject: a delay, a dropped
   connection, an error status.
+
+With ``distribution="opensearch"`` it answers as OpenSearch 2.x or 3.x does: ``GET /`` says
+``"distribution": "opensearch"``, no ``X-Elastic-Product`` header, the Elasticsearch
+client's ``vnd.elasticsearch`` media types are refused (406), and named-query scores need
+2.13 or later.
 """
 
 from __future__ import annotations
@@ -152,8 +157,9 @@ class Index:
 class Standin:
     """The stand-in server; ``url`` is where it listens."""
 
-    def __init__(self, version: str = "8.15.1"):
+    def __init__(self, version: str = "8.15.1", distribution: str = "elasticsearch"):
         self.version = version
+        self.distribution = distribution
         self.indices: dict[str, Index] = {}
         self.aliases: dict[str, str] = {}
         self.scripts: dict[str, dict[str, Any]] = {}
@@ -184,6 +190,10 @@ class Standin:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    @property
+    def opensearch(self) -> bool:
+        return self.distribution == "opensearch"
 
     @property
     def major(self) -> int:
@@ -557,6 +567,13 @@ class _Handler(BaseHTTPRequestHandler):
             standin.serving_seconds += time.perf_counter() - started
 
     def _check_compatibility(self) -> None:
+        if self.standin.opensearch:
+            for header in ("Accept", "Content-Type"):
+                value = self.headers.get(header) or ""
+                if "vnd.elasticsearch" in value:
+                    raise ApiError(406, "media_type_header_exception",
+                                   f"{header} header [{value}] is not supported")
+            return
         versions = set()
         for header in ("Accept", "Content-Type"):
             match = re.search(r"compatible-with=(\d+)", self.headers.get(header) or "")
@@ -575,7 +592,8 @@ class _Handler(BaseHTTPRequestHandler):
         if method != "HEAD":
             self.standin.answered_bytes += len(data)
         self.send_response(status)
-        self.send_header("X-Elastic-Product", "Elasticsearch")
+        if not self.standin.opensearch:
+            self.send_header("X-Elastic-Product", "Elasticsearch")
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -588,6 +606,13 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw) if raw and not parts[-1] == "_bulk" else {}
         if parts == [""]:
             self._refuse("info", "cluster:monitor/main")
+            if standin.opensearch:
+                return 200, {"name": "standin", "cluster_name": "reranker-tests",
+                             "version": {"distribution": "opensearch",
+                                         "number": standin.version,
+                                         "build_type": "tar", "lucene_version": "9.12.0",
+                                         "minimum_wire_compatibility_version": "7.10.0"},
+                             "tagline": "The OpenSearch Project: https://opensearch.org/"}
             return 200, {"name": "standin", "cluster_name": "reranker-tests",
                          "version": {"number": standin.version, "build_flavor": "default",
                                      "lucene_version": "9.12.0"},
@@ -666,7 +691,8 @@ class _Handler(BaseHTTPRequestHandler):
         if action == "_search":
             self._faults("ids" if "ids" in body.get("query", {}) else "other")
             if "include_named_queries_score" in params and \
-                    tuple(int(x) for x in standin.version.split(".")[:2]) < (8, 8):
+                    tuple(int(x) for x in standin.version.split(".")[:2]) < (
+                        (2, 13) if standin.opensearch else (8, 8)):
                 raise ApiError(400, "illegal_argument_exception",
                                f"request [/{'/'.join(parts)}] contains unrecognized parameter: "
                                f"[include_named_queries_score]")

@@ -33,7 +33,17 @@ def shop(n: int = 90, seed: int = 3) -> list[dict]:
     return products
 
 
-@pytest.fixture(params=["embedded", "elasticsearch"])
+#: The remote backends' stand-ins: Elasticsearch 8.x, and OpenSearch.
+REMOTE = {"elasticsearch": ("8.15.1", "elasticsearch"), "opensearch": ("2.19.1", "opensearch")}
+
+
+def remote_standin(kind: str) -> Standin:
+    """The stand-in that answers as backend.type ``kind``'s server."""
+    version, distribution = REMOTE[kind]
+    return Standin(version, distribution=distribution)
+
+
+@pytest.fixture(params=["embedded", "elasticsearch", "opensearch"])
 def shop_server(request, tmp_path):
     products = shop()
     sections = {"features": {"numeric_fields": ["price", "popularity"]},
@@ -44,8 +54,8 @@ def shop_server(request, tmp_path):
                                                "fields": ["title", "body"],
                                                "filter_fields": FILTER_FIELDS}, **sections)
     else:
-        standin = Standin("8.15.1")
-        path = write_config(tmp_path, backend={"type": "elasticsearch", "hosts": [standin.url],
+        standin = remote_standin(request.param)
+        path = write_config(tmp_path, backend={"type": request.param, "hosts": [standin.url],
                                                "index": unique_index(), "request_timeout": 5.0,
                                                "fields": ["title", "body"],
                                                "filter_fields": FILTER_FIELDS}, **sections)
