@@ -82,3 +82,51 @@ def export(config_path: str | None, days: float | None, arm: str | None,
     where = "the cluster" if to_cluster else str(out_dir)
     click.echo(f"{written.get(QUERIES_INDEX, 0)} UBI queries and {written.get(EVENTS_INDEX, 0)} "
                f"events written to {where}")
+
+
+@ubi.command("import")
+@config_option
+@click.argument("queries", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("events", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--actions", default="click,click_through", show_default=True,
+              help="The event actions counted as clicks (comma-separated; add_to_cart or "
+                   "purchase too, if those are what your site calls a success).")
+def import_(config_path: str | None, queries: Path, events: Path, actions: str) -> None:
+    """Log UBI queries (JSON lines, one per search, with query_response_hit_ids) and their
+    click events (JSON lines) into the event store as pages with clicks: they count in the
+    click features (each query's clicks refine its ranking once they judge a result, as the
+    service's own pages do), search analytics and judgments. No learner updates its model
+    from them: without randomised pairs their clicks would teach the position bias.
+    Queries imported before are skipped. Export them from OpenSearch with any tool that
+    writes an index as JSON lines (the _source of each document per line)."""
+    from reranker.core.plugins import get_plugin_manager
+    from reranker.evaluation.ubi import import_ubi, json_lines
+    from reranker.features.extraction import FeatureSpec
+    from reranker.stores import open_event_store
+
+    wanted = tuple(a.strip() for a in actions.split(",") if a.strip())
+    if not wanted:
+        raise click.BadParameter("name at least one action", param_hint="--actions")
+    config = load_config(config_path)
+    names = FeatureSpec.from_config(config).names
+    store = open_event_store(config, get_plugin_manager())
+    try:
+        report = import_ubi(store, json_lines(queries), json_lines(events), names,
+                            actions=wanted)
+    finally:
+        store.close()
+    for problem in report.bad[:10]:
+        click.echo(f"skipped: {problem}", err=True)
+    if len(report.bad) > 10:
+        click.echo(f"skipped {len(report.bad) - 10} more records that are not UBI", err=True)
+    click.echo(f"imported {report.pages} UBI queries as pages with {report.clicks} clicks "
+               f"({', '.join(wanted)}); no learner updates from them (no randomised pairs)")
+    notes = [(report.known, "queries imported before"),
+             (report.no_results, "queries without results"),
+             (report.not_shown, "click events on a result the query did not show (or not "
+                                "at the rank it was shown)"),
+             (report.orphans, "click events of a query not in the queries file"),
+             (report.refused, "clicks the store refused (their page already closed)")]
+    for count, what in notes:
+        if count:
+            click.echo(f"skipped {count} {what}", err=True)

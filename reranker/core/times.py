@@ -44,10 +44,11 @@ def iso_text(millis: float) -> str:
                             ).replace("+00:00", "Z")
 
 
-def parse_time(value: str, where: str) -> float:
-    """An ISO 8601 date and time as a Unix time (UTC when it gives no offset)."""
+def parse_time(value: str, where: str, error: type[Exception] = ConfigError) -> float:
+    """An ISO 8601 date and time as a Unix time (UTC when it gives no offset); else
+    ``error`` naming ``where``."""
     moment = iso_moment(value)
     if moment is None:
-        raise ConfigError(f"{where} must be an ISO 8601 date and time such as "
-                          f"2026-12-01T09:00:00Z, got {value!r}")
+        raise error(f"{where} must be an ISO 8601 date and time such as "
+                    f"2026-12-01T09:00:00Z, got {value!r}")
     return moment.timestamp()

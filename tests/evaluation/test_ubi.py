@@ -107,3 +107,43 @@ def test_export_says_what_it_needs(workdir, logged):
     assert both.returncode == 2 and "--out-dir FOLDER and --to-cluster" in both.stderr
     embedded = run_cli("ubi", "export", "-c", config, "--to-cluster", check=False)
     assert embedded.returncode == 2 and "use --out-dir" in embedded.stderr
+
+
+def test_ubi_a_site_collected_counts_in_clicks_and_teaches_no_learner(workdir, logged,
+                                                                       tmp_path):
+    """Export, then import into a new store: the pages and clicks are there once (also
+    after a second import), the clicks count in the click features, and training learns
+    nothing from them."""
+    run_cli("ubi", "export", "-c", str(workdir / "config.yaml"), "--out-dir",
+            str(tmp_path / "ubi"))
+    queries, events = tmp_path / "ubi" / "ubi_queries.jsonl", tmp_path / "ubi" / "ubi_events.jsonl"
+    with events.open("a", encoding="utf-8") as handle:  # what a site's log also holds
+        handle.write('{"action_name": "click", "query_id": "gone", "timestamp": '
+                     '"2026-01-01T00:00:00Z", "event_attributes": {"object": {"object_id": '
+                     '"d1"}, "position": {"ordinal": 1}}}\n')
+        handle.write("not json\n")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "index").symlink_to(workdir / "index")
+    path = write_config(fresh)
+    result = run_cli("ubi", "import", "-c", str(path), str(queries), str(events))
+    clicks = sum(len(ranks) for _, ranks, _ in logged.values())
+    assert f"imported 6 UBI queries as pages with {clicks} clicks" in result.stdout
+    assert "1 click events of a query not in the queries file" in result.stderr
+    assert "ubi_events.jsonl, line" in result.stderr and "not a UBI event" in result.stderr
+    again = run_cli("ubi", "import", "-c", str(path), str(queries), str(events))
+    assert "imported 0 UBI queries" in again.stdout
+    assert "skipped 6 queries imported before" in again.stderr
+    service = RerankerService(load_config(path)).open()
+    try:
+        for impression_id, (shown, ranks, query) in logged.items():
+            page = service.events.get_impression(f"ubi:{impression_id}")
+            assert page.shown_ids() == shown and page.query == query and page.arm is None
+            assert sorted(page.clicked) == sorted(shown[r - 1] for r in ranks)
+        shown, ranks, query = next(iter(logged.values()))
+        counts, _ = service.events.click_counts(query, [shown[ranks[0] - 1]])
+        assert counts[0, 0] >= 1  # the query's clicks on it, for the click features
+    finally:
+        service.close()
+    trained = run_cli("train", "-c", str(path), "--close-all").stdout
+    assert "no version was saved" in trained or "nothing to train" in trained, trained
