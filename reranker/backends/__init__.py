@@ -47,6 +47,29 @@ class Candidates:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def plus(self, other: Candidates) -> Candidates:
+        """These candidates followed by ``other``'s (documents a query rule pins that the
+        search did not retrieve), whose sources ``other`` loads; ``total`` counts them too
+        (as Elasticsearch's pinned query does), facets and aggregations stay this search's."""
+        if not len(other):
+            return self
+        n = len(self.ids)
+        load, more = self.load_sources, other.load_sources
+
+        def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
+            mine = [i for i in indices if i < n]
+            theirs = [i - n for i in indices if i >= n]
+            found = dict(zip(mine, load(mine), strict=True)) if mine else {}
+            found.update(zip((i + n for i in theirs), more(theirs), strict=True)
+                         if theirs else ())
+            return [found[i] for i in indices]
+
+        return dataclasses.replace(
+            self, ids=[*self.ids, *other.ids], scores=np.concatenate([self.scores, other.scores]),
+            field_scores=np.vstack([self.field_scores, other.field_scores]),
+            numeric=np.vstack([self.numeric, other.numeric]), load_sources=load_sources,
+            total=None if self.total is None else self.total + len(other.ids))
+
     def without(self, doc_ids: set[str]) -> Candidates:
         """These candidates less ``doc_ids`` (a query rule hides them), in the same order;
         ``total`` less the ones taken out."""
@@ -108,6 +131,14 @@ class Backend(ABC):
 
         raise BadRequestError(f"the {self.name!r} backend cannot sort a search by a field",
                               field="sort")
+
+    def fetch(self, query: str, ids: Sequence[str], filters: tuple[Clause, ...] = ()
+              ) -> Candidates | None:
+        """The documents ``ids`` that pass ``filters``, as candidates with their features for
+        ``query`` (0 where it does not match them): a query rule pins them, and the search
+        did not retrieve them. None when the backend cannot read documents by id (the
+        default): a pin then moves only what the search retrieved."""
+        return None
 
     def highlight(self, query: str, ids: Sequence[str], sources: Sequence[dict[str, Any]],
                   request: Highlight) -> list[dict[str, list[str]]]:

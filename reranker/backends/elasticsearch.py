@@ -26,6 +26,7 @@ to an 8.x server are then sent with ``compatible-with=8``.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import math
@@ -669,6 +670,24 @@ class ElasticsearchBackend(Backend):
         response = self._call(lambda: es.search(index=self.index, include_named_queries_score=True,
                                                 **body), "searching")
         return self.candidates_from_response(response, deadline)
+
+    def fetch(self, query: str, ids: Sequence[str], filters: tuple[Clause, ...] = ()
+              ) -> Candidates:
+        """The documents ``ids`` that pass ``filters``: the search's own request with an
+        ``ids`` query in place of the retrieval query, so that the feature queries score
+        them as they score candidates (0 where they do not match)."""
+        deadline = time.monotonic() + self.timeout
+        unique = list(dict.fromkeys(str(doc_id) for doc_id in ids))
+        body = self.request_body(query, len(unique), filters)
+        body["query"]["bool"]["must"] = [{"bool": {"must": [{"ids": {"values": unique}}],
+                                                   "_name": "backend_score"}}]
+        body.pop("aggs", None)  # (a template's aggregations: this search's are the search's)
+        body["track_total_hits"] = False
+        es = self.es
+        response = self._call(lambda: es.search(index=self.index, include_named_queries_score=True,
+                                                **body), "reading the pinned documents")
+        candidates = self.candidates_from_response(response, deadline)
+        return dataclasses.replace(candidates, total=None, facets={}, aggregations={})
 
     def search_sorted(self, query: str, n: int, filters: tuple[Clause, ...],
                       facets: tuple[str | Facet, ...], sort: tuple[SortKey, ...]) -> Candidates:

@@ -451,34 +451,74 @@ class EmbeddedBackend(Backend):
             else:
                 scores = np.array([score for score, _ in result.hits], dtype=np.float64)
             field_scores = self._field_scores(searcher, terms, ids, addresses, scores)
-            numeric = np.full((len(ids), len(self.numeric_fields)), np.nan)
-            for j, f in enumerate(self.numeric_fields):
-                values = searcher.fast_field_values(f, addresses)
-                numeric[:, j] = [np.nan if v is None else v for v in values]
+            numeric = self._numeric(searcher, addresses)
             facet_counts = self._facets(searcher, text_query, facets) if facets else {}
         except (OSError, ValueError, RuntimeError) as exc:
             raise BackendUnavailableError(f"embedded index at {self.path} failed to answer: "
                                           f"{exc}") from exc
         except BaseException as exc:
             raise self._panicked(exc) from None
-
-        def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
-            # Only the shown hits' stored documents are ever read (each parsed anew, so no
-            # caller shares one with another).
-            try:
-                return [json.loads(view.stored(addresses[i])) for i in indices]
-            except BaseException as exc:
-                raise self._panicked(exc) from None
-
         candidates = Candidates(ids=ids, scores=scores, field_scores=field_scores,
-                                numeric=numeric, load_sources=load_sources, total=result.count,
-                                facets=facet_counts)
+                                numeric=numeric, load_sources=self._loader(view, addresses),
+                                total=result.count, facets=facet_counts)
         if view.searches.capacity:
             for array in (scores, field_scores, numeric):
                 array.setflags(write=False)
             view.searches.put(key, dataclasses.replace(candidates, ids=list(ids),
                                                        facets=copy.deepcopy(facet_counts)))
         return candidates
+
+    def fetch(self, query: str, ids: Sequence[str], filters: tuple[Clause, ...] = ()
+              ) -> Candidates:
+        """The documents ``ids`` that pass ``filters`` (found by their id terms), with the
+        search's features: each searched field's BM25 score for ``query``'s terms (0 where
+        they do not match), restricted to them as :meth:`_field_scores` restricts."""
+        try:
+            view = self._current_view()
+            searcher = view.searcher
+            only = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, ID, doc_id))
+                 for doc_id in dict.fromkeys(ids)])
+            if filters:
+                only = tantivy.Query.boolean_query([(tantivy.Occur.Must, only),
+                                                    (tantivy.Occur.Must,
+                                                     self._filter_query(filters))])
+            addresses = [a for _, a in searcher.search(only, len(ids), count=False).hits]
+            found = self._ids(searcher, addresses)
+            terms = self._terms(query)
+            scores = self._scores_of(searcher, self._field_query(self.fields, terms), found,
+                                     addresses) if terms else np.zeros(len(found))
+            field_scores = self._field_scores(searcher, terms, found, addresses, scores) \
+                if terms else np.zeros((len(found), len(self.fields)))
+            numeric = self._numeric(searcher, addresses)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise BackendUnavailableError(f"embedded index at {self.path} failed to answer: "
+                                          f"{exc}") from exc
+        except BaseException as exc:
+            raise self._panicked(exc) from None
+        return Candidates(ids=found, scores=scores, field_scores=field_scores,
+                          numeric=numeric, load_sources=self._loader(view, addresses))
+
+    def _numeric(self, searcher: tantivy.Searcher,
+                 addresses: list[tantivy.DocAddress]) -> np.ndarray:
+        """The numeric fields of the hits at ``addresses`` (NaN where one has none)."""
+        numeric = np.full((len(addresses), len(self.numeric_fields)), np.nan)
+        for j, f in enumerate(self.numeric_fields):
+            values = searcher.fast_field_values(f, addresses)
+            numeric[:, j] = [np.nan if v is None else v for v in values]
+        return numeric
+
+    def _loader(self, view: _View, addresses: list[tantivy.DocAddress]
+                ) -> Callable[[Sequence[int]], list[dict[str, Any]]]:
+        """``load_sources`` of the hits at ``addresses``: only the shown hits' stored
+        documents are ever read (each parsed anew, so no caller shares one with another)."""
+        def load_sources(indices: Sequence[int]) -> list[dict[str, Any]]:
+            try:
+                return [json.loads(view.stored(addresses[i])) for i in indices]
+            except BaseException as exc:
+                raise self._panicked(exc) from None
+
+        return load_sources
 
     def _panicked(self, exc: BaseException) -> BaseException:
         """What to raise for ``exc`` from the engine: a Tantivy panic (its files hold what

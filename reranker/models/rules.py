@@ -266,8 +266,9 @@ class Plan:
                 elif doc_id in ranks:
                     entry["shown_at"] = ranks[doc_id]
                 else:
-                    entry["not_applied"] = ("not among the candidates the engine retrieved "
-                                            "for the search")
+                    entry["not_applied"] = ("neither retrieved by the search nor found by "
+                                            "its id among the documents that pass the "
+                                            "search's filters")
                 pins.append(entry)
             out.append({"id": rule.id, "query": rule.query, "match": rule.match,
                         "pin": pins, "hide": list(rule.hide)})

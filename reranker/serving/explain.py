@@ -80,7 +80,7 @@ def searched(service: RerankerService, query: Any, size: Any = None,
     clauses = parse_filters(filters, service.config.backend.filter_fields)
     candidates = service.backend.search(query, service.config.backend.candidates, clauses)
     plan = service.rules.plan(query)
-    candidates = candidates.without(plan.hidden)
+    candidates = service.with_pinned(query, candidates.without(plan.hidden), plan, clauses)
     X, evidence = service.features(query, candidates)
     return Searched(query, size, candidates, X, evidence, plan)
 

@@ -210,7 +210,8 @@ class RerankerService:
         # (a sorted search's later pages are cut from the engine's sorted order itself)
         page_key = None if who is None or sort_keys else hashlib.sha256("\x1f".join(
             (query_key(query), filters_key(clauses), who)).encode("utf-8")).hexdigest()[:32]
-        if candidates is None:
+        from_backend = candidates is None
+        if from_backend:
             n_wanted = max(window, offset + size)
             candidates = self._from_backend(self.backend.search_sorted, query, n_wanted,
                                             clauses, facet_fields, sort_keys) if sort_keys \
@@ -225,6 +226,8 @@ class RerankerService:
         plan = self.rules.plan(query)
         if plan.hidden:
             candidates = candidates.without(plan.hidden)
+        if from_backend:
+            candidates = self.with_pinned(query, candidates, plan, clauses)
         X, evidence = self.features(query, candidates)
         self.feature_watch.watch(X)
         n = len(candidates)
@@ -301,6 +304,22 @@ class RerankerService:
             answer["experiment"] = impression.experiment
             answer["arm"] = page.label
         return answer
+
+    def with_pinned(self, query: str, candidates: Candidates, plan: Plan,
+                     clauses: tuple) -> Candidates:
+        """``candidates`` with the documents the rules pin that the search did not retrieve
+        (read by id, where they pass the search's filters; a pin adds a result as
+        Elasticsearch's pinned query does), at the end: the pin moves them to their
+        ranks."""
+        if not plan.pins:
+            return candidates
+        have = set(candidates.ids)
+        missing = [doc_id for doc_id, _, _ in plan.pins
+                   if doc_id not in have and doc_id not in plan.hidden]
+        if not missing:
+            return candidates
+        extra = self._from_backend(self.backend.fetch, query, missing, clauses)
+        return candidates if extra is None else candidates.plus(extra)
 
     @staticmethod
     def _pin(page: RankedPage, plan: Plan, ids: list[str]) -> tuple[RankedPage, dict[str, int]]:

@@ -39,7 +39,7 @@ def test_pins_land_at_their_ranks_and_the_rest_keep_their_order():
     assert ranks == {"d5": 6}
     described = plan.describe(ranks)[0]["pin"]
     assert described[0] == {"id": "d5", "rank": 50, "shown_at": 6}
-    assert "not among the candidates" in described[1]["not_applied"]
+    assert "nor found by its id" in described[1]["not_applied"]
 
 
 def test_exact_rules_come_first_then_older_ones():

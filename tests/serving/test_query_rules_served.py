@@ -89,7 +89,7 @@ def test_a_pin_the_learner_agrees_with_leaves_the_page_learned(tmp_path):
         assert imp.learned and page["hits"][0]["pinned"] is True
         pins = imp.context["rules"][0]["pin"]
         assert pins[0]["shown_at"] == 1
-        assert "not among the candidates" in pins[1]["not_applied"]
+        assert "nor found by its id" in pins[1]["not_applied"]
     finally:
         server.stop()
 
@@ -118,3 +118,28 @@ def test_every_arm_of_an_experiment_honours_the_rules(tmp_path):
     finally:
         server.stop()
     assert reordered >= 8  # (the random arm puts p050 second on about 1 page in 90)
+
+
+def test_a_pin_adds_a_result_the_search_did_not_retrieve(shop_server):
+    """As Elasticsearch's pinned query does, on every backend: a kettle pinned for searches
+    of 'tea' is shown at its rank (with its document), counted in ``total``, and left out
+    when the search's filters exclude it, which /explain says."""
+    server, products, _ = shop_server
+    kettle = next(p["id"] for p in products if p["category"] == "kettle")
+    before = server.post("/search", {"query": "tea", "size": 5}).json()
+    assert kettle not in {hit["id"] for hit in before["hits"]}
+    config = str(server.config.source)
+    run_cli("rules", "add", "-c", config, "-q", "tea", "--pin", f"{kettle}:2")
+    wait_until(lambda: server.post("/search", {"query": "tea", "size": 5}).json()["hits"][1][
+        "id"] == kettle, timeout=5)
+    page = server.post("/search", {"query": "tea", "size": 5}).json()
+    hit = page["hits"][1]
+    assert hit["rank"] == 2 and hit["pinned"] is True and hit["source"]["category"] == "kettle"
+    assert page["total"] == before["total"] + 1
+    filtered = server.post("/search", {"query": "tea", "size": 5, "filter": [
+        {"term": {"category": "tea"}}]}).json()
+    assert kettle not in {h["id"] for h in filtered["hits"]}
+    explained = server.post("/explain", {"query": "tea", "filter": [
+        {"term": {"category": "tea"}}]}).json()
+    (pin,) = explained["rules"][0]["pin"]
+    assert "nor found by its id" in pin["not_applied"]
