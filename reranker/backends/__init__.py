@@ -49,8 +49,9 @@ class Candidates:
 
     def plus(self, other: Candidates) -> Candidates:
         """These candidates followed by ``other``'s (documents a query rule pins that the
-        search did not retrieve), whose sources ``other`` loads; ``total`` counts them too
-        (as Elasticsearch's pinned query does), facets and aggregations stay this search's."""
+        search did not retrieve), whose sources ``other`` loads; ``total`` counts those the
+        query does not match (score 0; one it matches beyond the window is counted already),
+        as Elasticsearch's pinned query does; facets and aggregations stay this search's."""
         if not len(other):
             return self
         n = len(self.ids)
@@ -68,7 +69,8 @@ class Candidates:
             self, ids=[*self.ids, *other.ids], scores=np.concatenate([self.scores, other.scores]),
             field_scores=np.vstack([self.field_scores, other.field_scores]),
             numeric=np.vstack([self.numeric, other.numeric]), load_sources=load_sources,
-            total=None if self.total is None else self.total + len(other.ids))
+            total=None if self.total is None
+            else self.total + int((np.asarray(other.scores) <= 0).sum()))
 
     def without(self, doc_ids: set[str]) -> Candidates:
         """These candidates less ``doc_ids`` (a query rule hides them), in the same order;

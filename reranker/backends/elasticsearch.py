@@ -248,6 +248,8 @@ class ElasticsearchBackend(Backend):
     product = "Elasticsearch"
     #: The oldest version that gives every hit its named queries' scores.
     minimum_version = MINIMUM_VERSION
+    #: The keys that give the credentials, for a refusal's hint.
+    credential_keys = "backend.api_key_env, or backend.username and backend.password_env,"
 
     def __init__(self, config):
         super().__init__(config)
@@ -437,8 +439,7 @@ class ElasticsearchBackend(Backend):
                                                   f"{reason}") from exc
                 hint = ""
                 if status == 401:  # (which keys give the credentials)
-                    hint = ("; check the credentials that backend.api_key_env, or "
-                            "backend.username and backend.password_env, name")
+                    hint = f"; check the credentials that {self.credential_keys} name"
                 raise BackendError(f"{product} refused {what}: {reason}{hint}",
                                    status=502) from exc
             if kind == "failed":
@@ -674,13 +675,17 @@ class ElasticsearchBackend(Backend):
     def fetch(self, query: str, ids: Sequence[str], filters: tuple[Clause, ...] = ()
               ) -> Candidates:
         """The documents ``ids`` that pass ``filters``: the search's own request with an
-        ``ids`` query in place of the retrieval query, so that the feature queries score
-        them as they score candidates (0 where they do not match)."""
+        ``ids`` filter, and the retrieval query optional, so that the retrieval and feature
+        queries score them as they score candidates (0 where they do not match). It is one
+        more request, with its own ``backend.request_timeout``."""
         deadline = time.monotonic() + self.timeout
         unique = list(dict.fromkeys(str(doc_id) for doc_id in ids))
         body = self.request_body(query, len(unique), filters)
-        body["query"]["bool"]["must"] = [{"bool": {"must": [{"ids": {"values": unique}}],
-                                                   "_name": "backend_score"}}]
+        # The retrieval query scores them where it matches (0 elsewhere: no backend_score
+        # among a hit's named queries), the ids query finds them without scoring.
+        clauses = body["query"]["bool"]
+        clauses["should"] = clauses.pop("must")
+        clauses["filter"].append({"ids": {"values": unique}})
         body.pop("aggs", None)  # (a template's aggregations: this search's are the search's)
         body["track_total_hits"] = False
         es = self.es

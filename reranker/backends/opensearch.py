@@ -114,6 +114,7 @@ class OpenSearchBackend(ElasticsearchBackend):
     name = "opensearch"
     product = "OpenSearch"
     minimum_version = MINIMUM_VERSION
+    credential_keys = "backend.username and backend.password_env, or backend.aws_region,"
 
     def _connect(self):
         opensearchpy = _driver()

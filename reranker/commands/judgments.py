@@ -45,11 +45,15 @@ COLUMNS = ("query", "doc_id", "impressions", "clicks", "expected", "estimate", "
                    "imported judgments); quepid (CSV query,docid,rating); trec (qrels, with "
                    "the query numbers in OUT.topics); rank-eval (an Elasticsearch _rank_eval "
                    "body).")
+@click.option("--index", "index_name", default=None,
+              help="rank-eval: the concrete index the ratings name (_rank_eval matches a "
+                   "hit's own index; default backend.index, which must then not be an alias "
+                   "or a pattern).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True),
               default=None, help="Write to this file instead of standard output.")
 def judgments(config_path: str | None, days: float | None, arm: str | None,
               min_impressions: int, confidence: float, scale: int, estimator: str,
-              output: str, out_path: str | None) -> None:
+              output: str, index_name: str | None, out_path: str | None) -> None:
     """Relevance judgments from the clicks the event store logged, per normalised query and
     document: how often users click the document where they look at it, with the rank it
     was shown at corrected for (the examination of each rank is estimated from the pages'
@@ -83,6 +87,7 @@ def judgments(config_path: str | None, days: float | None, arm: str | None,
     graded = estimator == "debiased"
     with output_file(out_path) as handle:
         write(output, found, handle, scale=scale if graded else None, config=config,
+              index=index_name,
               meta={"estimator": estimator, "confidence": confidence,
                     "min_impressions": min_impressions, "pages": tally.pages,
                     "examination": [round(float(t), 4) for t in bias.weights(
@@ -113,8 +118,8 @@ def write_topics(found, path: Path) -> None:
                     encoding="utf-8")
 
 
-def write(output: str, found, handle: IO[str], *, scale: int | None, config, meta: dict
-          ) -> None:
+def write(output: str, found, handle: IO[str], *, scale: int | None, config, meta: dict,
+          index: str | None = None) -> None:
     """The judgments ``found`` in format ``output``."""
     def grade(judgment):
         return judgment.grade(scale) if scale is not None else None
@@ -153,7 +158,7 @@ def write(output: str, found, handle: IO[str], *, scale: int | None, config, met
                                     for query, ratings in lists.items()]}
         handle.write(json.dumps(body, indent=1) + "\n")
     else:  # rank-eval
-        index = config.backend.get("index") or "index"
+        index = index or config.backend.get("index") or "index"
         fields = list(config.backend.fields)
         numbers = query_numbers(found)
         requests: dict[str, dict] = {}

@@ -55,10 +55,11 @@ def export(config_path: str | None, days: float | None, arm: str | None,
     arms = arm_names(arms_from_config(config, pm), arm) if arm is not None else None
     backend = None
     if to_cluster:
-        backend = backend_class(pm, config.backend.type)(config)
-        if not hasattr(backend, "write_records"):
+        kind = backend_class(pm, config.backend.type)
+        if not hasattr(kind, "write_records"):
             raise click.UsageError(f"backend.type {config.backend.type} has no cluster to "
                                    f"write UBI indices into: use --out-dir")
+        backend = kind(config)
     since = time.time() - days * 86400.0 if days is not None else 0.0
     events = open_event_store(config, pm, existing=True)
     try:
@@ -123,6 +124,7 @@ def import_(config_path: str | None, queries: Path, events: Path, actions: str) 
                f"({', '.join(wanted)}); no learner updates from them (no randomised pairs)")
     notes = [(report.known, "queries imported before"),
              (report.no_results, "queries without results"),
+             (report.later_pages, "queries of a later page (their ranks do not start at 1)"),
              (report.not_shown, "click events on a result the query did not show (or not "
                                 "at the rank it was shown)"),
              (report.orphans, "click events of a query not in the queries file"),

@@ -122,8 +122,9 @@ def poisson_interval(clicks: int, expected: float, confidence: float) -> tuple[f
 
 def judgments(tally: ClickTally, bias: PositionBias, *, estimator: str = "debiased",
               min_impressions: int = 10, confidence: float = 0.95) -> Iterator[Judgment]:
-    """The judgment of every (query, document) shown on at least ``min_impressions`` pages,
-    by query and then by estimate, highest first."""
+    """The judgment of every (query, document) shown on at least ``min_impressions`` pages
+    (with COEC, at a rank some page was clicked at), by query and then by estimate, highest
+    first."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r} (known: {', '.join(ESTIMATORS)})")
     n = tally.max_rank()
@@ -139,9 +140,11 @@ def judgments(tally: ClickTally, bias: PositionBias, *, estimator: str = "debias
         if shown < min_impressions:
             continue
         expected = float(sum(count * weights[rank] for rank, count in ranks.items()))
+        if expected <= 0:  # (COEC: shown only at ranks no page was clicked at: no evidence)
+            continue
         clicks = tally.clicks.get((key, doc_id), 0)
         low, high = poisson_interval(clicks, expected, confidence)
-        estimate = clicks / expected if expected > 0 else 0.0
+        estimate = clicks / expected
         by_query[key].append(Judgment(key, doc_id, shown, clicks, expected, estimate,
                                       low, high))
     for key in sorted(by_query):

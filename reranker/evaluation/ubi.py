@@ -119,7 +119,7 @@ CLICK_ACTIONS = ("click", "click_through")
 #: The learner label of an imported page (``Impression.learner``).
 IMPORTED = "ubi"
 #: Pages logged between two writes of their clicks.
-IMPORT_BATCH = 500
+IMPORT_BATCH = 100
 
 
 @dataclass
@@ -133,6 +133,7 @@ class ImportReport:
     not_shown: int = 0  # click events on a result the query did not show (skipped)
     orphans: int = 0  # click events of a query id not among the queries (skipped)
     refused: int = 0  # clicks the store refused (a page already closed, say)
+    later_pages: int = 0  # queries of a second or later page (skipped)
     bad: list[str] = field(default_factory=list)  # records that are not UBI, by where
 
 
@@ -172,7 +173,8 @@ def import_ubi(store, queries: Iterable[tuple[str, Any]],
     rows are zeros), and it is no arm's page (``arm`` None, no arms in its context), so no
     learner updates from it (:meth:`reranker.models.arm_feedback.ArmFeedback.takes`): an
     update from clicks on an order that was never randomised would learn the position
-    bias. Queries imported before are skipped, so a file imported twice counts once."""
+    bias. Queries imported before are skipped, so a file imported twice counts once; so are
+    later pages (``query_attributes.offset`` above 0), whose ranks do not start at 1."""
     report = ImportReport()
     clicks_of = click_events(events, actions, report)
     seen: set[str] = set()
@@ -206,6 +208,11 @@ def import_ubi(store, queries: Iterable[tuple[str, Any]],
         seen.add(query_id)
         if not hits:
             report.no_results += 1
+            continue
+        offset = (query.get("query_attributes") or {}).get("offset") \
+            if isinstance(query.get("query_attributes"), dict) else None
+        if isinstance(offset, int) and not isinstance(offset, bool) and offset > 0:
+            report.later_pages += 1  # (its results' ranks do not start at 1)
             continue
         page_id = f"ubi:{query_id}"
         try:

@@ -242,8 +242,7 @@ class ImpressionLog(abc.ABC):
         ones it can read by a cursor: pages still in their feedback window are left out
         (the SQL stores give them too, and read neither ids nor features)."""
         for imp in closed_pages(self, since, arms):
-            if arms is None or imp.arm in arms:
-                yield ServedPage.of(imp)
+            yield ServedPage.of(imp)
 
 
 class ClickCounts(abc.ABC):
@@ -444,9 +443,10 @@ class Leadership:
 def closed_pages(log: ImpressionLog, since: float = 0.0, arms: tuple[str, ...] | None = None
                  ) -> Iterator[Impression]:
     """The closed impressions of ``log`` logged at ``since`` or later, in the order they
-    closed, with their clicks (as :meth:`ImpressionLog.closed_since` gives them, and with
-    ``arms`` the mixed lists too), read :data:`PAGE_BATCH` at a time: judgments, UBI
-    exports and analytics read a whole window so, never all of it in memory at once."""
+    closed, with their clicks; with ``arms``, only those one of these arm ids showed alone
+    (not the mixed lists :meth:`ImpressionLog.closed_since` adds). Read :data:`PAGE_BATCH`
+    at a time: judgments, UBI exports and analytics read a whole window so, never all of it
+    in memory at once."""
     cursor = 0
     while True:
         batch = log.closed_since(cursor, PAGE_BATCH, arms)
@@ -454,5 +454,5 @@ def closed_pages(log: ImpressionLog, since: float = 0.0, arms: tuple[str, ...] |
             return
         cursor = batch[-1].closed_seq
         for imp in batch:
-            if imp.created >= since:
+            if imp.created >= since and (arms is None or imp.arm in arms):
                 yield imp

@@ -125,6 +125,8 @@ def test_every_format_is_what_its_tool_reads(clicked, tmp_path):
     assert first["request"]["query"]["multi_match"]["fields"] == ["title", "body"]
     assert {"_index", "_id", "rating"} <= set(first["ratings"][0])
     assert "dcg" in rank_eval["metric"]
+    named = json.loads(judged("--format", "rank-eval", "--index", "products-v3").stdout)
+    assert {r["_index"] for q in named["requests"] for r in q["ratings"]} == {"products-v3"}
     srw = json.loads(judged("--format", "srw").stdout)
     assert srw["type"] == "IMPORT_JUDGMENT"
     ratings = [float(r["rating"]) for q in srw["judgmentRatings"] for r in q["ratings"]]
@@ -135,3 +137,31 @@ def test_every_format_is_what_its_tool_reads(clicked, tmp_path):
     assert coec["judgments"][0]["grade"] is None and coec["scale"] is None
     nothing = judged("--min-impressions", "100000")
     assert "lower --min-impressions" in nothing.stderr
+
+
+def test_coec_passes_over_a_document_shown_only_where_no_page_was_clicked():
+    """Clicks at rank 1 alone: COEC expects no click at ranks 2-4, so it cannot judge what
+    was shown there (instead of an infinite interval); the debiased estimate can."""
+    tally = ClickTally()
+    for k in range(12):
+        imp = impression(f"i{k}", 0.0, n=4, shown=4)
+        imp.clicked = [imp.doc_ids[imp.ranking[0]]]
+        tally.add(imp)
+    bias = PositionBias()
+    coec = list(judgments(tally, bias, estimator="coec", min_impressions=1))
+    assert [j.doc_id for j in coec] == ["d3"] and all(np.isfinite(j.high) for j in coec)
+    assert len(list(judgments(tally, bias, min_impressions=1))) == 4
+
+
+def test_an_arm_s_judgments_leave_out_the_other_arms_and_the_mixed_pages(tmp_path):
+    from reranker.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "events.sqlite")
+    try:
+        for k, arm in enumerate(["a", "b", None, "a"]):
+            store.log_impression(impression(f"i{k}", 1.0 + k, arm=arm))
+        store.close_impressions(float("inf"))
+        assert tally_pages(store, arms=("a",)).pages == 2
+        assert tally_pages(store).pages == 4
+    finally:
+        store.close()

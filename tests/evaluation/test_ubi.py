@@ -117,6 +117,10 @@ def test_ubi_a_site_collected_counts_in_clicks_and_teaches_no_learner(workdir, l
     run_cli("ubi", "export", "-c", str(workdir / "config.yaml"), "--out-dir",
             str(tmp_path / "ubi"))
     queries, events = tmp_path / "ubi" / "ubi_queries.jsonl", tmp_path / "ubi" / "ubi_events.jsonl"
+    with queries.open("a", encoding="utf-8") as handle:  # a second page: not imported
+        handle.write('{"query_id": "p2", "user_query": "tea", "timestamp": '
+                     '"2026-01-01T00:00:00Z", "query_response_hit_ids": ["d1"], '
+                     '"query_attributes": {"offset": 10}}\n')
     with events.open("a", encoding="utf-8") as handle:  # what a site's log also holds
         handle.write('{"action_name": "click", "query_id": "gone", "timestamp": '
                      '"2026-01-01T00:00:00Z", "event_attributes": {"object": {"object_id": '
@@ -130,6 +134,7 @@ def test_ubi_a_site_collected_counts_in_clicks_and_teaches_no_learner(workdir, l
     clicks = sum(len(ranks) for _, ranks, _ in logged.values())
     assert f"imported 6 UBI queries as pages with {clicks} clicks" in result.stdout
     assert "1 click events of a query not in the queries file" in result.stderr
+    assert "skipped 1 queries of a later page" in result.stderr
     assert "ubi_events.jsonl, line" in result.stderr and "not a UBI event" in result.stderr
     again = run_cli("ubi", "import", "-c", str(path), str(queries), str(events))
     assert "imported 0 UBI queries" in again.stdout

@@ -136,6 +136,12 @@ def test_a_pin_adds_a_result_the_search_did_not_retrieve(shop_server):
     hit = page["hits"][1]
     assert hit["rank"] == 2 and hit["pinned"] is True and hit["source"]["category"] == "kettle"
     assert page["total"] == before["total"] + 1
+    # the query does not match it: its engine score is 0, the retrieved ones keep theirs
+    imp = server.service.events.get_impression(page["impression_id"])
+    engine = imp.features[:, imp.feature_names.index("backend_score")]
+    added = imp.doc_ids.index(kettle)
+    assert added == len(imp.doc_ids) - 1 and engine[added] == 0.0
+    assert (engine[:added] > 0).all()
     filtered = server.post("/search", {"query": "tea", "size": 5, "filter": [
         {"term": {"category": "tea"}}]}).json()
     assert kettle not in {h["id"] for h in filtered["hits"]}
