@@ -56,7 +56,9 @@ def train(config_path: str | None, close_all: bool, follow: bool, jobs: int) -> 
     trainer = None
     try:
         trainer = Trainer.from_config(config, events)
-        trainer.train_in_processes(config, jobs)
+        if trainer.train_in_processes(config, jobs) < jobs:
+            click.echo(f"--jobs {jobs}: {len(trainer.arms)} arm(s), so "
+                       f"{min(jobs, len(trainer.arms))} process(es) train", err=True)
         report = trainer.run_once(close_all=close_all)
         trainer.last_error = "; ".join(report.errors.values()) or None
         trainer.record(report)  # (what the services' /healthz read of the store's trainer)

@@ -17,7 +17,7 @@ from reranker.models.arm_processes import deal
 from reranker.models.trainer import Trainer
 from reranker.stores import open_event_store
 from reranker.testing import cli_env, reranker_command
-from tests.support.configs import PERCEPTRON, experiment_config
+from tests.support.configs import PERCEPTRON, experiment_config, write_config
 from tests.support.servers import LiveServer, run_cli
 from tests.support.traffic import users_search
 
@@ -142,6 +142,11 @@ def test_train_jobs_on_the_command_line(workdir, corpus, experiment):
     assert "perceptron: applied" in out and "gradient: applied" in out, out
     refused = run_cli("train", "-c", str(experiment), "--jobs", "0", check=False)
     assert refused.returncode == 2 and "--jobs" in refused.stderr
+    single = workdir / "single"  # one arm: its own folder, the same index
+    single.mkdir()
+    (single / "index").symlink_to(workdir / "index")
+    alone = run_cli("train", "-c", str(write_config(single)), "--jobs", "4")
+    assert "--jobs 4: 1 arm(s), so 1 process(es) train" in alone.stderr
 
 
 def test_the_follower_stops_its_processes_with_itself(workdir, corpus):
