@@ -1149,8 +1149,10 @@ def _short(exc: Exception) -> str:
     return text if len(text) < 300 else text[:300] + "..."
 
 
-def _error_reason(exc) -> str:
-    body = getattr(exc, "body", None)
+def _error_reason(exc, body: Any = None) -> str:
+    """What the cluster said in an error answer (``body``, by default the exception's own
+    ``body``, as the Elasticsearch client keeps it): its root cause, else the status."""
+    body = getattr(exc, "body", None) if body is None else body
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         error = body["error"]
         cause = (error.get("root_cause") or [error])[0]

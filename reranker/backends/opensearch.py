@@ -22,7 +22,12 @@ from typing import Any
 from urllib.parse import quote
 
 from reranker import hookimpl
-from reranker.backends.elasticsearch import ElasticsearchBackend, _connection_failure, _short
+from reranker.backends.elasticsearch import (
+    ElasticsearchBackend,
+    _connection_failure,
+    _error_reason,
+    _short,
+)
 from reranker.core.errors import BackendError
 
 #: The oldest OpenSearch that answers every hit's named-query scores.
@@ -199,14 +204,8 @@ class OpenSearchBackend(ElasticsearchBackend):
             status = exc.status_code if isinstance(exc.status_code, int) else None
             if status is None:
                 return "failed", None, _short(exc)
-            info = exc.info if isinstance(exc.info, dict) else {}
-            error = info.get("error")
-            if isinstance(error, dict):
-                cause = (error.get("root_cause") or [error])[0]
-                reason = f"{cause.get('type', 'error')}: {cause.get('reason', error.get('reason'))}"
-            else:
-                reason = f"status {status}: {_short(exc)}"
-            return "refused", status, reason
+            # (the OpenSearch client keeps the answer's body as ``info``)
+            return "refused", status, _error_reason(exc, exc.info)
         return None, None, ""
 
     def _not_found(self) -> type[Exception]:

@@ -31,6 +31,7 @@ import numpy as np
 
 from reranker.core.errors import NotFoundError
 from reranker.core.times import parse_time
+from reranker.models.budget import CLIENT_PARTS
 from reranker.stores.base import closed_pages
 from reranker.stores.events import Impression
 
@@ -40,7 +41,6 @@ UBI_VERSION = "1.3.0"
 QUERIES_INDEX, EVENTS_INDEX = "ubi_queries", "ubi_events"
 #: UBI bounds these identifiers' length.
 MAX_ID = 100
-CLIENT_PARTS = "\x1f"  # (serving.trust: a client id's parts; the first names the client)
 
 
 def _moment(unix: float) -> str:
