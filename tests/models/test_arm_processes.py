@@ -113,9 +113,15 @@ def test_a_process_that_dies_fails_its_arms_pass_alone(workdir, corpus, experime
     trainer = Trainer.from_config(config, events)
     try:
         trainer.train_in_processes(config, 2)
+        # (the service writes its pages behind its answers: flushed, every page it served
+        # is there for the trainer's pass to close)
         users_search(server, corpus, 10, seed=1)
-        assert not trainer.run_once(close_all=True).errors
+        server.service.events.flush()
+        first = trainer.run_once(close_all=True)
+        assert not first.errors and first.arms["perceptron"].cursor == \
+            first.arms["gradient"].cursor > 0
         users_search(server, corpus, 10, seed=2)
+        server.service.events.flush()
         (lost,), (kept,) = trainer.processes.groups
         killed = trainer.processes.pids()[0]  # the process of the first group
         os.kill(killed, signal.SIGKILL)
@@ -129,6 +135,7 @@ def test_a_process_that_dies_fails_its_arms_pass_alone(workdir, corpus, experime
         again = trainer.run_once()
         assert not again.errors and again.arms[lost].applied == \
             failed.arms[kept].applied  # what waited at its cursor
+        assert again.arms[lost].cursor == failed.arms[kept].cursor  # caught up
         assert killed not in trainer.processes.pids()
     finally:
         trainer.close()
