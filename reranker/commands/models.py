@@ -233,7 +233,7 @@ def _describe(arm: Arm, model: RankingModel) -> dict[str, Any]:
             "learner": saved["learner"], "feature_map": saved["feature_map"],
             "features": names, "normalization": saved["features"]["normalization"],
             "training": saved["training"], "origin": model.origin, "weights": weights,
-            "state": saved["state"]}
+            "query_weight": saved["query_weight"], "state": saved["state"]}
 
 
 @models.command()
@@ -245,9 +245,9 @@ def _describe(arm: Arm, model: RankingModel) -> dict[str, Any]:
 def show(config_path: str | None, label: str | None, version: int | None,
          as_json: bool) -> None:
     """Show VERSION of an arm's model (default: the version being served): its learner and
-    parameters, feature map, normalisation, training progress, and its weights by feature
-    name (learned, the starting ranking's, and their total, which ranks; for learners without
-    one weight vector, their learned state)."""
+    parameters, feature map, normalisation, training progress, the query weight, and its
+    weights by feature name (learned, the starting ranking's, and their total, which ranks;
+    for learners without one weight vector, their learned state)."""
     import json
 
     import numpy as np
@@ -289,6 +289,10 @@ def show(config_path: str | None, label: str | None, version: int | None,
                + f", event store {training['store_id'] or '-'}")
     if info["origin"]:
         click.echo(f"made by {origin_text(info['origin'])}")
+    query = model.query_weight
+    click.echo(f"query weight {query.weight:g} (a query's click lift on its specialised pages; "
+               f"duels since it last moved: doubled won {query.doubled[0]} of "
+               f"{sum(query.doubled)}, halved won {query.halved[0]} of {sum(query.halved)})")
 
     console = wide_console()
     names = info["features"]

@@ -258,6 +258,7 @@ def _print_summary(console: Console, summary: dict, impressions: int, runs: int)
     table.add_column("worst window", justify="right")
     table.add_column("worst gap to backend order", justify="right")
     table.add_column("impressions/s", justify="right")
+    table.add_column("query weight by run", justify="right")
     for learner, entry in summary.items():
         cells = []
         for metric in (*SHOWN, "worst_window", "worst_window_gap", "impressions_per_second"):
@@ -274,5 +275,7 @@ def _print_summary(console: Console, summary: dict, impressions: int, runs: int)
                 cells.append(f"{value['mean']:+.3f}{spread(value)} (t={value['t']:,})")
             else:
                 cells.append(f"{value['mean']:.3f}{spread(value)}")
+        weight = entry.get("query_weight")  # (learners whose queries are specialised)
+        cells.append("-" if weight is None else ", ".join(f"{w:g}" for w in weight["runs"]))
         table.add_row(learner, *cells)
     console.print(table)

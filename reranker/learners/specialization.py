@@ -26,6 +26,11 @@ its own ranking's adjacent positions, each pair a judgment covers fed to the lea
 randomised pair whose better result was clicked (:func:`judgment_feedback`). So the general
 model learns from every query what it would learn from its own pages, and a query's own
 clicks never explain away what it should learn.
+
+How far the click lift counts against the general model's scores on a specialised page is
+the arm's *query weight* (:class:`QueryWeight`), 1 to start with: it doubles or halves only
+when the randomised pairs of specialised pages that the doubled or halved weight would order
+the other way show, at the confidence, that users prefer that order (:func:`weight_duels`).
 """
 
 from __future__ import annotations
@@ -36,7 +41,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from reranker.features.clicks import CLICK_FEATURES
-from reranker.features.clicks.position_bias import PAIR_OFFSET, SWAP_PROBABILITY_KEY, SWAPPED
+from reranker.features.clicks.position_bias import (
+    PAIR_OFFSET,
+    SWAP_PROBABILITY_KEY,
+    SWAPPED,
+    randomized_pairs,
+)
 from reranker.features.extraction import kernels
 from reranker.learners.base import RankResult
 from reranker.learners.coactive import perturbed_page
@@ -53,6 +63,11 @@ CONFIDENCE = 0.95
 GENERAL, JUDGED, JUDGED_OFFSET = "general", "judged", "judged_offset"
 #: The context key that marks a specialised page, holding its strongest judgment.
 SPECIALISED = "specialised"
+#: Context keys of a specialised page: the query weight it was ranked with, and its
+#: randomised pairs that the doubled or halved weight orders the other way, ``[upper
+#: position, 0 when that weight puts the upper result first else 1, 1 for the doubled weight
+#: or 0 for the halved]`` (:func:`weight_duels`).
+WEIGHT, WEIGHT_DUELS = "query_weight", "weight_duels"
 
 
 def judgment_p_values(clicks_a: np.ndarray, exposure_a: np.ndarray, clicks_b: np.ndarray,
@@ -168,18 +183,21 @@ def minmax(scores: np.ndarray) -> np.ndarray:
     return (scores - low) / (high - low)
 
 
-def specialised_scores(general_scores: np.ndarray, lift: np.ndarray) -> np.ndarray:
+def specialised_scores(general_scores: np.ndarray, lift: np.ndarray,
+                       weight: float = 1.0) -> np.ndarray:
     """The scores of a specialised page: the general model's, min-max normalised over the
-    candidates, plus the query's click lift minus one, so that a result this query's users
-    clearly prefer rises past the ones the general model scored just above it, by as much
-    as the model's margin (docs/algorithms.md, "General model and query specialisation")."""
-    return minmax(general_scores) + (np.asarray(lift, dtype=np.float64) - 1.0)
+    candidates, plus ``weight`` (the arm's :class:`QueryWeight`) times the query's click lift
+    minus one, so that a result this query's users clearly prefer rises past the ones the
+    general model scored just above it, by as much as the model's margin (docs/algorithms.md,
+    "General model and query specialisation")."""
+    return minmax(general_scores) + weight * (np.asarray(lift, dtype=np.float64) - 1.0)
 
 
-def specialised_ranking(general_scores: np.ndarray, lift: np.ndarray) -> np.ndarray:
+def specialised_ranking(general_scores: np.ndarray, lift: np.ndarray,
+                        weight: float = 1.0) -> np.ndarray:
     """The order of a specialised page before its randomised pairs (what an arm contributes
     to an experiment's mixed page for a query whose clicks judge a pair)."""
-    return general_ranking(specialised_scores(general_scores, lift))
+    return general_ranking(specialised_scores(general_scores, lift, weight))
 
 
 def general_ranking(scores: np.ndarray) -> np.ndarray:
@@ -226,28 +244,142 @@ SWAP = 0.5
 
 def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_shown: int,
                rng: np.random.Generator, confidence: float = CONFIDENCE,
-               base: np.ndarray | None = None) -> tuple[RankResult, Judgment | None]:
+               base: np.ndarray | None = None, weight: float = 1.0
+               ) -> tuple[RankResult, Judgment | None]:
     """The page of a search: the general model's own (``own``, as its learner ranked it)
     when the query's clicks judge no pair of its candidates; else the specialised page
     (:func:`specialised_scores` of the general model's scores, or of ``base``, the engine's,
     while the model has not taken over from the engine, :mod:`reranker.models.takeover`;
-    shown with randomised pairs), whose context also records the general model's own top and
-    the judgments on its adjacent pairs, which are what the page will teach it
-    (:func:`judgment_feedback`). Returns the page and the strongest judgment (None: the
-    general model's page)."""
+    shown with randomised pairs, the lift counting ``weight`` times), whose context also
+    records the general model's own top and the judgments on its adjacent pairs, which are
+    what the page will teach it (:func:`judgment_feedback`), and the query weight with the
+    pairs that test it (:func:`weight_duels`). Returns the page and the strongest judgment
+    (None: the general model's page)."""
     judgment = evidence.strongest(confidence)
     if judgment is None:
         return own, None
-    page = perturbed_page(specialised_scores(own.scores if base is None else base, lift),
-                          n_shown, SWAP, rng)
+    scores = own.scores if base is None else base
+    page = perturbed_page(specialised_scores(scores, lift, weight), n_shown, SWAP, rng)
     general = general_ranking(own.scores)
     offset = int(rng.random() < 0.5)
     judged = evidence.judged_pairs(general, n_shown, offset, confidence)
     page.context.update({
         SPECIALISED: judgment.to_dict(),
         GENERAL: general[: min(int(n_shown) + 1, len(general))].tolist(),
-        JUDGED_OFFSET: offset, JUDGED: [[upper, int(lower)] for upper, lower in judged]})
+        JUDGED_OFFSET: offset, JUDGED: [[upper, int(lower)] for upper, lower in judged],
+        WEIGHT: weight, WEIGHT_DUELS: weight_duels(scores, lift, page.ranking, n_shown,
+                                                   page.context, weight)})
     return page, judgment
+
+
+def weight_duels(general_scores: np.ndarray, lift: np.ndarray, ranking: np.ndarray,
+                 n_shown: int, context: dict, weight: float) -> list[list[int]]:
+    """The randomised pairs of a specialised page (``ranking``, drawn from the scores
+    :func:`specialised_scores` gives at ``weight``; its pairs in ``context``) that the
+    doubled or the halved weight would order the other way: ``[upper position, 0 when that
+    weight puts the result shown above first else 1, 1 for the doubled weight or 0 for the
+    halved]``. Each pair was shown in either order with probability 1/2, so a click on one
+    of its two results and not the other says, free of position bias, which order users
+    prefer: a duel between the weight and its double, or its half."""
+    pairs, _ = randomized_pairs(context, n_shown)
+    if not pairs:
+        return []
+    g = minmax(general_scores)
+    lift = np.asarray(lift, dtype=np.float64) - 1.0
+    out = []
+    for upper, _swapped in pairs:
+        a, b = int(ranking[upper]), int(ranking[upper + 1])
+        dg, dl = g[a] - g[b], lift[a] - lift[b]
+        now = np.sign(dg + weight * dl)
+        for factor, doubled in ((2.0, 1), (0.5, 0)):
+            other = np.sign(dg + factor * weight * dl)
+            if other and other != now:
+                out.append([int(upper), 0 if other > 0 else 1, doubled])
+    return out
+
+
+def weight_outcomes(context: dict | None, clicked_positions) -> list[tuple[bool, bool]]:
+    """The duels a logged specialised page settled (:func:`weight_duels`): ``(doubled, won)``
+    per pair of it with a click on exactly one of its two results, ``won`` when that is the
+    result the doubled (or halved) weight puts first."""
+    clicked = {int(p) for p in clicked_positions}
+    out = []
+    for upper, favoured, doubled in (context or {}).get(WEIGHT_DUELS) or ():
+        upper_clicked, lower_clicked = upper in clicked, upper + 1 in clicked
+        if upper_clicked != lower_clicked:
+            out.append((bool(doubled), upper_clicked == (favoured == 0)))
+    return out
+
+
+#: The query weight is ``2 ** level`` for a level in ``[-LEVELS, LEVELS]``.
+LEVELS = 10
+#: Duels a weight's test waits for before its first look; it looks again at each doubling.
+FIRST_LOOK = 16
+
+
+class QueryWeight:
+    """How far a query's own clicks count against the general model on its specialised
+    pages (docs/algorithms.md, "General model and query specialisation"): ``2 ** level``,
+    1 to start with. Two sequential tests run on the duels of :func:`weight_duels`, one
+    for the doubled weight and one for the halved: each looks at its wins after 16, 32,
+    64, ... duels, the ``j``-th look at level ``(1 - confidence) / 2 ** (j + 1)`` (the
+    looks together spend at most ``1 - confidence``: a weight that users do not prefer
+    moves with at most that chance), and a one-sided binomial test against 1/2 that
+    rejects moves the weight there. Both tests start again after a move, since the pairs
+    a new weight puts side by side are others."""
+
+    def __init__(self, level: int = 0) -> None:
+        self.level = int(level)
+        self.doubled = [0, 0]  # duels won, lost by the doubled weight since the last move
+        self.halved = [0, 0]
+
+    @property
+    def weight(self) -> float:
+        return 2.0 ** self.level
+
+    def observe(self, outcomes: list[tuple[bool, bool]],
+                confidence: float = CONFIDENCE) -> bool:
+        """Count the duels of one page (:func:`weight_outcomes`); True when the weight
+        moved."""
+        moved = False
+        for doubled, won in outcomes:
+            tally = self.doubled if doubled else self.halved
+            tally[0 if won else 1] += 1
+            n = tally[0] + tally[1]
+            if n < FIRST_LOOK or n & (n - 1):  # look at 16, 32, 64, ... duels only
+                continue
+            look = (n // FIRST_LOOK).bit_length() - 1
+            step = 1 if doubled else -1
+            if abs(self.level + step) <= LEVELS and tally[0] > n / 2 and \
+                    kernels().binomial_upper_tail(tally[0], n, 0.5) <= \
+                    (1.0 - confidence) / 2.0 ** (look + 1):
+                self.level += step
+                self.doubled, self.halved = [0, 0], [0, 0]
+                moved = True
+        return moved
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, "doubled": list(self.doubled),
+                "halved": list(self.halved)}
+
+    @classmethod
+    def from_dict(cls, data) -> QueryWeight:
+        """The saved state; ``ValueError`` naming the field that is not one."""
+        if not isinstance(data, dict):
+            raise ValueError(f"query_weight must be a mapping, got {type(data).__name__}")
+        level = data.get("level")
+        if isinstance(level, bool) or not isinstance(level, int) or abs(level) > LEVELS:
+            raise ValueError(f"query_weight.level must be a whole number from {-LEVELS} to "
+                             f"{LEVELS}, got {level!r}")
+        weight = cls(level)
+        for key in ("doubled", "halved"):
+            tally = data.get(key)
+            if not isinstance(tally, list) or len(tally) != 2 or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in tally):
+                raise ValueError(f"query_weight.{key} must be two counts (won, lost), "
+                                 f"got {tally!r}")
+            setattr(weight, key, list(tally))
+        return weight
 
 
 def specializes(learner_cls, specialize: bool = True) -> bool:

@@ -26,6 +26,7 @@ from reranker.features.extraction import (
 from reranker.learners.base import Learner, RankResult
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.feedback import Feedback
+from reranker.learners.specialization import QueryWeight
 from reranker.models.balance import QueryBalance
 
 FORMAT = "reranker-model"
@@ -66,6 +67,9 @@ class RankingModel:
     #: Which pages the trainer learns from so that the queries weigh alike
     #: (:mod:`reranker.models.balance`; ``learner.query_balance``).
     balance: QueryBalance = field(default_factory=QueryBalance)
+    #: How far a query's own clicks count on its specialised pages, learned from their duels
+    #: (:class:`reranker.learners.specialization.QueryWeight`).
+    query_weight: QueryWeight = field(default_factory=QueryWeight)
 
     def __post_init__(self) -> None:
         # The columns normalisation leaves raw (the click features), as a mask.
@@ -123,6 +127,7 @@ class RankingModel:
             "training": self.progress.to_dict(),
             "state": state,
             "query_balance": self.balance.to_dict(),
+            "query_weight": self.query_weight.to_dict(),
         }
         if self.origin:
             payload["origin"] = dict(self.origin)
@@ -319,6 +324,8 @@ class ModelFactory:
             # (a model saved before the balance starts counting now)
             balance = QueryBalance.from_dict(data["query_balance"]) \
                 if "query_balance" in data else QueryBalance()
+            query_weight = QueryWeight.from_dict(data["query_weight"]) \
+                if "query_weight" in data else QueryWeight()
         except (ValueError, TypeError, KeyError) as exc:
             raise fail(str(exc)) from None
         origin = data.get("origin")
@@ -328,7 +335,7 @@ class ModelFactory:
             raise fail(f"section 'origin' must map names to version numbers, got {origin!r}")
         return RankingModel(learner=learner, normalizer=normalizer,
                             feature_names=self.feature_names, version=version, progress=progress,
-                            origin=origin, balance=balance)
+                            origin=origin, balance=balance, query_weight=query_weight)
 
 
 def feature_change(old: tuple[str, ...] | list[str], new: tuple[str, ...] | list[str]) -> str:

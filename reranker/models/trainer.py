@@ -30,7 +30,7 @@ import numpy as np
 
 from reranker.core.errors import ModelStoreError, RerankerError, StoreError
 from reranker.features.clicks import query_key
-from reranker.learners.specialization import SPECIALISED
+from reranker.learners.specialization import SPECIALISED, WEIGHT, WEIGHT_DUELS, weight_outcomes
 from reranker.models.budget import ClientBudget
 from reranker.models.model import RankingModel
 from reranker.models.store import ModelStore
@@ -349,12 +349,15 @@ class Trainer:
             report.applied += 1
             report.bounded += 1
             return
+        moved = self._weigh(arm, model, imp)
         if arm.spec.query_balance and not model.balance.keeps(query, imp.id):
             progress.impressions += 1
             progress.clicks += clicked
             report.applied += 1
             report.clicks += clicked
             report.balanced += 1
+            progress.updates += int(moved)
+            report.updates += int(moved)
             return
         changed = False
         if feedback is not None and len(imp.doc_ids):
@@ -376,6 +379,7 @@ class Trainer:
                 # the arm's pass stops, and the impression waits for a fixed learner.
                 raise RerankerError(f"its update on impression {imp.id} failed: "
                                     f"{type(exc).__name__}: {exc}") from exc
+        changed = changed or moved
         progress.impressions += 1
         progress.clicks += clicked
         progress.updates += int(changed)
@@ -385,6 +389,21 @@ class Trainer:
         if clicked and not changed:
             reason = uninformative_reason(model.learner, feedback, imp.context)
             report.uninformative[reason] = report.uninformative.get(reason, 0) + clicked
+
+    @staticmethod
+    def _weigh(arm: Arm, model: RankingModel, imp: Impression) -> bool:
+        """Count the duels of the query weight that ``imp``, a specialised page of this arm
+        ranked with the model's present weight, settled (docs/algorithms.md, "General model
+        and query specialisation"); True when the weight moved."""
+        context = imp.context or {}
+        if not imp.clicked or not context.get(WEIGHT_DUELS) or imp.arm not in arm.names() \
+                or float(context.get(WEIGHT, 1.0)) != model.query_weight.weight:
+            return False  # (a page ranked with another weight tested other pairs)
+        position = {int(c): p for p, c in enumerate(imp.ranking.tolist())}
+        index = {doc_id: i for i, doc_id in enumerate(imp.doc_ids)}
+        clicked = [position[index[d]] for d in imp.clicked if d in index]
+        return model.query_weight.observe(weight_outcomes(context, clicked),
+                                          arm.spec.confidence)
 
     def retain(self, age: float | None = None) -> Retained:
         """Remove the impressions created more than ``age`` seconds ago (default

@@ -49,10 +49,12 @@ from reranker.learners.specialization import (
     JUDGED_OFFSET,
     QUERY_FEATURE,
     QueryEvidence,
+    QueryWeight,
     general_ranking,
     judgment_feedback,
     specialise,
     specializes,
+    weight_outcomes,
 )
 from reranker.models.balance import QueryBalance
 from reranker.models.model import ModelFactory
@@ -581,6 +583,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             with_backend_feature(data, settings).backend_feature)
     judged_teach = capabilities.learns_from_mixed_lists
     balance = QueryBalance() if settings.query_balance else None
+    query_weight = QueryWeight()  # (as the trainer keeps it per arm)
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
     n_train = len(train)
@@ -629,7 +632,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             if specialize:  # the query's own clicks refine its page where they judge a pair
                 result, judgment = specialise(
                     result, lifts[:, 0], evidence, k, learner_rng, settings.confidence,
-                    base=X[:, engine_column] if untrusted else None)
+                    base=X[:, engine_column] if untrusted else None,
+                    weight=query_weight.weight)
             engine = None
             if untrusted and judgment is None:  # the engine's order and the model's, mixed
                 engine = general_ranking(X[:, engine_column])
@@ -651,6 +655,9 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 check.observe(learner, X, y, k, positions, labels, utility, ideal_utility[qi],
                               target_X=target_X, page=None if result is own else result)
             t2 = clock()
+            if judgment is not None and positions is not None and len(positions):
+                query_weight.observe(weight_outcomes(result.context, positions.tolist()),
+                                     settings.confidence)
             query = str(qi)  # (the page's query, as the trainer gives it)
             if balance is not None and not balance.keeps(query, f"{run}:{t}"):
                 pass  # a page of a query searched more than the average, passed over
@@ -701,6 +708,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
               "takeover": takeover.to_dict(),
               "impressions_per_second": settings.impressions / total if total > 0 else math.inf,
               "windows": (metrics.windows / np.maximum(metrics.window_sizes, 1)).tolist()}
+    if specialize:
+        timing["query_weight"] = query_weight.weight
     if check is not None:
         timing["off_policy"] = check.result()
     return rows, timing
@@ -890,6 +899,10 @@ def summarize(result: SimulationResult) -> dict[str, dict[str, Any]]:
         entry["learner_time_share"] = _mean_stderr([t["learner_seconds"] / t["seconds"]
                                                     for t in timings if t["seconds"] > 0])
         entry.update(_worst_window(result, learner))
+        weights = [t["query_weight"] for t in timings if "query_weight" in t]
+        if weights:  # (a learner whose pages its queries' clicks specialise)
+            entry["query_weight"] = {"runs": weights,
+                                     "geometric_mean": float(np.exp2(np.mean(np.log2(weights))))}
         checks = [t["off_policy"] for t in timings if "off_policy" in t]
         if checks:
             entry["off_policy"] = _off_policy_summary(checks)

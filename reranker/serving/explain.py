@@ -229,7 +229,8 @@ def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str], names: list[str],
         model.rank(X_raw[:, columns], len(ids), np.random.default_rng(0)).scores
     lift = X_raw[:, names.index(QUERY_FEATURE)] if QUERY_FEATURE in names else None
     specialised = judged is not None and lift is not None
-    scores = specialised_scores(general, lift) if specialised else general
+    weight = model.query_weight.weight
+    scores = specialised_scores(general, lift, weight) if specialised else general
     scaled = minmax(general)
     hits = []
     for i, doc_id in enumerate(ids):
@@ -243,7 +244,7 @@ def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str], names: list[str],
             hit["general_parts"] = {"engine": start, "learned": float(general[i]) - start}
         if specialised:
             hit["page_parts"] = {"general_model": float(scaled[i]),
-                                 "query_clicks": float(lift[i]) - 1.0}
+                                 "query_clicks": weight * (float(lift[i]) - 1.0)}
         hits.append(hit)
     return hits, _decision(arm, ids, general, scores, specialised, judged, evidence, X,
                            weights, learner)
@@ -260,11 +261,15 @@ def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
     out: dict[str, Any] = {"confidence": arm.spec.confidence}
     if specialised:
         page = general_ranking(scores)[:top].tolist()
+        weight = arm.model.query_weight
         out.update(by="query_clicks", judgment={**judged, "doc": ids[int(judged["doc"])]},
                    moved=sum(a != b for a, b in zip(page, order, strict=True)),
+                   query_weight={"weight": weight.weight,
+                                 "duels_since_last_move": {"doubled": list(weight.doubled),
+                                                           "halved": list(weight.halved)}},
                    why=f"this query's users click a result {judged['clicked']} than its other "
-                       f"results (at {arm.spec.confidence:.0%} confidence): its click lift "
-                       f"refines the general model's order")
+                       f"results (at {arm.spec.confidence:.0%} confidence): its click lift, "
+                       f"weighted {weight.weight:g}, refines the general model's order")
         return out
     moved = sum(a != b for a, b in zip(order, engine, strict=True))
     out.update(by="general_model" if moved else "engine", moved_from_engine=moved)

@@ -48,7 +48,8 @@ def mixed_page(ranker: Ranker, mode: str, X: np.ndarray, n_shown: int,
         if ranker.specialises(arm, evidence) \
                 and evidence.strongest(arm.spec.confidence) is not None:
             # the arm's ranking as its own specialised page would order it
-            result.ranking = specialised_ranking(result.scores, X[:, ranker.query_lift])
+            result.ranking = specialised_ranking(result.scores, X[:, ranker.query_lift],
+                                                 model.query_weight.weight)
         rankings.append(result.ranking)
         logged[label] = {"id": arm.id, "model_version": model.version,
                          "ranking": result.ranking[: max(n_shown, arm.spec.depth)].tolist(),

@@ -22,6 +22,7 @@ from reranker.learners.base import RankResult
 from reranker.learners.specialization import (
     QUERY_FEATURE,
     SPECIALISED,
+    WEIGHT,
     QueryEvidence,
     specialise,
     specialised_scores,
@@ -123,7 +124,7 @@ class Ranker:
         if not self.specialises(arm, evidence):
             return result
         page, _ = specialise(result, X[:, self.query_lift], evidence, n_shown, self.rng,
-                             arm.spec.confidence)
+                             arm.spec.confidence, weight=arm.model.query_weight.weight)
         return page
 
     @staticmethod
@@ -176,7 +177,8 @@ class Ranker:
         lift = first.feature_names.index(QUERY_FEATURE) \
             if QUERY_FEATURE in first.feature_names else -1
         if SPECIALISED in (first.context or {}) and lift >= 0:
-            general = specialised_scores(general, X[:, lift])
+            general = specialised_scores(general, X[:, lift],
+                                         float(first.context.get(WEIGHT, 1.0)))
         for i, doc_id in enumerate(first.doc_ids):
             if doc_id in where:
                 scores[where[doc_id]] = general[i]

@@ -125,6 +125,9 @@ def test_show_prints_the_weights_by_feature_name_as_the_model_file_has_them(work
     assert "feature map: depth 10, discount log2" in text
     progress = data["training"]
     assert f"cursor {progress['cursor']}, impressions 1, clicks 2" in text
+    assert shown["query_weight"] == data["query_weight"] == {"level": 0, "doubled": [0, 0],
+                                                             "halved": [0, 0]}
+    assert "query weight 1 (a query's click lift" in text
     for i, name in enumerate(names):
         row = next(line for line in text.splitlines() if f"│ {name} " in line)
         assert f"{state['w_'][i]:+.6g}" in row

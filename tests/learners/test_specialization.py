@@ -18,12 +18,18 @@ from reranker.learners.specialization import (
     GENERAL,
     JUDGED,
     SPECIALISED,
+    WEIGHT,
+    WEIGHT_DUELS,
     QueryEvidence,
+    QueryWeight,
     general_features,
     judgment_feedback,
     judgment_p_values,
     specialise,
+    specialised_scores,
     taught_by,
+    weight_duels,
+    weight_outcomes,
 )
 from reranker.offline.simulation import LearnerSpec, Settings, simulate, summarize
 from tests.support.configs import write_config
@@ -154,6 +160,89 @@ def test_the_general_model_leaves_the_query_lift_out():
         ("backend_score", "click_lift:doc")
 
 
+# -- the query weight ----------------------------------------------------------------------
+
+
+def test_a_specialised_page_logs_the_pairs_a_doubled_or_halved_weight_orders_otherwise():
+    general = np.array([1.0, 0.8, 0.5, 0.45, 0.0, 0.0])
+    lift = np.array([1.0, 1.3, 1.0, 0.8, 1.0, 1.0])
+    # at weight 1: 1.0, 1.1, 0.5, 0.25, 0, 0 -> candidates 1, 0, 2, 3, ...
+    ranking = np.array([1, 0, 2, 3, 4, 5])
+    pairs = weight_duels(general, lift, ranking, 6, {"pair_offset": 0, "swapped": [],
+                                                     "swap_probability": 0.5}, 1.0)
+    # (1, 0): halved, 0.8 + 0.15 < 1.0, puts candidate 0 (shown below) first; (2, 3): no
+    # weight between 1/2 and 2 orders 0.5 and 0.45 - 0.2 w otherwise; (4, 5): a tie
+    assert pairs == [[0, 1, 0]]
+    # at 0.4 candidate 0 leads (1.0 > 0.92); the doubled weight puts candidate 1 first
+    assert weight_duels(general, lift, np.arange(6), 6, {"pair_offset": 0, "swapped": [],
+                                                         "swap_probability": 0.5}, 0.4) == \
+        [[0, 1, 1]]
+    # a click on one of the pair's two results settles its duel; on both or neither, not
+    context = {WEIGHT_DUELS: [[0, 1, 0], [2, 0, 1]]}
+    assert weight_outcomes(context, [1]) == [(False, True)]
+    assert weight_outcomes(context, [0, 2]) == [(False, False), (True, True)]
+    assert weight_outcomes(context, [0, 1, 4]) == []
+    assert weight_outcomes({}, [0]) == []
+
+
+def test_a_specialised_page_is_ranked_and_logged_with_the_arms_query_weight():
+    pages = [(list(range(10)), [5])] * 8
+    scores = -np.arange(12, dtype=float) / 11
+    evidence = evidence_of(pages, 12)
+    lift = evidence.clicks / np.maximum(evidence.exposure, 1e-9)
+    lift = np.where(evidence.exposure > 0, lift / lift.mean(), 1.0)
+    own = RankResult(ranking=np.arange(12), scores=scores, context={})
+    for weight in (0.5, 4.0):
+        page, judgment = specialise(own, lift, evidence, 10, np.random.default_rng(1),
+                                    weight=weight)
+        assert judgment is not None and page.context[WEIGHT] == weight
+        assert np.allclose(page.scores, specialised_scores(scores, lift, weight))
+        assert page.context[WEIGHT_DUELS] == weight_duels(scores, lift, page.ranking, 10,
+                                                          page.context, weight)
+
+
+def duels(weight: QueryWeight, n: int, chance: float, doubled: bool, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        weight.observe([(doubled, bool(rng.random() < chance))])
+    return weight
+
+
+def test_the_query_weight_moves_only_where_the_duels_show_users_prefer_it():
+    # duels the doubled weight wins three times in four: it doubles, and again
+    assert duels(QueryWeight(), 400, 0.75, doubled=True).level >= 2
+    assert duels(QueryWeight(), 400, 0.75, doubled=False).level <= -2  # halved alike
+    # the doubled weight losing moves nothing (only its own wins can move it up)
+    assert duels(QueryWeight(), 400, 0.25, doubled=True).level == 0
+    # a fair coin: the looks at 16, 32, 64, ... spend 1 - confidence over all of them
+    stayed = sum(duels(QueryWeight(), 2000, 0.5, doubled=bool(seed % 2), seed=seed).level == 0
+                 for seed in range(40))
+    assert stayed >= 36
+    # fifteen wins are not a look; the sixteenth is, and 16 of 16 passes
+    weight = QueryWeight()
+    assert not weight.observe([(True, True)] * 15) and weight.level == 0
+    assert weight.observe([(True, True)]) and weight.weight == 2.0
+    assert weight.doubled == [0, 0] and weight.halved == [0, 0]  # both tests start again
+    top = QueryWeight(10)
+    assert not top.observe([(True, True)] * 64) and top.weight == 1024.0  # bounded
+
+
+def test_the_query_weight_is_saved_and_a_corrupt_one_is_named():
+    weight = duels(QueryWeight(), 40, 0.9, doubled=True)
+    weight.observe([(False, True)] * 3)
+    again = QueryWeight.from_dict(weight.to_dict())
+    assert again.to_dict() == weight.to_dict() and again.level == weight.level >= 1
+    assert again.halved[0] == 3
+    for bad, field in [({"level": 11, "doubled": [0, 0], "halved": [0, 0]}, "level"),
+                       ({"level": True, "doubled": [0, 0], "halved": [0, 0]}, "level"),
+                       ({"level": 0, "doubled": [1], "halved": [0, 0]}, "doubled"),
+                       ({"level": 0, "doubled": [0, 0], "halved": [0, -1]}, "halved")]:
+        with pytest.raises(ValueError, match=f"query_weight.{field}"):
+            QueryWeight.from_dict(bad)
+    with pytest.raises(ValueError, match="query_weight must be a mapping"):
+        QueryWeight.from_dict([0])
+
+
 @pytest.fixture(scope="module")
 def engine_is_right(tmp_path_factory):
     """Queries whose relevance is the engine's own score (its order is the best there is)
@@ -193,6 +282,32 @@ def test_a_general_model_that_users_do_not_prefer_does_not_take_over(engine_is_r
     ours, engine = summary["preference_perceptron"], summary[result.floor]
     assert ours["worst_window_gap"]["mean"] >= -0.035, ours["worst_window_gap"]
     assert ours["offline_ndcg@10"]["mean"] >= engine["offline_ndcg@10"]["mean"] - 0.01
+    # the query's clicks gain no weight against a model as good as the engine
+    assert all(weight <= 1.0 for weight in ours["query_weight"]["runs"]), ours["query_weight"]
+
+
+def test_the_query_weight_grows_where_only_the_queries_own_clicks_know(tmp_path):
+    """Queries whose relevance no feature shows (the engine's score among them): only each
+    query's own clicks can rank it, and the duels of its specialised pages double their
+    weight."""
+    from reranker.offline.simulation import prepare
+
+    rng = np.random.default_rng(4)
+
+    def write(name, queries):
+        lines = [f"{int(rng.random() < 0.3) * 2} qid:{q} " + " ".join(
+            f"{j + 1}:{v:.4f}" for j, v in enumerate(rng.random(4))) + f" # d{q}-{d}"
+            for q in range(queries) for d in range(20)]
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+        return str(tmp_path / name)
+
+    data = prepare([write("train.txt", 20)], write("test.txt", 5))
+    settings = Settings(impressions=3000, runs=2, click_model="perfect", checkpoints=3,
+                        backend_feature="f1")
+    summary = summarize(simulate(data, [LearnerSpec("preference_perceptron")], settings,
+                                 workers=1))
+    assert all(weight >= 2.0 for weight in summary["preference_perceptron"]["query_weight"]
+               ["runs"]), summary["preference_perceptron"]["query_weight"]
 
 
 # -- through the HTTP API ------------------------------------------------------------------
@@ -305,5 +420,70 @@ def test_a_query_s_clicks_specialise_its_page_and_teach_the_general_model(workdi
                    for part in weights.values())
         assert all(hit["general_parts"]["learned"] == 0.0 for hit in other["hits"])
         assert other["decided_by"]["by"] == "engine"
+    finally:
+        live.stop()
+
+
+def test_the_trainer_doubles_the_query_weight_that_users_prefer_and_serves_it(workdir):
+    """Through the HTTP API: users who, on the randomised pairs of a specialised page that
+    the doubled weight orders otherwise, click the result it puts first. The trainer counts
+    those duels, doubles the weight, saves it with the model, and the next pages are ranked
+    and explained with it; pages ranked with the old weight then count for nothing."""
+    from reranker.core.plugins import get_plugin_manager as plugins
+    from reranker.models.arms import arms_from_config
+
+    path = write_config(workdir, learner={"seed": 3, "query_balance": False},
+                        trainer={"enabled": False, "feedback_window": 3600.0})
+    live = LiveServer(path)
+    try:
+        _, target = click_until_judged(live, "tea kettle", 6)
+        settled, old_pages = 0, []
+        for _ in range(400):
+            page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+            context = live.service.events.get_impression(page["impression_id"]).context
+            if SPECIALISED not in context:  # (its clicks judge nothing for now)
+                continue
+            assert context[WEIGHT] == 1.0
+            old_pages.append(page)
+            ids = [hit["id"] for hit in page["hits"]]
+            clicks = {ids[upper + favoured] for upper, favoured, doubled
+                      in context[WEIGHT_DUELS] if doubled}
+            # the result the doubled weight puts first wins its pair; the target, outside
+            # the pairs that test the weight, is clicked as before
+            tested = {ids[upper + i] for upper, _, _ in context[WEIGHT_DUELS] for i in (0, 1)}
+            if target in ids and target not in tested:
+                clicks.add(target)
+            for doc_id in clicks:
+                live.post("/click", {"impression_id": page["impression_id"], "doc_id": doc_id})
+            settled += sum(doubled for _, _, doubled in context[WEIGHT_DUELS])
+            if settled >= 16:
+                break
+        assert settled >= 16
+        live.service.events.flush()
+        live.service.trainer.run_once(close_all=True)
+        arm = arms_from_config(live.service.config, plugins())[0]
+        model, _ = arm.models.load_latest(arm.factory)
+        assert model.query_weight.weight == 2.0
+        deadline = time.monotonic() + 10
+        while True:  # the service reloads the version the trainer saved
+            page = live.post("/search", {"query": "tea kettle", "size": 10}).json()
+            context = live.service.events.get_impression(page["impression_id"]).context
+            if context[WEIGHT] == 2.0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert context[WEIGHT] == 2.0
+        explained = live.post("/explain", {"query": "tea kettle", "size": 10}).json()
+        for hit in explained["hits"]:
+            lift = hit["features"]["click_lift:query_doc"]
+            assert hit["page_parts"]["query_clicks"] == pytest.approx(2.0 * (lift - 1.0))
+        assert explained["decided_by"]["query_weight"]["weight"] == 2.0
+        # a click now on a page ranked with weight 1 settles no duel of weight 2
+        for old in old_pages[:5]:
+            live.post("/click", {"impression_id": old["impression_id"],
+                                 "doc_id": old["hits"][0]["id"]})
+        live.service.trainer.run_once(close_all=True)
+        model, _ = arm.models.load_latest(arm.factory)
+        assert model.query_weight.doubled == [0, 0] and model.query_weight.halved == [0, 0]
+        assert target in [hit["id"] for hit in page["hits"]]
     finally:
         live.stop()

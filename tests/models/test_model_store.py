@@ -118,6 +118,26 @@ def test_a_versions_origin_is_kept_and_a_malformed_one_refused(tmp_path):
             factory().from_dict(data, "m.json")
 
 
+def test_the_query_weight_is_kept_with_the_model_and_a_corrupt_one_named(tmp_path):
+    from reranker.models.model import checksum
+
+    store = ModelStore(tmp_path, "preference_perceptron")
+    model = trained_model(1)
+    model.query_weight.observe([(True, True)] * 16)  # the doubled weight won 16 of 16
+    model.query_weight.observe([(False, False)] * 3)
+    store.save(model)
+    loaded = store.load(1, factory()).query_weight
+    assert loaded.weight == 2.0 and loaded.halved == [0, 3]
+    data = model.to_dict()
+    del data["query_weight"]  # a model saved before the query weight: weight 1
+    data["checksum"] = checksum(data)
+    assert factory().from_dict(data, "m.json").query_weight.weight == 1.0
+    data["query_weight"] = {"level": "3", "doubled": [0, 0], "halved": [0, 0]}
+    data["checksum"] = checksum(data)
+    with pytest.raises(ModelLoadError, match="m.json.*query_weight.level"):
+        factory().from_dict(data, "m.json")
+
+
 def test_a_model_saved_before_the_starting_ranking_loads_and_ranks_as_it_did(tmp_path):
     """A model file written before learners kept a starting ranking (no prior_, step_sum_,
     steps_ in its state) loads with none: it ranks by its weights alone, as it did."""
