@@ -28,6 +28,7 @@ from reranker.learners.specialization import (
     JUDGED,
     QUERY_FEATURE,
     SPECIALISED,
+    WEIGHT,
     QueryEvidence,
     general_ranking,
     minmax,
@@ -127,7 +128,8 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
     arm = next((a for a in service.arms if imp.arm in a.names()), service.arms[0])
     shown = imp.shown().tolist()
     judged = (imp.context or {}).get(SPECIALISED)
-    hits, decision = _hits(arm, imp.features, imp.doc_ids, imp.feature_names, judged, None)
+    hits, decision = _hits(arm, imp.features, imp.doc_ids, imp.feature_names, judged, None,
+                           float((imp.context or {}).get(WEIGHT, 1.0)))
     page = [{**hits[i], "rank": imp.offset + r} for r, i in enumerate(shown, start=1)]
     clicked = set(imp.clicked or [])
     for hit in page:
@@ -207,11 +209,12 @@ def arm_model(arm: Arm) -> dict[str, Any]:
 
 
 def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str], names: list[str],
-          judged: dict | None, evidence: QueryEvidence | None
+          judged: dict | None, evidence: QueryEvidence | None, weight: float | None = None
           ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Each candidate's features and score in parts, and what decided the page: the query's
-    own clicks when ``judged`` (the judgment that specialised it) is given, else the general
-    model."""
+    own clicks when ``judged`` (the judgment that specialised it) is given, their lift
+    counting ``weight`` times (a logged page's; default the arm's query weight now), else
+    the general model."""
     model = arm.model
     names = list(names)
     columns = arm.columns(names)
@@ -229,7 +232,8 @@ def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str], names: list[str],
         model.rank(X_raw[:, columns], len(ids), np.random.default_rng(0)).scores
     lift = X_raw[:, names.index(QUERY_FEATURE)] if QUERY_FEATURE in names else None
     specialised = judged is not None and lift is not None
-    weight = model.query_weight.weight
+    if weight is None:
+        weight = model.query_weight.weight
     scores = specialised_scores(general, lift, weight) if specialised else general
     scaled = minmax(general)
     hits = []
@@ -247,29 +251,31 @@ def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str], names: list[str],
                                  "query_clicks": weight * (float(lift[i]) - 1.0)}
         hits.append(hit)
     return hits, _decision(arm, ids, general, scores, specialised, judged, evidence, X,
-                           weights, learner)
+                           weights, learner, weight)
 
 
 def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
               specialised: bool, judged: dict | None, evidence: QueryEvidence | None,
-              X: np.ndarray, weights: np.ndarray | None, learner) -> dict[str, Any]:
+              X: np.ndarray, weights: np.ndarray | None, learner,
+              query_weight: float) -> dict[str, Any]:
     """Which of the engine, the general model and the query's own clicks decided the top of
-    the page, with the numbers behind it."""
+    the page, with the numbers behind it (``query_weight``: the one the page counts the
+    query's click lift with)."""
     top = min(10, len(ids))
     engine = list(range(top))
     order = general_ranking(general)[:top].tolist()
     out: dict[str, Any] = {"confidence": arm.spec.confidence}
     if specialised:
         page = general_ranking(scores)[:top].tolist()
-        weight = arm.model.query_weight
+        now = arm.model.query_weight
         out.update(by="query_clicks", judgment={**judged, "doc": ids[int(judged["doc"])]},
                    moved=sum(a != b for a, b in zip(page, order, strict=True)),
-                   query_weight={"weight": weight.weight,
-                                 "duels_since_last_move": {"doubled": list(weight.doubled),
-                                                           "halved": list(weight.halved)}},
+                   query_weight={"weight": query_weight, "arm_weight_now": now.weight,
+                                 "duels_since_last_move": {"doubled": list(now.doubled),
+                                                           "halved": list(now.halved)}},
                    why=f"this query's users click a result {judged['clicked']} than its other "
                        f"results (at {arm.spec.confidence:.0%} confidence): its click lift, "
-                       f"weighted {weight.weight:g}, refines the general model's order")
+                       f"weighted {query_weight:g}, refines the general model's order")
         return out
     moved = sum(a != b for a, b in zip(order, engine, strict=True))
     out.update(by="general_model" if moved else "engine", moved_from_engine=moved)

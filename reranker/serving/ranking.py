@@ -77,7 +77,7 @@ class Ranker:
             result = self.arm_ranking(arm, model, X, n_shown)
             if result is None:
                 return backend_order(X.shape[0], label, "learner")
-            result = self.specialised(arm, result, X, evidence, n_shown)
+            result = self.specialised(arm, model, result, X, evidence, n_shown)
             log_prob = result.log_prob
             if log_prob is None and not model.learner.capabilities.stochastic:
                 log_prob = 0.0  # a deterministic policy shows its ranking with certainty
@@ -116,15 +116,15 @@ class Ranker:
             self.failures.pop(arm.id, None)
         return result
 
-    def specialised(self, arm: Arm, result: RankResult, X: np.ndarray,
+    def specialised(self, arm: Arm, model: RankingModel, result: RankResult, X: np.ndarray,
                     evidence: QueryEvidence | None, n_shown: int) -> RankResult:
-        """The page of ``arm`` for a search: its model's own (``result``), or the page this
-        query's own clicks specialise when they judge a pair of its candidates
-        (:func:`reranker.learners.specialization.specialise`)."""
+        """The page of ``arm`` for a search: its ``model``'s own (``result``), or the page
+        this query's own clicks specialise when they judge a pair of its candidates, with
+        the model's query weight (:func:`reranker.learners.specialization.specialise`)."""
         if not self.specialises(arm, evidence):
             return result
         page, _ = specialise(result, X[:, self.query_lift], evidence, n_shown, self.rng,
-                             arm.spec.confidence, weight=arm.model.query_weight.weight)
+                             arm.spec.confidence, weight=model.query_weight.weight)
         return page
 
     @staticmethod

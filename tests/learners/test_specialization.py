@@ -477,6 +477,14 @@ def test_the_trainer_doubles_the_query_weight_that_users_prefer_and_serves_it(wo
             lift = hit["features"]["click_lift:query_doc"]
             assert hit["page_parts"]["query_clicks"] == pytest.approx(2.0 * (lift - 1.0))
         assert explained["decided_by"]["query_weight"]["weight"] == 2.0
+        # a page served before the move is explained with the weight it was ranked with
+        before = live.post("/explain", {"impression_id": old_pages[-1]["impression_id"]}).json()
+        assert before["decided_by"]["query_weight"] == {
+            "weight": 1.0, "arm_weight_now": 2.0,
+            "duels_since_last_move": {"doubled": [0, 0], "halved": [0, 0]}}
+        for hit in before["hits"]:
+            lift = hit["features"]["click_lift:query_doc"]
+            assert hit["page_parts"]["query_clicks"] == pytest.approx(lift - 1.0)
         # a click now on a page ranked with weight 1 settles no duel of weight 2
         for old in old_pages[:5]:
             live.post("/click", {"impression_id": old["impression_id"],
