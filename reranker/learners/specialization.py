@@ -288,6 +288,8 @@ def weight_duels(general_scores: np.ndarray, lift: np.ndarray, ranking: np.ndarr
     lift = np.asarray(lift, dtype=np.float64) - 1.0
     out = []
     for upper, _swapped in pairs:
+        if upper + 1 >= len(ranking):  # (a page asked deeper than there are candidates)
+            break
         a, b = int(ranking[upper]), int(ranking[upper + 1])
         dg, dl = g[a] - g[b], lift[a] - lift[b]
         now = np.sign(dg + weight * dl)

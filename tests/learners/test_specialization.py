@@ -177,6 +177,9 @@ def test_a_specialised_page_logs_the_pairs_a_doubled_or_halved_weight_orders_oth
     assert weight_duels(general, lift, np.arange(6), 6, {"pair_offset": 0, "swapped": [],
                                                          "swap_probability": 0.5}, 0.4) == \
         [[0, 1, 1]]
+    # a page asked for more results than there are candidates: its pairs end with them
+    assert weight_duels(general, lift, ranking, 30, {"pair_offset": 0, "swapped": [],
+                                                     "swap_probability": 0.5}, 1.0) == pairs
     # a click on one of the pair's two results settles its duel; on both or neither, not
     context = {WEIGHT_DUELS: [[0, 1, 0], [2, 0, 1]]}
     assert weight_outcomes(context, [1]) == [(False, True)]
