@@ -43,14 +43,22 @@ def server_processes(cluster) -> list[int]:
     return [postmaster, *map(int, children)]
 
 
+def signal_all(pids, signum) -> None:
+    """Send ``signum`` to each of ``pids``; one that ended since it was listed (a backend
+    whose connection closed) needs it no more."""
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
 def freeze(cluster) -> None:
-    for pid in reversed(server_processes(cluster)):
-        os.kill(pid, signal.SIGSTOP)
+    signal_all(reversed(server_processes(cluster)), signal.SIGSTOP)
 
 
 def thaw(cluster) -> None:
-    for pid in server_processes(cluster):
-        os.kill(pid, signal.SIGCONT)
+    signal_all(server_processes(cluster), signal.SIGCONT)
 
 
 def timed(call):
