@@ -267,14 +267,14 @@ def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_sho
         SPECIALISED: judgment.to_dict(),
         GENERAL: general[: min(int(n_shown) + 1, len(general))].tolist(),
         JUDGED_OFFSET: offset, JUDGED: [[upper, int(lower)] for upper, lower in judged],
-        WEIGHT: weight, WEIGHT_DUELS: weight_duels(scores, lift, page.ranking, n_shown,
+        WEIGHT: weight, WEIGHT_DUELS: weight_duels(page.scores, lift, page.ranking, n_shown,
                                                    page.context, weight)})
     return page, judgment
 
 
-def weight_duels(general_scores: np.ndarray, lift: np.ndarray, ranking: np.ndarray,
-                 n_shown: int, context: dict, weight: float) -> list[list[int]]:
-    """The randomised pairs of a specialised page (``ranking``, drawn from the scores
+def weight_duels(scores: np.ndarray, lift: np.ndarray, ranking: np.ndarray, n_shown: int,
+                 context: dict, weight: float) -> list[list[int]]:
+    """The randomised pairs of a specialised page (``ranking``, drawn from ``scores``, what
     :func:`specialised_scores` gives at ``weight``; its pairs in ``context``) that the
     doubled or the halved weight would order the other way: ``[upper position, 0 when that
     weight puts the result shown above first else 1, 1 for the doubled weight or 0 for the
@@ -284,17 +284,17 @@ def weight_duels(general_scores: np.ndarray, lift: np.ndarray, ranking: np.ndarr
     pairs, _ = randomized_pairs(context, n_shown)
     if not pairs:
         return []
-    g = minmax(general_scores)
-    lift = np.asarray(lift, dtype=np.float64) - 1.0
+    lift = np.asarray(lift, dtype=np.float64)
     out = []
     for upper, _swapped in pairs:
         if upper + 1 >= len(ranking):  # (a page asked deeper than there are candidates)
             break
         a, b = int(ranking[upper]), int(ranking[upper + 1])
-        dg, dl = g[a] - g[b], lift[a] - lift[b]
-        now = np.sign(dg + weight * dl)
+        # at weight f * w the pair's margin is the page's plus (f - 1) w times the lifts'
+        margin, lifts = float(scores[a] - scores[b]), float(lift[a] - lift[b])
+        now = np.sign(margin)
         for factor, doubled in ((2.0, 1), (0.5, 0)):
-            other = np.sign(dg + factor * weight * dl)
+            other = np.sign(margin + (factor - 1.0) * weight * lifts)
             if other and other != now:
                 out.append([int(upper), 0 if other > 0 else 1, doubled])
     return out

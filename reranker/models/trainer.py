@@ -399,10 +399,7 @@ class Trainer:
         if not imp.clicked or not context.get(WEIGHT_DUELS) or imp.arm not in arm.names() \
                 or float(context.get(WEIGHT, 1.0)) != model.query_weight.weight:
             return False  # (a page ranked with another weight tested other pairs)
-        position = {int(c): p for p, c in enumerate(imp.ranking.tolist())}
-        index = {doc_id: i for i, doc_id in enumerate(imp.doc_ids)}
-        clicked = [position[index[d]] for d in imp.clicked if d in index]
-        return model.query_weight.observe(weight_outcomes(context, clicked),
+        return model.query_weight.observe(weight_outcomes(context, imp.clicked_positions()),
                                           arm.spec.confidence)
 
     def retain(self, age: float | None = None) -> Retained:

@@ -73,6 +73,13 @@ class Impression:
     def shown_ids(self) -> list[str]:
         return [self.doc_ids[i] for i in self.shown()]
 
+    def clicked_positions(self) -> list[int]:
+        """The 0-based positions in ``ranking`` of the shown results that were clicked,
+        ascending."""
+        shown = self.shown_ids()
+        return sorted(self.offset + shown.index(doc_id)
+                      for doc_id in self.clicked or [] if doc_id in shown)
+
 
 @dataclass(frozen=True)
 class ServedPage:
@@ -94,10 +101,8 @@ class ServedPage:
     @classmethod
     def of(cls, imp: Impression) -> ServedPage:
         """The page of an impression read with its clicks."""
-        shown = imp.shown_ids()
-        clicked = sorted(imp.offset + shown.index(doc_id) + 1
-                         for doc_id in imp.clicked or [] if doc_id in shown)
-        return cls(imp.created, imp.query, imp.arm, imp.offset, imp.n_shown, tuple(clicked),
+        return cls(imp.created, imp.query, imp.arm, imp.offset, imp.n_shown,
+                   tuple(position + 1 for position in imp.clicked_positions()),
                    None if imp.offset else imp.ranking)
 
 

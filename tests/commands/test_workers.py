@@ -15,7 +15,7 @@ from reranker.core.config import load_config
 from reranker.stores import open_event_store
 from reranker.testing import cli_env, reranker_command
 from tests.support.configs import write_config
-from tests.support.servers import ServeProcess, run_cli, wait_for_version
+from tests.support.servers import ServeProcess, follow, run_cli, stop_following, wait_for_version
 from tests.support.stores import store_rows
 from tests.support.traffic import learn
 
@@ -108,13 +108,10 @@ def _store_stats(path) -> dict:
 def test_a_separate_follow_trainer_trains_for_services_without_one(workdir):
     """`reranker serve --workers 2 --no-trainer` beside `reranker train --follow`: the
     follower trains, the workers serve its versions; SIGTERM stops it cleanly."""
-    import subprocess
 
     path = write_config(workdir, trainer={"feedback_window": 1.0, "interval": 0.2})
     server = ServeProcess(path, "--workers", "2", "--no-trainer")
-    follower = subprocess.Popen(reranker_command() + ["train", "--follow", "-c", str(path)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=cli_env())
+    follower = follow(path)
     try:
         server.wait_ready()
 
@@ -133,8 +130,7 @@ def test_a_separate_follow_trainer_trains_for_services_without_one(workdir):
         assert health["trainer"]["last_run"] is None  # the workers did not train
     finally:
         server.stop()
-        follower.send_signal(signal.SIGTERM)
-        output, _ = follower.communicate(timeout=30)
+        output = stop_following(follower, timeout=30)
     assert follower.returncode == 0, output
     assert "runs the trainer" in output
 

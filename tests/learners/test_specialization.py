@@ -168,18 +168,17 @@ def test_a_specialised_page_logs_the_pairs_a_doubled_or_halved_weight_orders_oth
     lift = np.array([1.0, 1.3, 1.0, 0.8, 1.0, 1.0])
     # at weight 1: 1.0, 1.1, 0.5, 0.25, 0, 0 -> candidates 1, 0, 2, 3, ...
     ranking = np.array([1, 0, 2, 3, 4, 5])
-    pairs = weight_duels(general, lift, ranking, 6, {"pair_offset": 0, "swapped": [],
-                                                     "swap_probability": 0.5}, 1.0)
+    pairs_only = {"pair_offset": 0, "swapped": [], "swap_probability": 0.5}
+    pairs = weight_duels(specialised_scores(general, lift), lift, ranking, 6, pairs_only, 1.0)
     # (1, 0): halved, 0.8 + 0.15 < 1.0, puts candidate 0 (shown below) first; (2, 3): no
     # weight between 1/2 and 2 orders 0.5 and 0.45 - 0.2 w otherwise; (4, 5): a tie
     assert pairs == [[0, 1, 0]]
     # at 0.4 candidate 0 leads (1.0 > 0.92); the doubled weight puts candidate 1 first
-    assert weight_duels(general, lift, np.arange(6), 6, {"pair_offset": 0, "swapped": [],
-                                                         "swap_probability": 0.5}, 0.4) == \
-        [[0, 1, 1]]
+    assert weight_duels(specialised_scores(general, lift, 0.4), lift, np.arange(6), 6,
+                        pairs_only, 0.4) == [[0, 1, 1]]
     # a page asked for more results than there are candidates: its pairs end with them
-    assert weight_duels(general, lift, ranking, 30, {"pair_offset": 0, "swapped": [],
-                                                     "swap_probability": 0.5}, 1.0) == pairs
+    assert weight_duels(specialised_scores(general, lift), lift, ranking, 30, pairs_only,
+                        1.0) == pairs
     # a click on one of the pair's two results settles its duel; on both or neither, not
     context = {WEIGHT_DUELS: [[0, 1, 0], [2, 0, 1]]}
     assert weight_outcomes(context, [1]) == [(False, True)]
@@ -192,16 +191,27 @@ def test_a_specialised_page_is_ranked_and_logged_with_the_arms_query_weight():
     pages = [(list(range(10)), [5])] * 8
     scores = -np.arange(12, dtype=float) / 11
     evidence = evidence_of(pages, 12)
-    lift = evidence.clicks / np.maximum(evidence.exposure, 1e-9)
-    lift = np.where(evidence.exposure > 0, lift / lift.mean(), 1.0)
+    # (lifts that do not follow the general scores, so that other weights reorder pairs)
+    lift = 1.0 + 0.2 * np.random.default_rng(5).standard_normal(12)
     own = RankResult(ranking=np.arange(12), scores=scores, context={})
     for weight in (0.5, 4.0):
         page, judgment = specialise(own, lift, evidence, 10, np.random.default_rng(1),
                                     weight=weight)
         assert judgment is not None and page.context[WEIGHT] == weight
         assert np.allclose(page.scores, specialised_scores(scores, lift, weight))
-        assert page.context[WEIGHT_DUELS] == weight_duels(scores, lift, page.ranking, 10,
-                                                          page.context, weight)
+        # the logged duels are the shown pairs that the doubled or halved weight orders the
+        # other way round, and the result it puts first is the one named
+        shown = page.ranking.tolist()
+        duelled = set()
+        for upper in range(page.context["pair_offset"], 9, 2):
+            a, b = shown[upper], shown[upper + 1]
+            for factor, doubled in ((2.0, 1), (0.5, 0)):
+                other = specialised_scores(scores, lift, weight * factor)
+                if np.sign(other[a] - other[b]) not in (0, np.sign(page.scores[a] -
+                                                                   page.scores[b])):
+                    duelled.add((upper, 0 if other[a] > other[b] else 1, doubled))
+        assert {tuple(d) for d in page.context[WEIGHT_DUELS]} == duelled
+        assert duelled  # (this page has some)
 
 
 def duels(weight: QueryWeight, n: int, chance: float, doubled: bool, seed: int = 0):
@@ -289,7 +299,8 @@ def test_a_general_model_that_users_do_not_prefer_does_not_take_over(engine_is_r
     assert all(weight <= 1.0 for weight in ours["query_weight"]["runs"]), ours["query_weight"]
 
 
-def test_the_query_weight_grows_where_only_the_queries_own_clicks_know(tmp_path):
+@pytest.mark.parametrize("name", ["preference_perceptron", "pdgd"])
+def test_the_query_weight_grows_where_only_the_queries_own_clicks_know(tmp_path, name):
     """Queries whose relevance no feature shows (the engine's score among them): only each
     query's own clicks can rank it, and the duels of its specialised pages double their
     weight."""
@@ -307,10 +318,9 @@ def test_the_query_weight_grows_where_only_the_queries_own_clicks_know(tmp_path)
     data = prepare([write("train.txt", 20)], write("test.txt", 5))
     settings = Settings(impressions=3000, runs=2, click_model="perfect", checkpoints=3,
                         backend_feature="f1")
-    summary = summarize(simulate(data, [LearnerSpec("preference_perceptron")], settings,
-                                 workers=1))
-    assert all(weight >= 2.0 for weight in summary["preference_perceptron"]["query_weight"]
-               ["runs"]), summary["preference_perceptron"]["query_weight"]
+    weight = summarize(simulate(data, [LearnerSpec(name)], settings, workers=1))[name][
+        "query_weight"]
+    assert all(w >= 2.0 for w in weight["runs"]), weight
 
 
 # -- through the HTTP API ------------------------------------------------------------------

@@ -5,7 +5,6 @@ pass alone, and the follower stops its processes with itself."""
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,9 +15,8 @@ from reranker.core.config import load_config
 from reranker.models.arm_processes import deal
 from reranker.models.trainer import Trainer
 from reranker.stores import open_event_store
-from reranker.testing import cli_env, reranker_command
 from tests.support.configs import PERCEPTRON, experiment_config, write_config
-from tests.support.servers import LiveServer, run_cli
+from tests.support.servers import LiveServer, follow, run_cli, stop_following
 from tests.support.traffic import users_search
 
 ARMS = {"perceptron": PERCEPTRON, "gradient": {"name": "pdgd"}}
@@ -160,10 +158,7 @@ def test_the_follower_stops_its_processes_with_itself(workdir, corpus):
     path = experiment_config(workdir, arms=ARMS, learner=EVERY_PAGE,
                              trainer={"enabled": False, "feedback_window": 0.0,
                                       "interval": 0.2})
-    follower = subprocess.Popen(reranker_command() + ["train", "--follow", "--jobs", "2",
-                                                      "-c", str(path)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=cli_env())
+    follower = follow(path, "--jobs", "2")
     server = LiveServer(path)
     try:
         users_search(server, corpus, 40, seed=5)
@@ -178,8 +173,7 @@ def test_the_follower_stops_its_processes_with_itself(workdir, corpus):
         assert len(children) >= 2  # (and spawn's resource tracker)
     finally:
         server.stop()
-        follower.send_signal(signal.SIGTERM)
-        output, _ = follower.communicate(timeout=60)
+        output = stop_following(follower)
     assert follower.returncode == 0, output
     assert "2 arms in 2 processes" in output
     assert not wait_ended(children)

@@ -5,7 +5,6 @@ index`, `reranker serve` with gunicorn workers and `reranker train --follow` bes
 real PostgreSQL server and the Elasticsearch stand-in."""
 
 import re
-import signal
 import subprocess
 import time
 
@@ -17,7 +16,7 @@ from reranker.testing import cli_env, reranker_command
 from tests.support.configs import write_docs
 from tests.support.es_standin import Standin
 from tests.support.paths import ROOT
-from tests.support.servers import ServeProcess
+from tests.support.servers import ServeProcess, follow, stop_following
 from tests.support.traffic import learn
 
 MARK = "<!-- production-example -->"
@@ -58,9 +57,7 @@ def test_the_production_example_serves_learns_and_reports(tmp_path, corpus, post
                                          str(write_docs(tmp_path, corpus.documents))],
                    check=True, env=command_env, capture_output=True, timeout=300)
     server = ServeProcess(path, "--workers", "2", env=env)
-    follower = subprocess.Popen(reranker_command() + ["train", "--follow", "-c", str(path)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=command_env)
+    follower = follow(path, env=command_env)
     try:
         server.wait_ready()
         app = {"X-API-Key": env["RERANKER_API_KEYS"], "X-Forwarded-For": "203.0.113.7"}
@@ -98,8 +95,7 @@ def test_the_production_example_serves_learns_and_reports(tmp_path, corpus, post
         assert lines, server.log_path.read_text()
     finally:
         server.stop()
-        follower.send_signal(signal.SIGTERM)
-        output, _ = follower.communicate(timeout=60)
+        output = stop_following(follower)
         standin.stop()
     assert follower.returncode == 0, output
     assert not (tmp_path / "models").exists()  # the models are in the database

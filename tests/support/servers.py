@@ -4,6 +4,7 @@ the background."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -57,6 +58,22 @@ def run_cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.
         raise AssertionError(f"reranker {' '.join(args)} failed ({result.returncode}):\n"
                              f"{result.stdout}\n{result.stderr}")
     return result
+
+
+def follow(path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """``reranker train --follow -c PATH ARGS`` started in the background, its output (both
+    streams) kept for :func:`stop_following`."""
+    return subprocess.Popen(reranker_command() + ["train", "--follow", *args, "-c", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=cli_env() if env is None else env)
+
+
+def stop_following(follower: subprocess.Popen, timeout: float = 60) -> str:
+    """Stop a :func:`follow` trainer as a service manager does (SIGTERM: it ends after its
+    pass) and return its output; its return code is then ``follower.returncode``."""
+    follower.send_signal(signal.SIGTERM)
+    output, _ = follower.communicate(timeout=timeout)
+    return output
 
 
 def samples(server) -> dict[tuple[str, tuple], float]:
