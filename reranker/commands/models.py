@@ -233,7 +233,10 @@ def _describe(arm: Arm, model: RankingModel) -> dict[str, Any]:
             "learner": saved["learner"], "feature_map": saved["feature_map"],
             "features": names, "normalization": saved["features"]["normalization"],
             "training": saved["training"], "origin": model.origin, "weights": weights,
-            "query_weight": saved["query_weight"], "state": saved["state"]}
+            "query_weight": saved["query_weight"],
+            "evidence_gate": {**saved["evidence_gate"], "confidence":
+                              model.evidence_gate.confidence(arm.spec.confidence)},
+            "state": saved["state"]}
 
 
 @models.command()
@@ -293,6 +296,11 @@ def show(config_path: str | None, label: str | None, version: int | None,
     click.echo(f"query weight {query.weight:g} (a query's click lift on its specialised pages; "
                f"duels since it last moved: doubled won {query.doubled[0]} of "
                f"{sum(query.doubled)}, halved won {query.halved[0]} of {sum(query.halved)})")
+    gate = model.evidence_gate
+    click.echo(f"evidence gate: a query's clicks judge at "
+               f"{gate.confidence(arm.spec.confidence):.0%} confidence (level {gate.level}; "
+               f"duels since it last moved: looser won {gate.looser[0]} of "
+               f"{sum(gate.looser)}, stricter won {gate.stricter[0]} of {sum(gate.stricter)})")
 
     console = wide_console()
     names = info["features"]

@@ -259,6 +259,7 @@ def _print_summary(console: Console, summary: dict, impressions: int, runs: int)
     table.add_column("worst gap to backend order", justify="right")
     table.add_column("impressions/s", justify="right")
     table.add_column("query weight by run", justify="right")
+    table.add_column("evidence gate by run", justify="right")
     for learner, entry in summary.items():
         cells = []
         for metric in (*SHOWN, "worst_window", "worst_window_gap", "impressions_per_second"):
@@ -277,5 +278,7 @@ def _print_summary(console: Console, summary: dict, impressions: int, runs: int)
                 cells.append(f"{value['mean']:.3f}{spread(value)}")
         weight = entry.get("query_weight")  # (learners whose queries are specialised)
         cells.append("-" if weight is None else ", ".join(f"{w:g}" for w in weight["runs"]))
+        gate = entry.get("evidence_gate")
+        cells.append("-" if gate is None else ", ".join(f"{c:.2f}" for c in gate["runs"]))
         table.add_row(learner, *cells)
     console.print(table)

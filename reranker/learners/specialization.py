@@ -31,6 +31,9 @@ How far the click lift counts against the general model's scores on a specialise
 the arm's *query weight* (:class:`QueryWeight`), 1 to start with: it doubles or halves only
 when the randomised pairs of specialised pages that the doubled or halved weight would order
 the other way show, at the confidence, that users prefer that order (:func:`weight_duels`).
+How strong a query's evidence must be before its page is specialised is the arm's *evidence
+gate* (:class:`EvidenceGate`), ``learner.confidence`` to start with, loosened or tightened
+a step by the same kind of duels (:func:`gate_duels`).
 """
 
 from __future__ import annotations
@@ -68,6 +71,11 @@ SPECIALISED = "specialised"
 #: position, 0 when that weight puts the upper result first else 1, 1 for the doubled weight
 #: or 0 for the halved]`` (:func:`weight_duels`).
 WEIGHT, WEIGHT_DUELS = "query_weight", "weight_duels"
+#: Context keys of a page that tests the arm's evidence gate: the gate's level it was ranked
+#: at, and its randomised pairs that the next looser (or stricter) level orders the other
+#: way, ``[upper position, 0 when that level puts the upper result first else 1, 1 for the
+#: looser level or 0 for the stricter]`` (:func:`gate_duels`).
+GATE, GATE_DUELS = "evidence_level", "gate_duels"
 
 
 def judgment_p_values(clicks_a: np.ndarray, exposure_a: np.ndarray, clicks_b: np.ndarray,
@@ -244,7 +252,7 @@ SWAP = 0.5
 
 def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_shown: int,
                rng: np.random.Generator, confidence: float = CONFIDENCE,
-               base: np.ndarray | None = None, weight: float = 1.0
+               base: np.ndarray | None = None, weight: float = 1.0, gate: int = 0
                ) -> tuple[RankResult, Judgment | None]:
     """The page of a search: the general model's own (``own``, as its learner ranked it)
     when the query's clicks judge no pair of its candidates; else the specialised page
@@ -253,12 +261,24 @@ def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_sho
     shown with randomised pairs, the lift counting ``weight`` times), whose context also
     records the general model's own top and the judgments on its adjacent pairs, which are
     what the page will teach it (:func:`judgment_feedback`), and the query weight with the
-    pairs that test it (:func:`weight_duels`). Returns the page and the strongest judgment
-    (None: the general model's page)."""
-    judgment = evidence.strongest(confidence)
-    if judgment is None:
-        return own, None
+    pairs that test it (:func:`weight_duels`). The clicks judge at the confidence of the
+    arm's evidence gate, level ``gate`` (:class:`EvidenceGate`); a page whose query the
+    next looser or stricter level would rank the other way logs the pairs that test that
+    level (:func:`gate_duels`). Returns the page and the strongest judgment (None: the
+    general model's page)."""
+    levels = gate_levels(confidence)
+    gate = min(max(int(gate), 0), levels)
+    at = gate_confidence(confidence, gate)
+    judgment = evidence.strongest(gate_confidence(confidence, min(gate + 1, levels)))
     scores = own.scores if base is None else base
+    if judgment is None or judgment.p_value > 1.0 - at:
+        if judgment is not None and base is None:  # the looser level would specialise it
+            duels = gate_duels(own.scores, specialised_scores(scores, lift, weight),
+                               own.ranking, n_shown, own.context, evidence.clicks,
+                               looser=True)
+            if duels:
+                own.context.update({GATE: gate, GATE_DUELS: duels})
+        return own, None
     page = perturbed_page(specialised_scores(scores, lift, weight), n_shown, SWAP, rng)
     general = general_ranking(own.scores)
     offset = int(rng.random() < 0.5)
@@ -268,7 +288,12 @@ def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_sho
         GENERAL: general[: min(int(n_shown) + 1, len(general))].tolist(),
         JUDGED_OFFSET: offset, JUDGED: [[upper, int(lower)] for upper, lower in judged],
         WEIGHT: weight, WEIGHT_DUELS: weight_duels(page.scores, lift, page.ranking, n_shown,
-                                                   page.context, weight)})
+                                                   page.context, weight), GATE: gate})
+    if gate and judgment.p_value > 1.0 - gate_confidence(confidence, gate - 1):
+        # the stricter level would show the general model's order (weight 0)
+        page.context[GATE_DUELS] = gate_duels(page.scores, minmax(scores), page.ranking,
+                                              n_shown, page.context, evidence.clicks,
+                                              looser=False)
     return page, judgment
 
 
@@ -281,107 +306,207 @@ def weight_duels(scores: np.ndarray, lift: np.ndarray, ranking: np.ndarray, n_sh
     halved]``. Each pair was shown in either order with probability 1/2, so a click on one
     of its two results and not the other says, free of position bias, which order users
     prefer: a duel between the weight and its double, or its half."""
-    pairs, _ = randomized_pairs(context, n_shown)
-    if not pairs:
-        return []
     lift = np.asarray(lift, dtype=np.float64)
+    # at weight f * w a pair's margin is the page's plus (f - 1) w times the lifts'
+    return _reordered(scores, [(scores + (factor - 1.0) * weight * lift, doubled)
+                               for factor, doubled in ((2.0, 1), (0.5, 0))],
+                      ranking, n_shown, context)
+
+
+def gate_duels(scores: np.ndarray, other: np.ndarray, ranking: np.ndarray, n_shown: int,
+               context: dict, clicks: np.ndarray, looser: bool) -> list[list[int]]:
+    """The randomised pairs of a page (``ranking``, drawn from ``scores``) with a result
+    this query's users have clicked (``clicks``, per candidate) that ``other``, the page the
+    evidence gate's next level would show, orders the other way: ``[upper position, 0 when
+    ``other`` puts the result shown above first else 1, 1 when that level is the looser or
+    0 the stricter]`` (:class:`EvidenceGate`). Only pairs shown in either order with
+    probability 1/2 duel. (The pairs the next level reorders only because two results
+    without a click were seen unequally often say nothing of whether the query's few clicks
+    can be trusted; which pairs duel is decided before the page is shown, so each duel stays
+    a fair vote.)"""
+    duels = _reordered(scores, [(np.asarray(other, dtype=np.float64), int(looser))], ranking,
+                       n_shown, context)
+    return [duel for duel in duels if clicks[ranking[duel[0]]] > 0
+            or clicks[ranking[duel[0] + 1]] > 0]
+
+
+def _reordered(scores: np.ndarray, others: list[tuple[np.ndarray, int]], ranking: np.ndarray,
+               n_shown: int, context: dict) -> list[list[int]]:
+    """``[upper position, 0 or 1 as above, tag]`` for each randomised pair of a page and
+    each ``(other scores, tag)`` that orders it the other way than ``scores``; none unless
+    the pairs were swapped with probability 1/2, which makes a click on one of the two an
+    unbiased vote."""
+    pairs, p = randomized_pairs(context, n_shown)
+    if not pairs or p != SWAP:
+        return []
     out = []
     for upper, _swapped in pairs:
         if upper + 1 >= len(ranking):  # (a page asked deeper than there are candidates)
             break
         a, b = int(ranking[upper]), int(ranking[upper + 1])
-        # at weight f * w the pair's margin is the page's plus (f - 1) w times the lifts'
-        margin, lifts = float(scores[a] - scores[b]), float(lift[a] - lift[b])
-        now = np.sign(margin)
-        for factor, doubled in ((2.0, 1), (0.5, 0)):
-            other = np.sign(margin + (factor - 1.0) * weight * lifts)
-            if other and other != now:
-                out.append([int(upper), 0 if other > 0 else 1, doubled])
+        now = np.sign(float(scores[a] - scores[b]))
+        for other, tag in others:
+            then = np.sign(float(other[a] - other[b]))
+            if then and then != now:
+                out.append([int(upper), 0 if then > 0 else 1, tag])
     return out
 
 
-def weight_outcomes(context: dict | None, clicked_positions) -> list[tuple[bool, bool]]:
-    """The duels a logged specialised page settled (:func:`weight_duels`): ``(doubled, won)``
-    per pair of it with a click on exactly one of its two results, ``won`` when that is the
-    result the doubled (or halved) weight puts first."""
+def weight_outcomes(context: dict | None, clicked_positions,
+                    key: str = WEIGHT_DUELS) -> list[tuple[bool, bool]]:
+    """The duels a logged page settled (:func:`weight_duels`, or :func:`gate_duels` with
+    ``key`` :data:`GATE_DUELS`): ``(tag, won)`` per pair of it with a click on exactly one
+    of its two results, ``won`` when that is the result the other weight (or level) puts
+    first; ``tag`` true for the doubled weight (the looser level)."""
     clicked = {int(p) for p in clicked_positions}
     out = []
-    for upper, favoured, doubled in (context or {}).get(WEIGHT_DUELS) or ():
+    for upper, favoured, tag in (context or {}).get(key) or ():
         upper_clicked, lower_clicked = upper in clicked, upper + 1 in clicked
         if upper_clicked != lower_clicked:
-            out.append((bool(doubled), upper_clicked == (favoured == 0)))
+            out.append((bool(tag), upper_clicked == (favoured == 0)))
     return out
 
 
 #: The query weight is ``2 ** level`` for a level in ``[-LEVELS, LEVELS]``.
 LEVELS = 10
-#: Duels a weight's test waits for before its first look; it looks again at each doubling.
-FIRST_LOOK = 16
 
 
-class QueryWeight:
-    """How far a query's own clicks count against the general model on its specialised
-    pages (docs/algorithms.md, "General model and query specialisation"): ``2 ** level``,
-    1 to start with. Two sequential tests run on the duels of :func:`weight_duels`, one
-    for the doubled weight and one for the halved: each looks at its wins after 16, 32,
-    64, ... duels, the ``j``-th look at level ``(1 - confidence) / 2 ** (j + 1)`` (the
-    looks together spend at most ``1 - confidence``: a weight that users do not prefer
-    moves with at most that chance), and a one-sided binomial test against 1/2 that
-    rejects moves the weight there. Both tests start again after a move, since the pairs
-    a new weight puts side by side are others."""
+def settled(tally: list[int], confidence: float = CONFIDENCE) -> bool:
+    """Whether duels won and lost, ``tally``, show at ``confidence`` that users prefer the
+    challenger: an anytime-valid one-sided test against 1/2, asked after every duel. Its
+    statistic is the likelihood ratio of the duels under a win rate drawn uniformly from
+    (1/2, 1) against a rate of 1/2,
+
+        M = 2 * 2**n * B(won + 1, lost + 1) * P(Beta(won + 1, lost + 1) > 1/2),
+
+    a nonnegative martingale of mean at most 1 while users prefer neither side (or the
+    holder), so by Ville's inequality it ever reaches ``1 / (1 - confidence)`` with at most
+    that chance, however often it is asked (Robbins 1970; Ramdas et al. 2023,
+    "Game-theoretic statistics and safe anytime-valid inference")."""
+    won, lost = int(tally[0]), int(tally[1])
+    if won <= lost:
+        return False
+    n = won + lost
+    # P(Beta(won + 1, lost + 1) > 1/2) = P(Binomial(n + 1, 1/2) <= won)
+    above = 1.0 - kernels().binomial_upper_tail(won + 1, n + 1, 0.5)
+    log_m = (math.log(2.0) * (n + 1) + math.lgamma(won + 1) + math.lgamma(lost + 1)
+             - math.lgamma(n + 2) + math.log(max(above, 1e-300)))
+    return log_m >= -math.log(1.0 - confidence)
+
+
+class _DuelledLevel:
+    """A level that duels move a step up or down (:class:`QueryWeight`,
+    :class:`EvidenceGate`): two tallies of duels won and lost, one for the level above
+    (``TALLIES[0]``) and one for the level below, each tested by :func:`settled`; a move
+    starts both again. ``NAME`` is its key in a model file, ``LOW`` and ``HIGH`` the levels a
+    saved one may have."""
+
+    NAME: str
+    TALLIES: tuple[str, str]
+    LOW, HIGH = -LEVELS, LEVELS
 
     def __init__(self, level: int = 0) -> None:
         self.level = int(level)
-        self.doubled = [0, 0]  # duels won, lost by the doubled weight since the last move
-        self.halved = [0, 0]
+        for key in self.TALLIES:  # duels won, lost by that level since the last move
+            setattr(self, key, [0, 0])
+
+    def bounds(self, confidence: float) -> tuple[int, int]:
+        return self.LOW, self.HIGH
+
+    def observe(self, outcomes: list[tuple[bool, bool]],
+                confidence: float = CONFIDENCE) -> bool:
+        """Count the duels of one page (:func:`weight_outcomes`: ``(up, won)``); True when
+        the level moved."""
+        low, high = self.bounds(confidence)
+        for up, won in outcomes:
+            tally = getattr(self, self.TALLIES[0 if up else 1])
+            tally[0 if won else 1] += 1
+            step = 1 if up else -1
+            if low <= self.level + step <= high and settled(tally, confidence):
+                self.level += step
+                for key in self.TALLIES:
+                    setattr(self, key, [0, 0])
+                return True  # (the page's other duels tested the old level's pairs)
+        return False
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, **{key: list(getattr(self, key)) for key in self.TALLIES}}
+
+    @classmethod
+    def from_dict(cls, data):
+        """The saved state; ``ValueError`` naming the field that is not one."""
+        name = cls.NAME
+        if not isinstance(data, dict):
+            raise ValueError(f"{name} must be a mapping, got {type(data).__name__}")
+        level = data.get("level")
+        if isinstance(level, bool) or not isinstance(level, int) or \
+                not cls.LOW <= level <= cls.HIGH:
+            raise ValueError(f"{name}.level must be a whole number from {cls.LOW} to "
+                             f"{cls.HIGH}, got {level!r}")
+        state = cls(level)
+        for key in cls.TALLIES:
+            tally = data.get(key)
+            if not isinstance(tally, list) or len(tally) != 2 or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in tally):
+                raise ValueError(f"{name}.{key} must be two counts (won, lost), got {tally!r}")
+            setattr(state, key, list(tally))
+        return state
+
+
+class QueryWeight(_DuelledLevel):
+    """How far a query's own clicks count against the general model on its specialised
+    pages (docs/algorithms.md, "General model and query specialisation"): ``2 ** level``,
+    1 to start with. Two tests (:func:`settled`) run on the duels of :func:`weight_duels`,
+    one for the doubled weight and one for the halved: a weight that users do not prefer
+    moves with at most ``1 - confidence`` chance. Both start again after a move, since the
+    pairs a new weight puts side by side are others."""
+
+    NAME, TALLIES = "query_weight", ("doubled", "halved")
 
     @property
     def weight(self) -> float:
         return 2.0 ** self.level
 
-    def observe(self, outcomes: list[tuple[bool, bool]],
-                confidence: float = CONFIDENCE) -> bool:
-        """Count the duels of one page (:func:`weight_outcomes`); True when the weight
-        moved."""
-        moved = False
-        for doubled, won in outcomes:
-            tally = self.doubled if doubled else self.halved
-            tally[0 if won else 1] += 1
-            n = tally[0] + tally[1]
-            if n < FIRST_LOOK or n & (n - 1):  # look at 16, 32, 64, ... duels only
-                continue
-            look = (n // FIRST_LOOK).bit_length() - 1
-            step = 1 if doubled else -1
-            if abs(self.level + step) <= LEVELS and tally[0] > n / 2 and \
-                    kernels().binomial_upper_tail(tally[0], n, 0.5) <= \
-                    (1.0 - confidence) / 2.0 ** (look + 1):
-                self.level += step
-                self.doubled, self.halved = [0, 0], [0, 0]
-                moved = True
-        return moved
 
-    def to_dict(self) -> dict:
-        return {"level": self.level, "doubled": list(self.doubled),
-                "halved": list(self.halved)}
+#: The evidence gate's loosest level judges at 1/2 or more: a judgment is at least more
+#: likely than not.
+LOOSEST = 0.5
 
-    @classmethod
-    def from_dict(cls, data) -> QueryWeight:
-        """The saved state; ``ValueError`` naming the field that is not one."""
-        if not isinstance(data, dict):
-            raise ValueError(f"query_weight must be a mapping, got {type(data).__name__}")
-        level = data.get("level")
-        if isinstance(level, bool) or not isinstance(level, int) or abs(level) > LEVELS:
-            raise ValueError(f"query_weight.level must be a whole number from {-LEVELS} to "
-                             f"{LEVELS}, got {level!r}")
-        weight = cls(level)
-        for key in ("doubled", "halved"):
-            tally = data.get(key)
-            if not isinstance(tally, list) or len(tally) != 2 or not all(
-                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in tally):
-                raise ValueError(f"query_weight.{key} must be two counts (won, lost), "
-                                 f"got {tally!r}")
-            setattr(weight, key, list(tally))
-        return weight
+
+def gate_levels(confidence: float = CONFIDENCE) -> int:
+    """How many times the evidence gate can double ``1 - confidence`` and stay at or below
+    1 - :data:`LOOSEST` (3 from 0.95: 0.90, 0.80, 0.60)."""
+    alpha, levels = 1.0 - float(confidence), 0
+    while alpha * 2.0 ** (levels + 1) <= 1.0 - LOOSEST + 1e-12:
+        levels += 1
+    return levels
+
+
+def gate_confidence(confidence: float, level: int) -> float:
+    """The confidence at which a query's clicks judge a result at the evidence gate's
+    ``level``: ``1 - (1 - confidence) * 2 ** level``."""
+    return 1.0 - (1.0 - float(confidence)) * 2.0 ** int(level)
+
+
+class EvidenceGate(_DuelledLevel):
+    """How strong a query's own evidence must be before its page is specialised
+    (docs/algorithms.md, "General model and query specialisation"): its clicks judge a
+    result at :func:`gate_confidence` of ``learner.confidence`` and ``level``, 0 to start
+    with (the confidence itself). Two sequential tests (:func:`settled`) run on the duels
+    of :func:`gate_duels`: randomised pairs of pages whose query the next looser level
+    would specialise (on the general model's own pages) or the next stricter would not (on
+    specialised pages), which that level orders the other way. When users prefer a level's
+    order, the gate moves there, and both tests start again. A learner whose own pages have
+    no pairs swapped with probability 1/2 never gives the looser level a duel: its gate
+    stays where it starts."""
+
+    NAME, TALLIES, LOW = "evidence_gate", ("looser", "stricter"), 0
+
+    def bounds(self, confidence: float) -> tuple[int, int]:
+        return 0, gate_levels(confidence)
+
+    def confidence(self, confidence: float = CONFIDENCE) -> float:
+        return gate_confidence(confidence, min(self.level, gate_levels(confidence)))
 
 
 def specializes(learner_cls, specialize: bool = True) -> bool:

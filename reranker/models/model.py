@@ -26,7 +26,7 @@ from reranker.features.extraction import (
 from reranker.learners.base import Learner, RankResult
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.feedback import Feedback
-from reranker.learners.specialization import QueryWeight
+from reranker.learners.specialization import EvidenceGate, QueryWeight
 from reranker.models.balance import QueryBalance
 
 FORMAT = "reranker-model"
@@ -70,6 +70,9 @@ class RankingModel:
     #: How far a query's own clicks count on its specialised pages, learned from their duels
     #: (:class:`reranker.learners.specialization.QueryWeight`).
     query_weight: QueryWeight = field(default_factory=QueryWeight)
+    #: How strong a query's own evidence must be to specialise its pages, learned from
+    #: duels (:class:`reranker.learners.specialization.EvidenceGate`).
+    evidence_gate: EvidenceGate = field(default_factory=EvidenceGate)
 
     def __post_init__(self) -> None:
         # The columns normalisation leaves raw (the click features), as a mask.
@@ -128,6 +131,7 @@ class RankingModel:
             "state": state,
             "query_balance": self.balance.to_dict(),
             "query_weight": self.query_weight.to_dict(),
+            "evidence_gate": self.evidence_gate.to_dict(),
         }
         if self.origin:
             payload["origin"] = dict(self.origin)
@@ -326,6 +330,8 @@ class ModelFactory:
                 if "query_balance" in data else QueryBalance()
             query_weight = QueryWeight.from_dict(data["query_weight"]) \
                 if "query_weight" in data else QueryWeight()
+            evidence_gate = EvidenceGate.from_dict(data["evidence_gate"]) \
+                if "evidence_gate" in data else EvidenceGate()
         except (ValueError, TypeError, KeyError) as exc:
             raise fail(str(exc)) from None
         origin = data.get("origin")
@@ -335,7 +341,8 @@ class ModelFactory:
             raise fail(f"section 'origin' must map names to version numbers, got {origin!r}")
         return RankingModel(learner=learner, normalizer=normalizer,
                             feature_names=self.feature_names, version=version, progress=progress,
-                            origin=origin, balance=balance, query_weight=query_weight)
+                            origin=origin, balance=balance, query_weight=query_weight,
+                            evidence_gate=evidence_gate)
 
 
 def feature_change(old: tuple[str, ...] | list[str], new: tuple[str, ...] | list[str]) -> str:

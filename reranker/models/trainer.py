@@ -30,7 +30,14 @@ import numpy as np
 
 from reranker.core.errors import ModelStoreError, RerankerError, StoreError
 from reranker.features.clicks import query_key
-from reranker.learners.specialization import SPECIALISED, WEIGHT, WEIGHT_DUELS, weight_outcomes
+from reranker.learners.specialization import (
+    GATE,
+    GATE_DUELS,
+    SPECIALISED,
+    WEIGHT,
+    WEIGHT_DUELS,
+    weight_outcomes,
+)
 from reranker.models.budget import ClientBudget
 from reranker.models.model import RankingModel
 from reranker.models.store import ModelStore
@@ -392,15 +399,24 @@ class Trainer:
 
     @staticmethod
     def _weigh(arm: Arm, model: RankingModel, imp: Impression) -> bool:
-        """Count the duels of the query weight that ``imp``, a specialised page of this arm
-        ranked with the model's present weight, settled (docs/algorithms.md, "General model
-        and query specialisation"); True when the weight moved."""
+        """Count the duels of the query weight and of the evidence gate that ``imp``, a page
+        of this arm ranked with the model's present weight and gate, settled
+        (docs/algorithms.md, "General model and query specialisation"); True when either
+        moved."""
         context = imp.context or {}
-        if not imp.clicked or not context.get(WEIGHT_DUELS) or imp.arm not in arm.names() \
-                or float(context.get(WEIGHT, 1.0)) != model.query_weight.weight:
-            return False  # (a page ranked with another weight tested other pairs)
-        return model.query_weight.observe(weight_outcomes(context, imp.clicked_positions()),
-                                          arm.spec.confidence)
+        if not imp.clicked or imp.arm not in arm.names():
+            return False
+        moved = False
+        # (a page ranked with another weight, or at another level, tested other pairs)
+        if context.get(WEIGHT_DUELS) and \
+                float(context.get(WEIGHT, 1.0)) == model.query_weight.weight:
+            moved = model.query_weight.observe(
+                weight_outcomes(context, imp.clicked_positions()), arm.spec.confidence)
+        if context.get(GATE_DUELS) and context.get(GATE) == model.evidence_gate.level:
+            moved = model.evidence_gate.observe(
+                weight_outcomes(context, imp.clicked_positions(), GATE_DUELS),
+                arm.spec.confidence) or moved
+        return moved
 
     def retain(self, age: float | None = None) -> Retained:
         """Remove the impressions created more than ``age`` seconds ago (default

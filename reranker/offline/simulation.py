@@ -44,10 +44,12 @@ from reranker.learners.featuremap import FeatureMap
 from reranker.learners.feedback import positions_in
 from reranker.learners.specialization import (
     CONFIDENCE,
+    GATE_DUELS,
     GENERAL,
     JUDGED,
     JUDGED_OFFSET,
     QUERY_FEATURE,
+    EvidenceGate,
     QueryEvidence,
     QueryWeight,
     general_ranking,
@@ -583,7 +585,8 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             with_backend_feature(data, settings).backend_feature)
     judged_teach = capabilities.learns_from_mixed_lists
     balance = QueryBalance() if settings.query_balance else None
-    query_weight = QueryWeight()  # (as the trainer keeps it per arm)
+    query_weight = QueryWeight()  # (as the trainer keeps them per arm)
+    gate = EvidenceGate()
     offsets = train.offsets.tolist()
     ideal_utility = train.ideal_utility.tolist()
     n_train = len(train)
@@ -633,7 +636,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 result, judgment = specialise(
                     result, lifts[:, 0], evidence, k, learner_rng, settings.confidence,
                     base=X[:, engine_column] if untrusted else None,
-                    weight=query_weight.weight)
+                    weight=query_weight.weight, gate=gate.level)
             engine = None
             if untrusted and judgment is None:  # the engine's order and the model's, mixed
                 engine = general_ranking(X[:, engine_column])
@@ -655,9 +658,13 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 check.observe(learner, X, y, k, positions, labels, utility, ideal_utility[qi],
                               target_X=target_X, page=None if result is own else result)
             t2 = clock()
-            if judgment is not None and positions is not None and len(positions):
-                query_weight.observe(weight_outcomes(result.context, positions.tolist()),
-                                     settings.confidence)
+            if specialize and positions is not None and len(positions):
+                clicked_positions = positions.tolist()
+                if judgment is not None:
+                    query_weight.observe(weight_outcomes(result.context, clicked_positions),
+                                         settings.confidence)
+                gate.observe(weight_outcomes(result.context, clicked_positions, GATE_DUELS),
+                             settings.confidence)
             query = str(qi)  # (the page's query, as the trainer gives it)
             if balance is not None and not balance.keeps(query, f"{run}:{t}"):
                 pass  # a page of a query searched more than the average, passed over
@@ -710,6 +717,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
               "windows": (metrics.windows / np.maximum(metrics.window_sizes, 1)).tolist()}
     if specialize:
         timing["query_weight"] = query_weight.weight
+        timing["evidence_gate"] = gate.confidence(settings.confidence)
     if check is not None:
         timing["off_policy"] = check.result()
     return rows, timing
@@ -903,6 +911,7 @@ def summarize(result: SimulationResult) -> dict[str, dict[str, Any]]:
         if weights:  # (a learner whose pages its queries' clicks specialise)
             entry["query_weight"] = {"runs": weights,
                                      "geometric_mean": float(np.exp2(np.mean(np.log2(weights))))}
+            entry["evidence_gate"] = {"runs": [t["evidence_gate"] for t in timings]}
         checks = [t["off_policy"] for t in timings if "off_policy" in t]
         if checks:
             entry["off_policy"] = _off_policy_summary(checks)

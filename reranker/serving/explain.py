@@ -94,7 +94,8 @@ def arm_page(service: RerankerService, arm: Arm, search: Searched
     features and score in parts, and what decided the page."""
     judgment = None
     if search.evidence is not None and arm.spec.specialize:
-        judgment = search.evidence.strongest(arm.spec.confidence)
+        judgment = search.evidence.strongest(
+            arm.model.evidence_gate.confidence(arm.spec.confidence))
     hits, decision = _hits(arm, search.X, search.candidates.ids, list(service.spec.names),
                            None if judgment is None else judgment.to_dict(), search.evidence)
     hits.sort(key=lambda hit: -hit["score"] if hit["score"] is not None else 0.0)
@@ -264,7 +265,12 @@ def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
     top = min(10, len(ids))
     engine = list(range(top))
     order = general_ranking(general)[:top].tolist()
-    out: dict[str, Any] = {"confidence": arm.spec.confidence}
+    gate = arm.model.evidence_gate
+    confidence = gate.confidence(arm.spec.confidence)
+    out: dict[str, Any] = {"confidence": confidence, "evidence_gate": {
+        "confidence": confidence, "level": gate.level,
+        "duels_since_last_move": {"looser": list(gate.looser),
+                                  "stricter": list(gate.stricter)}}}
     if specialised:
         page = general_ranking(scores)[:top].tolist()
         now = arm.model.query_weight
@@ -274,7 +280,7 @@ def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
                                  "duels_since_last_move": {"doubled": list(now.doubled),
                                                            "halved": list(now.halved)}},
                    why=f"this query's users click a result {judged['clicked']} than its other "
-                       f"results (at {arm.spec.confidence:.0%} confidence): its click lift, "
+                       f"results (at {confidence:.0%} confidence): its click lift, "
                        f"weighted {query_weight:g}, refines the general model's order")
         return out
     moved = sum(a != b for a, b in zip(order, engine, strict=True))
@@ -290,7 +296,7 @@ def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
         out["why"] = "no click for this query yet: only the general model ranks it"
     else:
         out["why"] = (f"this query's clicks judge no result better or worse than the others "
-                      f"at {arm.spec.confidence:.0%} confidence yet")
+                      f"at {confidence:.0%} confidence yet")
     if not moved:
         out["why"] += "; the general model keeps the engine's order at the top"
     return out

@@ -46,7 +46,8 @@ def mixed_page(ranker: Ranker, mode: str, X: np.ndarray, n_shown: int,
                              "log_prob": 0.0, "fallback": "learner"}
             continue
         if ranker.specialises(arm, evidence) \
-                and evidence.strongest(arm.spec.confidence) is not None:
+                and evidence.strongest(model.evidence_gate.confidence(arm.spec.confidence)) \
+                is not None:
             # the arm's ranking as its own specialised page would order it
             result.ranking = specialised_ranking(result.scores, X[:, ranker.query_lift],
                                                  model.query_weight.weight)

@@ -120,11 +120,13 @@ class Ranker:
                     evidence: QueryEvidence | None, n_shown: int) -> RankResult:
         """The page of ``arm`` for a search: its ``model``'s own (``result``), or the page
         this query's own clicks specialise when they judge a pair of its candidates, with
-        the model's query weight (:func:`reranker.learners.specialization.specialise`)."""
+        the model's query weight and evidence gate
+        (:func:`reranker.learners.specialization.specialise`)."""
         if not self.specialises(arm, evidence):
             return result
         page, _ = specialise(result, X[:, self.query_lift], evidence, n_shown, self.rng,
-                             arm.spec.confidence, weight=model.query_weight.weight)
+                             arm.spec.confidence, weight=model.query_weight.weight,
+                             gate=model.evidence_gate.level)
         return page
 
     @staticmethod

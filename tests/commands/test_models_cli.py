@@ -128,6 +128,9 @@ def test_show_prints_the_weights_by_feature_name_as_the_model_file_has_them(work
     assert shown["query_weight"] == data["query_weight"] == {"level": 0, "doubled": [0, 0],
                                                              "halved": [0, 0]}
     assert "query weight 1 (a query's click lift" in text
+    assert shown["evidence_gate"] == {**data["evidence_gate"], "confidence": 0.95}
+    assert data["evidence_gate"] == {"level": 0, "looser": [0, 0], "stricter": [0, 0]}
+    assert "evidence gate: a query's clicks judge at 95% confidence (level 0" in text
     for i, name in enumerate(names):
         row = next(line for line in text.splitlines() if f"│ {name} " in line)
         assert f"{state['w_'][i]:+.6g}" in row

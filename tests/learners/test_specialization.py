@@ -15,16 +15,23 @@ from reranker.learners.base import RankResult
 from reranker.learners.featuremap import FeatureMap
 from reranker.learners.feedback import pair_swapped_ranking
 from reranker.learners.specialization import (
+    GATE,
+    GATE_DUELS,
     GENERAL,
     JUDGED,
     SPECIALISED,
     WEIGHT,
     WEIGHT_DUELS,
+    EvidenceGate,
     QueryEvidence,
     QueryWeight,
+    gate_duels,
+    gate_levels,
     general_features,
     judgment_feedback,
     judgment_p_values,
+    minmax,
+    settled,
     specialise,
     specialised_scores,
     taught_by,
@@ -221,19 +228,34 @@ def duels(weight: QueryWeight, n: int, chance: float, doubled: bool, seed: int =
     return weight
 
 
+def test_the_duels_test_is_the_likelihood_ratio_of_a_win_rate_above_one_half():
+    from scipy import integrate
+
+    def ratio(won, lost):  # 2 * integral over (1/2, 1) of (2q)**won (2 (1 - q))**lost dq
+        value, _ = integrate.quad(lambda q: (2 * q) ** won * (2 * (1 - q)) ** lost, 0.5, 1.0,
+                                  epsabs=0, epsrel=1e-10)
+        return 2 * value
+
+    for won, lost in [(7, 0), (6, 0), (30, 12), (60, 40), (243, 172), (205, 166), (10, 10)]:
+        for confidence in (0.9, 0.95, 0.99):
+            assert settled([won, lost], confidence) == (ratio(won, lost) >= 1 / (1 - confidence))
+    assert not settled([3, 5]) and not settled([0, 0])
+
+
 def test_the_query_weight_moves_only_where_the_duels_show_users_prefer_it():
     # duels the doubled weight wins three times in four: it doubles, and again
     assert duels(QueryWeight(), 400, 0.75, doubled=True).level >= 2
     assert duels(QueryWeight(), 400, 0.75, doubled=False).level <= -2  # halved alike
     # the doubled weight losing moves nothing (only its own wins can move it up)
     assert duels(QueryWeight(), 400, 0.25, doubled=True).level == 0
-    # a fair coin: the looks at 16, 32, 64, ... spend 1 - confidence over all of them
+    # a fair coin: the test is asked after every duel, and moves with at most 1 - confidence
     stayed = sum(duels(QueryWeight(), 2000, 0.5, doubled=bool(seed % 2), seed=seed).level == 0
                  for seed in range(40))
     assert stayed >= 36
-    # fifteen wins are not a look; the sixteenth is, and 16 of 16 passes
+    # the likelihood ratio of n straight wins is 2 * 2**n / (n + 1) * (1 - 2**-(n + 1)):
+    # 18.3 after six, short of 1 / 0.05; 31.8 after seven
     weight = QueryWeight()
-    assert not weight.observe([(True, True)] * 15) and weight.level == 0
+    assert not weight.observe([(True, True)] * 6) and weight.level == 0
     assert weight.observe([(True, True)]) and weight.weight == 2.0
     assert weight.doubled == [0, 0] and weight.halved == [0, 0]  # both tests start again
     top = QueryWeight(10)
@@ -254,6 +276,96 @@ def test_the_query_weight_is_saved_and_a_corrupt_one_is_named():
             QueryWeight.from_dict(bad)
     with pytest.raises(ValueError, match="query_weight must be a mapping"):
         QueryWeight.from_dict([0])
+
+
+# -- the evidence gate ---------------------------------------------------------------------
+
+PAIRS = {"pair_offset": 0, "swapped": [], "swap_probability": 0.5}
+
+
+def reordered(scores, other, ranking, upper_positions, clicks):
+    """``(upper, 0 or 1, ...)`` of the shown pairs with a clicked result that ``other``
+    orders otherwise than ``scores``: 0 when it puts the result shown above first."""
+    out = set()
+    for upper in upper_positions:
+        a, b = ranking[upper], ranking[upper + 1]
+        if clicks[a] == 0 and clicks[b] == 0:
+            continue
+        if np.sign(other[a] - other[b]) not in (0, np.sign(scores[a] - scores[b])):
+            out.add((upper, 0 if other[a] > other[b] else 1))
+    return out
+
+
+def test_a_page_the_next_level_of_the_gate_would_rank_otherwise_logs_the_pairs_testing_it():
+    top = list(range(10))
+    one_click = evidence_of([(top, [])] * 3 + [(top, [5])], 12)  # p 0.078: judged at 0.90
+    two_clicks = evidence_of([(top, [])] * 3 + [(top, [5])] * 2, 12)  # p 0.006: at 0.95
+    assert 0.05 < one_click.strongest(0.5).p_value <= 0.10
+    scores = -np.arange(12, dtype=float) / 11
+    lift = lifts_from_counts(np.column_stack([one_click.clicks, one_click.exposure] * 2),
+                             20.0, 200.0, 5.0)[:, 0]
+    # at level 0 (0.95) the page is the general model's own; the pairs the looser level's
+    # specialised order puts the other way round are logged, that order favoured
+    own = RankResult(ranking=np.arange(12), scores=scores, context=dict(PAIRS))
+    page, judgment = specialise(own, lift, one_click, 10, np.random.default_rng(0), gate=0)
+    assert judgment is None and page is own and page.context[GATE] == 0
+    expected = reordered(scores, specialised_scores(scores, lift), np.arange(12),
+                         range(0, 9, 2), one_click.clicks)
+    assert expected and {(u, f) for u, f, looser in page.context[GATE_DUELS]} == expected
+    assert all(looser == 1 for _, _, looser in page.context[GATE_DUELS])
+    # a page whose pairs were not swapped with probability 1/2 gives no unbiased vote, and a
+    # query the looser level would not specialise either tests nothing
+    for context, evidence in (({**PAIRS, "swap_probability": 0.2}, one_click), ({}, one_click),
+                              (dict(PAIRS), evidence_of([(top, [])] * 4, 12))):
+        own = RankResult(ranking=np.arange(12), scores=scores, context=context)
+        page, judgment = specialise(own, lift, evidence, 10, np.random.default_rng(0))
+        assert judgment is None and GATE_DUELS not in page.context
+    # at level 1 (0.90) the same clicks specialise the page; its pairs that the stricter
+    # level's order (the general model's) puts the other way round are logged
+    own = RankResult(ranking=np.arange(12), scores=scores, context=dict(PAIRS))
+    page, judgment = specialise(own, lift, one_click, 10, np.random.default_rng(0), gate=1)
+    assert judgment is not None and page.context[GATE] == 1
+    shown = page.ranking
+    expected = reordered(page.scores, minmax(scores), shown,
+                         range(page.context["pair_offset"], 9, 2), one_click.clicks)
+    assert expected
+    assert {(u, f) for u, f, looser in page.context[GATE_DUELS]} == expected
+    assert all(looser == 0 for _, _, looser in page.context[GATE_DUELS])
+    # a pair the next level reorders only because two results without a click were seen
+    # unequally often is no duel: it says nothing of the query's clicks
+    flipped = np.array([1.0, 2.0, 3.0, 4.0])
+    assert gate_duels(-flipped, flipped, np.arange(4), 4, dict(PAIRS), np.zeros(4),
+                      looser=True) == []
+    assert gate_duels(-flipped, flipped, np.arange(4), 4, dict(PAIRS),
+                      np.array([0.0, 0.0, 0.0, 1.0]), looser=True) == [[2, 1, 1]]
+    # clicks that would specialise the page at 0.95 too test no stricter level
+    page, judgment = specialise(own, lift, two_clicks, 10, np.random.default_rng(0), gate=1)
+    assert judgment is not None and page.context[GATE] == 1 and GATE_DUELS not in page.context
+
+
+def gate_duels_won(gate: EvidenceGate, n: int, chance: float, looser: bool, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        gate.observe([(looser, bool(rng.random() < chance))])
+    return gate
+
+
+def test_the_evidence_gate_moves_only_where_the_duels_show_users_prefer_it():
+    assert gate_levels(0.95) == 3 and gate_levels(0.99) == 5 and gate_levels(0.5) == 0
+    gate = gate_duels_won(EvidenceGate(), 2000, 0.75, looser=True)
+    assert gate.level == 3 and gate.confidence(0.95) == pytest.approx(0.6)  # bounded at 1/2
+    assert gate_duels_won(EvidenceGate(2), 400, 0.75, looser=False).level == 0
+    assert gate_duels_won(EvidenceGate(), 400, 0.75, looser=False).level == 0  # no stricter
+    assert gate_duels_won(EvidenceGate(), 400, 0.25, looser=True).level == 0
+    stayed = sum(gate_duels_won(EvidenceGate(), 2000, 0.5, looser=True, seed=seed).level == 0
+                 for seed in range(40))
+    assert stayed >= 36
+    again = EvidenceGate.from_dict(gate.to_dict())
+    assert again.to_dict() == gate.to_dict()
+    for bad, field in [({"level": -1, "looser": [0, 0], "stricter": [0, 0]}, "level"),
+                       ({"level": 1, "looser": [0, 0]}, "stricter")]:
+        with pytest.raises(ValueError, match=f"evidence_gate.{field}"):
+            EvidenceGate.from_dict(bad)
 
 
 @pytest.fixture(scope="module")
@@ -297,6 +409,26 @@ def test_a_general_model_that_users_do_not_prefer_does_not_take_over(engine_is_r
     assert ours["offline_ndcg@10"]["mean"] >= engine["offline_ndcg@10"]["mean"] - 0.01
     # the query's clicks gain no weight against a model as good as the engine
     assert all(weight <= 1.0 for weight in ours["query_weight"]["runs"]), ours["query_weight"]
+    # nor does weaker evidence of a query's own earn its page
+    assert ours["evidence_gate"]["runs"] == [0.95] * 2, ours["evidence_gate"]
+
+
+def clicks_only_collection(folder, queries):
+    """``queries`` training queries (and 5 held out) of 20 results, about 30% of them
+    relevant, whose four features (the engine's score among them) are noise: only each
+    query's own clicks can rank it."""
+    from reranker.offline.simulation import prepare
+
+    rng = np.random.default_rng(4)
+
+    def write(name, count):
+        lines = [f"{int(rng.random() < 0.3) * 2} qid:{q} " + " ".join(
+            f"{j + 1}:{v:.4f}" for j, v in enumerate(rng.random(4))) + f" # d{q}-{d}"
+            for q in range(count) for d in range(20)]
+        (folder / name).write_text("\n".join(lines) + "\n")
+        return str(folder / name)
+
+    return prepare([write("train.txt", queries)], write("test.txt", 5))
 
 
 @pytest.mark.parametrize("name", ["preference_perceptron", "pdgd"])
@@ -304,23 +436,27 @@ def test_the_query_weight_grows_where_only_the_queries_own_clicks_know(tmp_path,
     """Queries whose relevance no feature shows (the engine's score among them): only each
     query's own clicks can rank it, and the duels of its specialised pages double their
     weight."""
-    from reranker.offline.simulation import prepare
-
-    rng = np.random.default_rng(4)
-
-    def write(name, queries):
-        lines = [f"{int(rng.random() < 0.3) * 2} qid:{q} " + " ".join(
-            f"{j + 1}:{v:.4f}" for j, v in enumerate(rng.random(4))) + f" # d{q}-{d}"
-            for q in range(queries) for d in range(20)]
-        (tmp_path / name).write_text("\n".join(lines) + "\n")
-        return str(tmp_path / name)
-
-    data = prepare([write("train.txt", 20)], write("test.txt", 5))
+    data = clicks_only_collection(tmp_path, 20)
     settings = Settings(impressions=3000, runs=2, click_model="perfect", checkpoints=3,
                         backend_feature="f1")
     weight = summarize(simulate(data, [LearnerSpec(name)], settings, workers=1))[name][
         "query_weight"]
     assert all(w >= 2.0 for w in weight["runs"]), weight
+
+
+def test_the_evidence_gate_loosens_where_a_querys_first_clicks_already_know(tmp_path):
+    """Many queries, each searched a few dozen times, whose relevance only their own clicks
+    show: the duels of the default learner's own pages show users prefer the order a looser
+    level would give, and its gate loosens. PDGD's own pages have no pairs swapped with
+    probability 1/2, so its gate stays at learner.confidence."""
+    data = clicks_only_collection(tmp_path, 150)
+    settings = Settings(impressions=4000, runs=2, click_model="perfect", checkpoints=3,
+                        backend_feature="f1")
+    summary = summarize(simulate(data, [LearnerSpec("preference_perceptron"),
+                                        LearnerSpec("pdgd")], settings, workers=1))
+    loosened = summary["preference_perceptron"]["evidence_gate"]["runs"]
+    assert all(confidence < 0.95 for confidence in loosened), loosened
+    assert summary["pdgd"]["evidence_gate"]["runs"] == [0.95] * 2
 
 
 # -- through the HTTP API ------------------------------------------------------------------
@@ -506,5 +642,70 @@ def test_the_trainer_doubles_the_query_weight_that_users_prefer_and_serves_it(wo
         model, _ = arm.models.load_latest(arm.factory)
         assert model.query_weight.doubled == [0, 0] and model.query_weight.halved == [0, 0]
         assert target in [hit["id"] for hit in page["hits"]]
+    finally:
+        live.stop()
+
+
+def test_the_trainer_loosens_the_evidence_gate_users_prefer_and_serves_it(workdir, corpus):
+    """Through the HTTP API: queries with one click each, on a result below the first five
+    (evidence at about 0.92, short of the 0.95 the gate starts at), whose next pages are the
+    general model's own; users click, in each of their randomised pairs that a looser gate's
+    specialised order ranks otherwise, the result that order puts first. The trainer counts
+    those duels, loosens the gate, saves it with the model, and a query with one such click
+    is then served its specialised page, and explained with the gate."""
+    from reranker.core.plugins import get_plugin_manager as plugins
+    from reranker.models.arms import arms_from_config
+
+    path = write_config(workdir, learner={"seed": 3, "query_balance": False},
+                        trainer={"enabled": False, "feedback_window": 3600.0})
+    live = LiveServer(path)
+
+    def search(query):
+        page = live.post("/search", {"query": query, "size": 10}).json()
+        return page, live.service.events.get_impression(page["impression_id"]).context
+
+    def click(page, doc_id):
+        live.post("/click", {"impression_id": page["impression_id"], "doc_id": doc_id})
+
+    try:
+        queries = [query for query, _ in corpus.queries]
+        settled, used = 0, 0
+        for query in queries:
+            used += 1
+            page, _ = search(query)
+            if len(page["hits"]) < 10:
+                continue
+            click(page, page["hits"][6]["id"])
+            page, context = search(query)
+            assert SPECIALISED not in context  # (one click: not evidence at 0.95)
+            for upper, favoured, looser in context.get(GATE_DUELS, []):
+                assert looser == 1 and context[GATE] == 0
+                click(page, page["hits"][upper + favoured]["id"])
+                settled += 1
+            if settled >= 16:
+                break
+        assert settled >= 16, settled
+        live.service.events.flush()
+        live.service.trainer.run_once(close_all=True)
+        arm = arms_from_config(live.service.config, plugins())[0]
+        model, _ = arm.models.load_latest(arm.factory)
+        assert model.evidence_gate.level == 1
+        assert model.evidence_gate.confidence(0.95) == pytest.approx(0.90)
+        fresh = next(q for q in queries[used:]
+                     if len(search(q)[0]["hits"]) >= 10)
+        deadline = time.monotonic() + 10
+        while True:  # the service reloads the version the trainer saved
+            page, context = search(fresh)
+            if live.service.arms[0].model.evidence_gate.level == 1 or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        click(page, page["hits"][6]["id"])
+        explained = live.post("/explain", {"query": fresh, "size": 10}).json()
+        gate = explained["decided_by"]["evidence_gate"]
+        assert gate["level"] == 1 and gate["confidence"] == pytest.approx(0.90)
+        assert explained["decided_by"]["by"] == "query_clicks"
+        page, context = search(fresh)
+        assert SPECIALISED in context and context[GATE] == 1
     finally:
         live.stop()

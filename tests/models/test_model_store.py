@@ -138,6 +138,27 @@ def test_the_query_weight_is_kept_with_the_model_and_a_corrupt_one_named(tmp_pat
         factory().from_dict(data, "m.json")
 
 
+def test_the_evidence_gate_is_kept_with_the_model_and_a_corrupt_one_named(tmp_path):
+    from reranker.models.model import checksum
+
+    store = ModelStore(tmp_path, "preference_perceptron")
+    model = trained_model(1)
+    model.evidence_gate.observe([(True, True)] * 7)  # the looser level won 7 of 7
+    model.evidence_gate.observe([(True, False), (False, True)])
+    store.save(model)
+    loaded = store.load(1, factory()).evidence_gate
+    assert loaded.level == 1 and loaded.confidence(0.95) == pytest.approx(0.90)
+    assert loaded.looser == [0, 1] and loaded.stricter == [1, 0]
+    data = model.to_dict()
+    del data["evidence_gate"]  # a model saved before the gate: learner.confidence itself
+    data["checksum"] = checksum(data)
+    assert factory().from_dict(data, "m.json").evidence_gate.level == 0
+    data["evidence_gate"] = {"level": 1, "looser": [0, 0], "stricter": "none"}
+    data["checksum"] = checksum(data)
+    with pytest.raises(ModelLoadError, match="m.json.*evidence_gate.stricter"):
+        factory().from_dict(data, "m.json")
+
+
 def test_a_model_saved_before_the_starting_ranking_loads_and_ranks_as_it_did(tmp_path):
     """A model file written before learners kept a starting ranking (no prior_, step_sum_,
     steps_ in its state) loads with none: it ranks by its weights alone, as it did."""
