@@ -24,12 +24,15 @@ from reranker.learners.base import LinearLearner
 from reranker.learners.coactive import CoactiveLearner
 from reranker.learners.feedback import skip_above_pairs
 from reranker.learners.specialization import (
+    GATE,
     GENERAL,
     JUDGED,
     QUERY_FEATURE,
     SPECIALISED,
     WEIGHT,
     QueryEvidence,
+    gate_confidence,
+    gate_levels,
     general_ranking,
     minmax,
     specialised_scores,
@@ -129,8 +132,10 @@ def explain_impression(service: RerankerService, impression_id: Any) -> dict[str
     arm = next((a for a in service.arms if imp.arm in a.names()), service.arms[0])
     shown = imp.shown().tolist()
     judged = (imp.context or {}).get(SPECIALISED)
+    level = (imp.context or {}).get(GATE)
     hits, decision = _hits(arm, imp.features, imp.doc_ids, imp.feature_names, judged, None,
-                           float((imp.context or {}).get(WEIGHT, 1.0)))
+                           float((imp.context or {}).get(WEIGHT, 1.0)),
+                           None if level is None else int(level))
     page = [{**hits[i], "rank": imp.offset + r} for r, i in enumerate(shown, start=1)]
     clicked = set(imp.clicked or [])
     for hit in page:
@@ -210,12 +215,13 @@ def arm_model(arm: Arm) -> dict[str, Any]:
 
 
 def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str], names: list[str],
-          judged: dict | None, evidence: QueryEvidence | None, weight: float | None = None
-          ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+          judged: dict | None, evidence: QueryEvidence | None, weight: float | None = None,
+          level: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Each candidate's features and score in parts, and what decided the page: the query's
     own clicks when ``judged`` (the judgment that specialised it) is given, their lift
     counting ``weight`` times (a logged page's; default the arm's query weight now), else
-    the general model."""
+    the general model; the query's clicks judged at the evidence gate's ``level`` (a logged
+    page's, when it logged one; default the arm's now)."""
     model = arm.model
     names = list(names)
     columns = arm.columns(names)
@@ -252,13 +258,13 @@ def _hits(arm: Arm, X_raw: np.ndarray, ids: list[str], names: list[str],
                                  "query_clicks": weight * (float(lift[i]) - 1.0)}
         hits.append(hit)
     return hits, _decision(arm, ids, general, scores, specialised, judged, evidence, X,
-                           weights, learner, weight)
+                           weights, learner, weight, level)
 
 
 def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
               specialised: bool, judged: dict | None, evidence: QueryEvidence | None,
               X: np.ndarray, weights: np.ndarray | None, learner,
-              query_weight: float) -> dict[str, Any]:
+              query_weight: float, level: int | None = None) -> dict[str, Any]:
     """Which of the engine, the general model and the query's own clicks decided the top of
     the page, with the numbers behind it (``query_weight``: the one the page counts the
     query's click lift with)."""
@@ -266,9 +272,11 @@ def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
     engine = list(range(top))
     order = general_ranking(general)[:top].tolist()
     gate = arm.model.evidence_gate
-    confidence = gate.confidence(arm.spec.confidence)
+    level = gate.level if level is None else level
+    confidence = gate_confidence(arm.spec.confidence,
+                                 min(level, gate_levels(arm.spec.confidence)))
     out: dict[str, Any] = {"confidence": confidence, "evidence_gate": {
-        "confidence": confidence, "level": gate.level,
+        "confidence": confidence, "level": level, "arm_level_now": gate.level,
         "duels_since_last_move": {"looser": list(gate.looser),
                                   "stricter": list(gate.stricter)}}}
     if specialised:

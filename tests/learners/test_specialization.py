@@ -669,7 +669,7 @@ def test_the_trainer_loosens_the_evidence_gate_users_prefer_and_serves_it(workdi
 
     try:
         queries = [query for query, _ in corpus.queries]
-        settled, used = 0, 0
+        settled, used, first_page = 0, 0, None
         for query in queries:
             used += 1
             page, _ = search(query)
@@ -678,6 +678,8 @@ def test_the_trainer_loosens_the_evidence_gate_users_prefer_and_serves_it(workdi
             click(page, page["hits"][6]["id"])
             page, context = search(query)
             assert SPECIALISED not in context  # (one click: not evidence at 0.95)
+            if GATE_DUELS in context:
+                first_page = page
             for upper, favoured, looser in context.get(GATE_DUELS, []):
                 assert looser == 1 and context[GATE] == 0
                 click(page, page["hits"][upper + favoured]["id"])
@@ -707,5 +709,10 @@ def test_the_trainer_loosens_the_evidence_gate_users_prefer_and_serves_it(workdi
         assert explained["decided_by"]["by"] == "query_clicks"
         page, context = search(fresh)
         assert SPECIALISED in context and context[GATE] == 1
+        # a page served at level 0 is explained at the level it was judged at
+        old = live.post("/explain", {"impression_id": first_page["impression_id"]}).json()
+        assert old["decided_by"]["evidence_gate"]["level"] == 0
+        assert old["decided_by"]["evidence_gate"]["arm_level_now"] == 1
+        assert old["decided_by"]["confidence"] == pytest.approx(0.95)
     finally:
         live.stop()
