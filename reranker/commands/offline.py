@@ -103,7 +103,8 @@ class _GreedyCommand(click.Command):
               "learner the judged pairs at the learner's own ranking; --no-specialize: the "
               "learners see both click features (earlier versions) [default: on].")
 @click.option("--confidence", type=click.FloatRange(min=0.5, max=0.999), help="Confidence at "
-              "which a query's clicks judge a result (learner.confidence) [default: 0.95].")
+              "which a query's clicks judge a result (learner.confidence), where each run's "
+              "evidence gate starts [default: 0.95].")
 @click.option("--shrink/--no-shrink", default=None, help="Rank with each learned weight "
               "shrunk to the share the queries that taught it agree on, as the service does "
               "(learner.shrink) [default: on].")

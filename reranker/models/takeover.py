@@ -1,5 +1,5 @@
 """Letting the general model take over from the engine's order only once users are shown,
-with high confidence, to prefer it: an evidence gate that ``reranker simulate --takeover``
+with high confidence, to prefer it: a takeover gate that ``reranker simulate --takeover``
 tries and the service does not use (docs/algorithms.md, "Taking over from the engine,
 tried", which gives the measurements and why).
 
