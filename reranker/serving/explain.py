@@ -267,7 +267,8 @@ def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
               query_weight: float, level: int | None = None) -> dict[str, Any]:
     """Which of the engine, the general model and the query's own clicks decided the top of
     the page, with the numbers behind it (``query_weight``: the one the page counts the
-    query's click lift with)."""
+    query's click lift with; ``level``: the evidence gate's level its clicks were judged at,
+    None for the arm's now)."""
     top = min(10, len(ids))
     engine = list(range(top))
     order = general_ranking(general)[:top].tolist()
