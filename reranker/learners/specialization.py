@@ -266,10 +266,9 @@ def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_sho
     next looser or stricter level would rank the other way logs the pairs that test that
     level (:func:`gate_duels`). Returns the page and the strongest judgment (None: the
     general model's page)."""
-    levels = gate_levels(confidence)
-    gate = min(max(int(gate), 0), levels)
+    gate = min(max(int(gate), 0), gate_levels(confidence))
     at = gate_confidence(confidence, gate)
-    judgment = evidence.strongest(gate_confidence(confidence, min(gate + 1, levels)))
+    judgment = evidence.strongest(gate_confidence(confidence, gate + 1))
     scores = own.scores if base is None else base
     if judgment is None or judgment.p_value > 1.0 - at:
         if judgment is not None and base is None:  # the looser level would specialise it
@@ -352,7 +351,7 @@ def _reordered(scores: np.ndarray, others: list[tuple[np.ndarray, int]], ranking
     return out
 
 
-def weight_outcomes(context: dict | None, clicked_positions,
+def duel_outcomes(context: dict | None, clicked_positions,
                     key: str = WEIGHT_DUELS) -> list[tuple[bool, bool]]:
     """The duels a logged page settled (:func:`weight_duels`, or :func:`gate_duels` with
     ``key`` :data:`GATE_DUELS`): ``(tag, won)`` per pair of it with a click on exactly one
@@ -415,7 +414,7 @@ class _DuelledLevel:
 
     def observe(self, outcomes: list[tuple[bool, bool]],
                 confidence: float = CONFIDENCE) -> bool:
-        """Count the duels of one page (:func:`weight_outcomes`: ``(up, won)``); True when
+        """Count the duels of one page (:func:`duel_outcomes`: ``(up, won)``); True when
         the level moved."""
         low, high = self.bounds(confidence)
         for up, won in outcomes:
@@ -484,8 +483,10 @@ def gate_levels(confidence: float = CONFIDENCE) -> int:
 
 def gate_confidence(confidence: float, level: int) -> float:
     """The confidence at which a query's clicks judge a result at the evidence gate's
-    ``level``: ``1 - (1 - confidence) * 2 ** level``."""
-    return 1.0 - (1.0 - float(confidence)) * 2.0 ** int(level)
+    ``level``: ``1 - (1 - confidence) * 2 ** level``, the level taken within
+    ``0 ... gate_levels(confidence)``."""
+    level = min(max(int(level), 0), gate_levels(confidence))
+    return 1.0 - (1.0 - float(confidence)) * 2.0 ** level
 
 
 class EvidenceGate(_DuelledLevel):
@@ -506,7 +507,7 @@ class EvidenceGate(_DuelledLevel):
         return 0, gate_levels(confidence)
 
     def confidence(self, confidence: float = CONFIDENCE) -> float:
-        return gate_confidence(confidence, min(self.level, gate_levels(confidence)))
+        return gate_confidence(confidence, self.level)
 
 
 def specializes(learner_cls, specialize: bool = True) -> bool:

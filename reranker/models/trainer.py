@@ -36,7 +36,7 @@ from reranker.learners.specialization import (
     SPECIALISED,
     WEIGHT,
     WEIGHT_DUELS,
-    weight_outcomes,
+    duel_outcomes,
 )
 from reranker.models.budget import ClientBudget
 from reranker.models.model import RankingModel
@@ -411,10 +411,10 @@ class Trainer:
         if context.get(WEIGHT_DUELS) and \
                 float(context.get(WEIGHT, 1.0)) == model.query_weight.weight:
             moved = model.query_weight.observe(
-                weight_outcomes(context, imp.clicked_positions()), arm.spec.confidence)
+                duel_outcomes(context, imp.clicked_positions()), arm.spec.confidence)
         if context.get(GATE_DUELS) and context.get(GATE) == model.evidence_gate.level:
             moved = model.evidence_gate.observe(
-                weight_outcomes(context, imp.clicked_positions(), GATE_DUELS),
+                duel_outcomes(context, imp.clicked_positions(), GATE_DUELS),
                 arm.spec.confidence) or moved
         return moved
 

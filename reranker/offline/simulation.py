@@ -52,11 +52,11 @@ from reranker.learners.specialization import (
     EvidenceGate,
     QueryEvidence,
     QueryWeight,
+    duel_outcomes,
     general_ranking,
     judgment_feedback,
     specialise,
     specializes,
-    weight_outcomes,
 )
 from reranker.models.balance import QueryBalance
 from reranker.models.model import ModelFactory
@@ -661,9 +661,9 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
             if specialize and positions is not None and len(positions):
                 clicked_positions = positions.tolist()
                 if judgment is not None:
-                    query_weight.observe(weight_outcomes(result.context, clicked_positions),
+                    query_weight.observe(duel_outcomes(result.context, clicked_positions),
                                          settings.confidence)
-                gate.observe(weight_outcomes(result.context, clicked_positions, GATE_DUELS),
+                gate.observe(duel_outcomes(result.context, clicked_positions, GATE_DUELS),
                              settings.confidence)
             query = str(qi)  # (the page's query, as the trainer gives it)
             if balance is not None and not balance.keeps(query, f"{run}:{t}"):

@@ -32,7 +32,6 @@ from reranker.learners.specialization import (
     WEIGHT,
     QueryEvidence,
     gate_confidence,
-    gate_levels,
     general_ranking,
     minmax,
     specialised_scores,
@@ -274,8 +273,7 @@ def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
     order = general_ranking(general)[:top].tolist()
     gate = arm.model.evidence_gate
     level = gate.level if level is None else level
-    confidence = gate_confidence(arm.spec.confidence,
-                                 min(level, gate_levels(arm.spec.confidence)))
+    confidence = gate_confidence(arm.spec.confidence, level)
     out: dict[str, Any] = {"confidence": confidence, "evidence_gate": {
         "confidence": confidence, "level": level, "arm_level_now": gate.level,
         "duels_since_last_move": {"looser": list(gate.looser),

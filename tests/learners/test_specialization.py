@@ -25,6 +25,7 @@ from reranker.learners.specialization import (
     EvidenceGate,
     QueryEvidence,
     QueryWeight,
+    duel_outcomes,
     gate_duels,
     gate_levels,
     general_features,
@@ -36,7 +37,6 @@ from reranker.learners.specialization import (
     specialised_scores,
     taught_by,
     weight_duels,
-    weight_outcomes,
 )
 from reranker.offline.simulation import LearnerSpec, Settings, simulate, summarize
 from tests.support.configs import write_config
@@ -188,10 +188,10 @@ def test_a_specialised_page_logs_the_pairs_a_doubled_or_halved_weight_orders_oth
                         1.0) == pairs
     # a click on one of the pair's two results settles its duel; on both or neither, not
     context = {WEIGHT_DUELS: [[0, 1, 0], [2, 0, 1]]}
-    assert weight_outcomes(context, [1]) == [(False, True)]
-    assert weight_outcomes(context, [0, 2]) == [(False, False), (True, True)]
-    assert weight_outcomes(context, [0, 1, 4]) == []
-    assert weight_outcomes({}, [0]) == []
+    assert duel_outcomes(context, [1]) == [(False, True)]
+    assert duel_outcomes(context, [0, 2]) == [(False, False), (True, True)]
+    assert duel_outcomes(context, [0, 1, 4]) == []
+    assert duel_outcomes({}, [0]) == []
 
 
 def test_a_specialised_page_is_ranked_and_logged_with_the_arms_query_weight():
@@ -221,11 +221,13 @@ def test_a_specialised_page_is_ranked_and_logged_with_the_arms_query_weight():
         assert duelled  # (this page has some)
 
 
-def duels(weight: QueryWeight, n: int, chance: float, doubled: bool, seed: int = 0):
+def duels(level, n: int, chance: float, up: bool, seed: int = 0):
+    """``level`` (a :class:`QueryWeight` or :class:`EvidenceGate`) after ``n`` duels for the
+    level above it (``up``) or below, each won with ``chance``."""
     rng = np.random.default_rng(seed)
     for _ in range(n):
-        weight.observe([(doubled, bool(rng.random() < chance))])
-    return weight
+        level.observe([(up, bool(rng.random() < chance))])
+    return level
 
 
 def test_the_duels_test_is_the_likelihood_ratio_of_a_win_rate_above_one_half():
@@ -244,12 +246,12 @@ def test_the_duels_test_is_the_likelihood_ratio_of_a_win_rate_above_one_half():
 
 def test_the_query_weight_moves_only_where_the_duels_show_users_prefer_it():
     # duels the doubled weight wins three times in four: it doubles, and again
-    assert duels(QueryWeight(), 400, 0.75, doubled=True).level >= 2
-    assert duels(QueryWeight(), 400, 0.75, doubled=False).level <= -2  # halved alike
+    assert duels(QueryWeight(), 400, 0.75, up=True).level >= 2
+    assert duels(QueryWeight(), 400, 0.75, up=False).level <= -2  # halved alike
     # the doubled weight losing moves nothing (only its own wins can move it up)
-    assert duels(QueryWeight(), 400, 0.25, doubled=True).level == 0
+    assert duels(QueryWeight(), 400, 0.25, up=True).level == 0
     # a fair coin: the test is asked after every duel, and moves with at most 1 - confidence
-    stayed = sum(duels(QueryWeight(), 2000, 0.5, doubled=bool(seed % 2), seed=seed).level == 0
+    stayed = sum(duels(QueryWeight(), 2000, 0.5, up=bool(seed % 2), seed=seed).level == 0
                  for seed in range(40))
     assert stayed >= 36
     # the likelihood ratio of n straight wins is 2 * 2**n / (n + 1) * (1 - 2**-(n + 1)):
@@ -263,7 +265,7 @@ def test_the_query_weight_moves_only_where_the_duels_show_users_prefer_it():
 
 
 def test_the_query_weight_is_saved_and_a_corrupt_one_is_named():
-    weight = duels(QueryWeight(), 40, 0.9, doubled=True)
+    weight = duels(QueryWeight(), 40, 0.9, up=True)
     weight.observe([(False, True)] * 3)
     again = QueryWeight.from_dict(weight.to_dict())
     assert again.to_dict() == weight.to_dict() and again.level == weight.level >= 1
@@ -343,21 +345,14 @@ def test_a_page_the_next_level_of_the_gate_would_rank_otherwise_logs_the_pairs_t
     assert judgment is not None and page.context[GATE] == 1 and GATE_DUELS not in page.context
 
 
-def gate_duels_won(gate: EvidenceGate, n: int, chance: float, looser: bool, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    for _ in range(n):
-        gate.observe([(looser, bool(rng.random() < chance))])
-    return gate
-
-
 def test_the_evidence_gate_moves_only_where_the_duels_show_users_prefer_it():
     assert gate_levels(0.95) == 3 and gate_levels(0.99) == 5 and gate_levels(0.5) == 0
-    gate = gate_duels_won(EvidenceGate(), 2000, 0.75, looser=True)
+    gate = duels(EvidenceGate(), 2000, 0.75, up=True)
     assert gate.level == 3 and gate.confidence(0.95) == pytest.approx(0.6)  # bounded at 1/2
-    assert gate_duels_won(EvidenceGate(2), 400, 0.75, looser=False).level == 0
-    assert gate_duels_won(EvidenceGate(), 400, 0.75, looser=False).level == 0  # no stricter
-    assert gate_duels_won(EvidenceGate(), 400, 0.25, looser=True).level == 0
-    stayed = sum(gate_duels_won(EvidenceGate(), 2000, 0.5, looser=True, seed=seed).level == 0
+    assert duels(EvidenceGate(2), 400, 0.75, up=False).level == 0
+    assert duels(EvidenceGate(), 400, 0.75, up=False).level == 0  # no stricter
+    assert duels(EvidenceGate(), 400, 0.25, up=True).level == 0
+    stayed = sum(duels(EvidenceGate(), 2000, 0.5, up=True, seed=seed).level == 0
                  for seed in range(40))
     assert stayed >= 36
     again = EvidenceGate.from_dict(gate.to_dict())

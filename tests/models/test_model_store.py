@@ -118,44 +118,44 @@ def test_a_versions_origin_is_kept_and_a_malformed_one_refused(tmp_path):
             factory().from_dict(data, "m.json")
 
 
-def test_the_query_weight_is_kept_with_the_model_and_a_corrupt_one_named(tmp_path):
+# A level learned from duels, kept with the model: the duels (up, won) of its pages, its
+# state after them, what a model saved before it had loads as, and a corrupt field that is named.
+DUELLED = {
+    # a page whose doubled weight won 16 of 16 (it moves at the 7th, and the page's other
+    # duels tested the old weight), then one whose halved weight lost 3
+    "query_weight": ([[(True, True)] * 16, [(False, False)] * 3],
+                     {"level": 1, "doubled": [0, 0], "halved": [0, 3]},
+                     lambda weight: weight.weight == 2.0, lambda weight: weight.weight == 1.0,
+                     ("level", "3")),
+    # the looser level won 7 of 7, then one lost for it and one won for the stricter
+    "evidence_gate": ([[(True, True)] * 7, [(True, False), (False, True)]],
+                      {"level": 1, "looser": [0, 1], "stricter": [1, 0]},
+                      lambda gate: gate.confidence(0.95) == pytest.approx(0.90),
+                      lambda gate: gate.confidence(0.95) == 0.95,  # learner.confidence
+                      ("stricter", "none")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DUELLED))
+def test_a_level_learned_from_duels_is_kept_with_the_model_and_a_corrupt_one_named(tmp_path,
+                                                                                   name):
     from reranker.models.model import checksum
 
+    pages, state, learned, before, (field, bad) = DUELLED[name]
     store = ModelStore(tmp_path, "preference_perceptron")
     model = trained_model(1)
-    model.query_weight.observe([(True, True)] * 16)  # the doubled weight won 16 of 16
-    model.query_weight.observe([(False, False)] * 3)
+    for outcomes in pages:
+        getattr(model, name).observe(outcomes)
     store.save(model)
-    loaded = store.load(1, factory()).query_weight
-    assert loaded.weight == 2.0 and loaded.halved == [0, 3]
+    loaded = getattr(store.load(1, factory()), name)
+    assert loaded.to_dict() == state and learned(loaded)
     data = model.to_dict()
-    del data["query_weight"]  # a model saved before the query weight: weight 1
+    del data[name]  # a model saved before it: the level it starts at
     data["checksum"] = checksum(data)
-    assert factory().from_dict(data, "m.json").query_weight.weight == 1.0
-    data["query_weight"] = {"level": "3", "doubled": [0, 0], "halved": [0, 0]}
+    assert before(getattr(factory().from_dict(data, "m.json"), name))
+    data[name] = {**state, field: bad}
     data["checksum"] = checksum(data)
-    with pytest.raises(ModelLoadError, match="m.json.*query_weight.level"):
-        factory().from_dict(data, "m.json")
-
-
-def test_the_evidence_gate_is_kept_with_the_model_and_a_corrupt_one_named(tmp_path):
-    from reranker.models.model import checksum
-
-    store = ModelStore(tmp_path, "preference_perceptron")
-    model = trained_model(1)
-    model.evidence_gate.observe([(True, True)] * 7)  # the looser level won 7 of 7
-    model.evidence_gate.observe([(True, False), (False, True)])
-    store.save(model)
-    loaded = store.load(1, factory()).evidence_gate
-    assert loaded.level == 1 and loaded.confidence(0.95) == pytest.approx(0.90)
-    assert loaded.looser == [0, 1] and loaded.stricter == [1, 0]
-    data = model.to_dict()
-    del data["evidence_gate"]  # a model saved before the gate: learner.confidence itself
-    data["checksum"] = checksum(data)
-    assert factory().from_dict(data, "m.json").evidence_gate.level == 0
-    data["evidence_gate"] = {"level": 1, "looser": [0, 0], "stricter": "none"}
-    data["checksum"] = checksum(data)
-    with pytest.raises(ModelLoadError, match="m.json.*evidence_gate.stricter"):
+    with pytest.raises(ModelLoadError, match=f"m.json.*{name}.{field}"):
         factory().from_dict(data, "m.json")
 
 
