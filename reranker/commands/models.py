@@ -297,10 +297,11 @@ def show(config_path: str | None, label: str | None, version: int | None,
                f"duels since it last moved: doubled won {query.doubled[0]} of "
                f"{sum(query.doubled)}, halved won {query.halved[0]} of {sum(query.halved)})")
     gate = model.evidence_gate
+    duels = "; ".join(f"{float(at):.0%} won {won} of {won + lost}"
+                      for at, (won, lost) in gate.tallies(arm.spec.confidence).items())
     click.echo(f"evidence gate: a query's clicks judge at "
                f"{gate.confidence(arm.spec.confidence):.0%} confidence (level {gate.level}; "
-               f"duels since it last moved: looser won {gate.looser[0]} of "
-               f"{sum(gate.looser)}, stricter won {gate.stricter[0]} of {sum(gate.stricter)})")
+               f"duels since it last moved: {duels or 'none'})")
 
     console = wide_console()
     names = info["features"]

@@ -33,7 +33,8 @@ when the randomised pairs of specialised pages that the doubled or halved weight
 the other way show, at the confidence, that users prefer that order (:func:`weight_duels`).
 How strong a query's evidence must be before its page is specialised is the arm's *evidence
 gate* (:class:`EvidenceGate`), ``learner.confidence`` to start with, loosened or tightened
-a step by the same kind of duels (:func:`gate_duels`).
+by the same kind of duels (:func:`gate_duels`), each of its other levels tested on the pages
+it would rank otherwise.
 """
 
 from __future__ import annotations
@@ -72,9 +73,9 @@ SPECIALISED = "specialised"
 #: or 0 for the halved]`` (:func:`weight_duels`).
 WEIGHT, WEIGHT_DUELS = "query_weight", "weight_duels"
 #: Context keys of a page that tests the arm's evidence gate: the gate's level it was ranked
-#: at, and its randomised pairs that the next looser (or stricter) level orders the other
-#: way, ``[upper position, 0 when that level puts the upper result first else 1, 1 for the
-#: looser level or 0 for the stricter]`` (:func:`gate_duels`).
+#: at, and its randomised pairs that the levels on the other side of the query's first
+#: (the strictest that specialises it) order the other way, ``[upper position, 0 when those
+#: levels put the upper result first else 1, first]`` (:func:`gate_duels`).
 GATE, GATE_DUELS = "evidence_level", "gate_duels"
 
 
@@ -263,18 +264,17 @@ def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_sho
     what the page will teach it (:func:`judgment_feedback`), and the query weight with the
     pairs that test it (:func:`weight_duels`). The clicks judge at the confidence of the
     arm's evidence gate, level ``gate`` (:class:`EvidenceGate`); a page whose query the
-    next looser or stricter level would rank the other way logs the pairs that test that
-    level (:func:`gate_duels`). Returns the page and the strongest judgment (None: the
-    general model's page)."""
+    levels on the other side of its first (:func:`gate_first`) would rank the other way logs
+    the pairs that test those levels (:func:`gate_duels`). Returns the page and the
+    strongest judgment (None: the general model's page)."""
     gate = min(max(int(gate), 0), gate_levels(confidence))
-    at = gate_confidence(confidence, gate)
-    judgment = evidence.strongest(gate_confidence(confidence, gate + 1))
+    judgment = evidence.strongest(gate_confidence(confidence, gate_levels(confidence)))
+    first = None if judgment is None else gate_first(judgment.p_value, confidence)
     scores = own.scores if base is None else base
-    if judgment is None or judgment.p_value > 1.0 - at:
-        if judgment is not None and base is None:  # the looser level would specialise it
+    if first is None or first > gate:
+        if first is not None and base is None:  # looser levels would specialise it
             duels = gate_duels(own.scores, specialised_scores(scores, lift, weight),
-                               own.ranking, n_shown, own.context, evidence.clicks,
-                               looser=True)
+                               own.ranking, n_shown, own.context, evidence.clicks, first)
             if duels:
                 own.context.update({GATE: gate, GATE_DUELS: duels})
         return own, None
@@ -288,11 +288,9 @@ def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_sho
         JUDGED_OFFSET: offset, JUDGED: [[upper, int(lower)] for upper, lower in judged],
         WEIGHT: weight, WEIGHT_DUELS: weight_duels(page.scores, lift, page.ranking, n_shown,
                                                    page.context, weight), GATE: gate})
-    if gate and judgment.p_value > 1.0 - gate_confidence(confidence, gate - 1):
-        # the stricter level would show the general model's order (weight 0)
+    if first:  # the stricter levels below ``first`` would show the general model's order
         page.context[GATE_DUELS] = gate_duels(page.scores, minmax(scores), page.ranking,
-                                              n_shown, page.context, evidence.clicks,
-                                              looser=False)
+                                              n_shown, page.context, evidence.clicks, first)
     return page, judgment
 
 
@@ -313,17 +311,18 @@ def weight_duels(scores: np.ndarray, lift: np.ndarray, ranking: np.ndarray, n_sh
 
 
 def gate_duels(scores: np.ndarray, other: np.ndarray, ranking: np.ndarray, n_shown: int,
-               context: dict, clicks: np.ndarray, looser: bool) -> list[list[int]]:
+               context: dict, clicks: np.ndarray, first: int) -> list[list[int]]:
     """The randomised pairs of a page (``ranking``, drawn from ``scores``) with a result
     this query's users have clicked (``clicks``, per candidate) that ``other``, the page the
-    evidence gate's next level would show, orders the other way: ``[upper position, 0 when
-    ``other`` puts the result shown above first else 1, 1 when that level is the looser or
-    0 the stricter]`` (:class:`EvidenceGate`). Only pairs shown in either order with
-    probability 1/2 duel. (The pairs the next level reorders only because two results
-    without a click were seen unequally often say nothing of whether the query's few clicks
-    can be trusted; which pairs duel is decided before the page is shown, so each duel stays
-    a fair vote.)"""
-    duels = _reordered(scores, [(np.asarray(other, dtype=np.float64), int(looser))], ranking,
+    evidence gate's levels on the other side of ``first`` would show, orders the other way:
+    ``[upper position, 0 when ``other`` puts the result shown above first else 1, first]``,
+    ``first`` the strictest level that specialises the query (:func:`gate_first`; the
+    levels from it on show the specialised page, those before it the general model's:
+    :class:`EvidenceGate`). Only pairs shown in either order with probability 1/2 duel.
+    (The pairs the other levels reorder only because two results without a click were seen
+    unequally often say nothing of whether the query's few clicks can be trusted; which
+    pairs duel is decided before the page is shown, so each duel stays a fair vote.)"""
+    duels = _reordered(scores, [(np.asarray(other, dtype=np.float64), int(first))], ranking,
                        n_shown, context)
     return [duel for duel in duels if clicks[ranking[duel[0]]] > 0
             or clicks[ranking[duel[0] + 1]] > 0]
@@ -352,17 +351,18 @@ def _reordered(scores: np.ndarray, others: list[tuple[np.ndarray, int]], ranking
 
 
 def duel_outcomes(context: dict | None, clicked_positions,
-                    key: str = WEIGHT_DUELS) -> list[tuple[bool, bool]]:
+                  key: str = WEIGHT_DUELS) -> list[tuple[int, bool]]:
     """The duels a logged page settled (:func:`weight_duels`, or :func:`gate_duels` with
     ``key`` :data:`GATE_DUELS`): ``(tag, won)`` per pair of it with a click on exactly one
-    of its two results, ``won`` when that is the result the other weight (or level) puts
-    first; ``tag`` true for the doubled weight (the looser level)."""
+    of its two results, ``won`` when that is the result the other weight (or levels) put
+    first; ``tag`` 1 for the doubled weight and 0 for the halved (the gate's: the strictest
+    level that specialises the query)."""
     clicked = {int(p) for p in clicked_positions}
     out = []
     for upper, favoured, tag in (context or {}).get(key) or ():
         upper_clicked, lower_clicked = upper in clicked, upper + 1 in clicked
         if upper_clicked != lower_clicked:
-            out.append((bool(tag), upper_clicked == (favoured == 0)))
+            out.append((int(tag), upper_clicked == (favoured == 0)))
     return out
 
 
@@ -394,11 +394,11 @@ def settled(tally: list[int], confidence: float = CONFIDENCE) -> bool:
 
 
 class _DuelledLevel:
-    """A level that duels move a step up or down (:class:`QueryWeight`,
-    :class:`EvidenceGate`): two tallies of duels won and lost, one for the level above
-    (``TALLIES[0]``) and one for the level below, each tested by :func:`settled`; a move
-    starts both again. ``NAME`` is its key in a model file, ``LOW`` and ``HIGH`` the levels a
-    saved one may have."""
+    """A level that duels move a step up or down (:class:`QueryWeight`; the
+    :class:`EvidenceGate` keeps the level and its checks, and tallies its own way): two
+    tallies of duels won and lost, one for the level above (``TALLIES[0]``) and one for the
+    level below, each tested by :func:`settled`; a move starts both again. ``NAME`` is its
+    key in a model file, ``LOW`` and ``HIGH`` the levels a saved one may have."""
 
     NAME: str
     TALLIES: tuple[str, str]
@@ -434,22 +434,30 @@ class _DuelledLevel:
     @classmethod
     def from_dict(cls, data):
         """The saved state; ``ValueError`` naming the field that is not one."""
-        name = cls.NAME
+        state = cls(cls._level(data))
+        for key in cls.TALLIES:
+            setattr(state, key, _tally(data.get(key), f"{cls.NAME}.{key}"))
+        return state
+
+    @classmethod
+    def _level(cls, data) -> int:
+        """The saved level of ``data``, checked; ``ValueError`` naming what is wrong."""
         if not isinstance(data, dict):
-            raise ValueError(f"{name} must be a mapping, got {type(data).__name__}")
+            raise ValueError(f"{cls.NAME} must be a mapping, got {type(data).__name__}")
         level = data.get("level")
         if isinstance(level, bool) or not isinstance(level, int) or \
                 not cls.LOW <= level <= cls.HIGH:
-            raise ValueError(f"{name}.level must be a whole number from {cls.LOW} to "
+            raise ValueError(f"{cls.NAME}.level must be a whole number from {cls.LOW} to "
                              f"{cls.HIGH}, got {level!r}")
-        state = cls(level)
-        for key in cls.TALLIES:
-            tally = data.get(key)
-            if not isinstance(tally, list) or len(tally) != 2 or not all(
-                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in tally):
-                raise ValueError(f"{name}.{key} must be two counts (won, lost), got {tally!r}")
-            setattr(state, key, list(tally))
-        return state
+        return level
+
+
+def _tally(tally, name: str) -> list[int]:
+    """A saved tally of duels, ``[won, lost]``, checked; ``ValueError`` naming ``name``."""
+    if not isinstance(tally, list) or len(tally) != 2 or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in tally):
+        raise ValueError(f"{name} must be two counts (won, lost), got {tally!r}")
+    return list(tally)
 
 
 class QueryWeight(_DuelledLevel):
@@ -489,25 +497,102 @@ def gate_confidence(confidence: float, level: int) -> float:
     return 1.0 - (1.0 - float(confidence)) * 2.0 ** level
 
 
+def gate_first(p_value: float, confidence: float = CONFIDENCE) -> int | None:
+    """The strictest level of the evidence gate whose confidence a judgment of ``p_value``
+    meets (the levels from it on specialise the query's page, those before it do not); None
+    when not even the loosest does."""
+    for level in range(gate_levels(confidence) + 1):
+        if p_value <= 1.0 - gate_confidence(confidence, level):
+            return level
+    return None
+
+
 class EvidenceGate(_DuelledLevel):
     """How strong a query's own evidence must be before its page is specialised
-    (docs/algorithms.md, "General model and query specialisation"): its clicks judge a
-    result at :func:`gate_confidence` of ``learner.confidence`` and ``level``, 0 to start
-    with (the confidence itself). Two sequential tests (:func:`settled`) run on the duels
-    of :func:`gate_duels`: randomised pairs of pages whose query the next looser level
-    would specialise (on the general model's own pages) or the next stricter would not (on
-    specialised pages), which that level orders the other way. When users prefer a level's
-    order, the gate moves there, and both tests start again. A learner whose own pages have
-    no pairs swapped with probability 1/2 never gives the looser level a duel: its gate
-    stays where it starts."""
+    (docs/algorithms.md, "General model and query specialisation", step 7): its clicks
+    judge a result at :func:`gate_confidence` of ``learner.confidence`` and ``level``, 0 to
+    start with (the confidence itself). Every other level has a sequential test
+    (:func:`settled`) on the duels of :func:`gate_duels`: the randomised pairs of the pages
+    whose query that level would rank otherwise than the present one (the general model's
+    own pages of queries it would specialise, for a looser level; specialised pages of
+    queries it would not, for a stricter one), which it orders the other way. Each test
+    runs at ``1 - (1 - confidence) / m`` for the ``m`` other levels, so that together they
+    move the gate where users do not prefer with at most ``1 - confidence`` chance. When
+    one settles, the gate moves to that level (the nearest, when several settle on the
+    same duel) and every test starts again. A learner whose own pages have no pairs swapped
+    with probability 1/2 never gives a looser level a duel: its gate stays where it
+    starts."""
 
-    NAME, TALLIES, LOW = "evidence_gate", ("looser", "stricter"), 0
+    NAME, TALLIES, LOW = "evidence_gate", (), 0
+
+    def __init__(self, level: int = 0) -> None:
+        super().__init__(level)
+        #: duels won and lost by each other level since the last move
+        self.duels: dict[int, list[int]] = {}
 
     def bounds(self, confidence: float) -> tuple[int, int]:
         return 0, gate_levels(confidence)
 
     def confidence(self, confidence: float = CONFIDENCE) -> float:
         return gate_confidence(confidence, self.level)
+
+    def tallies(self, confidence: float = CONFIDENCE) -> dict[str, list[int]]:
+        """The duels since the last move, ``[won, lost]``, by the confidence of the level
+        they tested (``"0.90"``, ...)."""
+        return {f"{gate_confidence(confidence, level):.2f}": list(tally)
+                for level, tally in sorted(self.duels.items())}
+
+    def observe(self, outcomes: list[tuple[int, bool]],
+                confidence: float = CONFIDENCE) -> bool:
+        """Count the duels of one page ranked at the present level (:func:`duel_outcomes`
+        of its :func:`gate_duels`: ``(first, won)``, ``first`` the strictest level that
+        specialises its query), each for every level on the other side of ``first`` than
+        the present one; True when the level moved."""
+        low, high = self.bounds(confidence)
+        at = 1.0 - (1.0 - float(confidence)) / max(high - low, 1)
+        for first, won in outcomes:
+            first = int(first)
+            levels = range(max(first, self.level + 1), high + 1) if first > self.level \
+                else range(min(first, self.level) - 1, low - 1, -1)
+            to = None
+            for level in levels:
+                tally = self.duels.setdefault(level, [0, 0])
+                tally[0 if won else 1] += 1
+                if to is None and settled(tally, at):
+                    to = level  # (the nearest: ``levels`` run outwards from the present)
+            if to is not None:
+                self.level, self.duels = to, {}
+                return True  # (the page's other duels tested the old level's pages)
+        return False
+
+    def to_dict(self) -> dict:
+        return {"level": self.level,
+                "duels": {str(level): list(tally) for level, tally in sorted(self.duels.items())}}
+
+    @classmethod
+    def from_dict(cls, data):
+        """The saved state (or one saved with a tally for the next looser and the next
+        stricter level, ``looser`` and ``stricter``); ``ValueError`` naming the field that
+        is not one."""
+        state = cls(cls._level(data))
+        if "duels" not in data and ("looser" in data or "stricter" in data):
+            for key, level in (("looser", state.level + 1), ("stricter", state.level - 1)):
+                tally = _tally(data.get(key), f"{cls.NAME}.{key}")
+                if any(tally) and cls.LOW <= level <= cls.HIGH:
+                    state.duels[level] = tally
+            return state
+        duels = data.get("duels", {})
+        if not isinstance(duels, dict):
+            raise ValueError(f"{cls.NAME}.duels must be a mapping of levels to two counts, "
+                             f"got {type(duels).__name__}")
+        for key, tally in duels.items():
+            name = f"{cls.NAME}.duels.{key}"
+            if not (isinstance(key, str) and key.isdigit()) or \
+                    not cls.LOW <= int(key) <= cls.HIGH or int(key) == state.level:
+                raise ValueError(f"{name}: the key must be a level from {cls.LOW} to "
+                                 f"{cls.HIGH} other than the gate's own ({state.level})")
+            state.duels[int(key)] = _tally(tally, name)
+        return state
 
 
 def specializes(learner_cls, specialize: bool = True) -> bool:

@@ -276,8 +276,7 @@ def _decision(arm: Arm, ids: list[str], general: np.ndarray, scores: np.ndarray,
     confidence = gate_confidence(arm.spec.confidence, level)
     out: dict[str, Any] = {"confidence": confidence, "evidence_gate": {
         "confidence": confidence, "level": level, "arm_level_now": gate.level,
-        "duels_since_last_move": {"looser": list(gate.looser),
-                                  "stricter": list(gate.stricter)}}}
+        "duels_since_last_move": gate.tallies(arm.spec.confidence)}}
     if specialised:
         page = general_ranking(scores)[:top].tolist()
         now = arm.model.query_weight

@@ -129,7 +129,7 @@ def test_show_prints_the_weights_by_feature_name_as_the_model_file_has_them(work
                                                              "halved": [0, 0]}
     assert "query weight 1 (a query's click lift" in text
     assert shown["evidence_gate"] == {**data["evidence_gate"], "confidence": 0.95}
-    assert data["evidence_gate"] == {"level": 0, "looser": [0, 0], "stricter": [0, 0]}
+    assert data["evidence_gate"] == {"level": 0, "duels": {}}
     assert "evidence gate: a query's clicks judge at 95% confidence (level 0" in text
     for i, name in enumerate(names):
         row = next(line for line in text.splitlines() if f"│ {name} " in line)

@@ -27,6 +27,7 @@ from reranker.learners.specialization import (
     QueryWeight,
     duel_outcomes,
     gate_duels,
+    gate_first,
     gate_levels,
     general_features,
     judgment_feedback,
@@ -223,10 +224,13 @@ def test_a_specialised_page_is_ranked_and_logged_with_the_arms_query_weight():
 
 def duels(level, n: int, chance: float, up: bool, seed: int = 0):
     """``level`` (a :class:`QueryWeight` or :class:`EvidenceGate`) after ``n`` duels for the
-    level above it (``up``) or below, each won with ``chance``."""
+    level above it (``up``) or below, each won with ``chance`` (the gate's: pages of queries
+    first specialised by the next looser level, or by its own)."""
     rng = np.random.default_rng(seed)
+    gate = isinstance(level, EvidenceGate)
     for _ in range(n):
-        level.observe([(up, bool(rng.random() < chance))])
+        tag = (level.level + int(up)) if gate else up
+        level.observe([(tag, bool(rng.random() < chance))])
     return level
 
 
@@ -313,8 +317,9 @@ def test_a_page_the_next_level_of_the_gate_would_rank_otherwise_logs_the_pairs_t
     assert judgment is None and page is own and page.context[GATE] == 0
     expected = reordered(scores, specialised_scores(scores, lift), np.arange(12),
                          range(0, 9, 2), one_click.clicks)
-    assert expected and {(u, f) for u, f, looser in page.context[GATE_DUELS]} == expected
-    assert all(looser == 1 for _, _, looser in page.context[GATE_DUELS])
+    assert expected and {(u, f) for u, f, first in page.context[GATE_DUELS]} == expected
+    # tagged with the strictest level that specialises the query: level 1 and looser
+    assert all(first == 1 for _, _, first in page.context[GATE_DUELS])
     # a page whose pairs were not swapped with probability 1/2 gives no unbiased vote, and a
     # query the looser level would not specialise either tests nothing
     for context, evidence in (({**PAIRS, "swap_probability": 0.2}, one_click), ({}, one_click),
@@ -331,15 +336,15 @@ def test_a_page_the_next_level_of_the_gate_would_rank_otherwise_logs_the_pairs_t
     expected = reordered(page.scores, minmax(scores), shown,
                          range(page.context["pair_offset"], 9, 2), one_click.clicks)
     assert expected
-    assert {(u, f) for u, f, looser in page.context[GATE_DUELS]} == expected
-    assert all(looser == 0 for _, _, looser in page.context[GATE_DUELS])
+    assert {(u, f) for u, f, first in page.context[GATE_DUELS]} == expected
+    assert all(first == 1 for _, _, first in page.context[GATE_DUELS])  # (level 0 would not)
     # a pair the next level reorders only because two results without a click were seen
     # unequally often is no duel: it says nothing of the query's clicks
     flipped = np.array([1.0, 2.0, 3.0, 4.0])
     assert gate_duels(-flipped, flipped, np.arange(4), 4, dict(PAIRS), np.zeros(4),
-                      looser=True) == []
+                      first=1) == []
     assert gate_duels(-flipped, flipped, np.arange(4), 4, dict(PAIRS),
-                      np.array([0.0, 0.0, 0.0, 1.0]), looser=True) == [[2, 1, 1]]
+                      np.array([0.0, 0.0, 0.0, 1.0]), first=2) == [[2, 1, 2]]
     # clicks that would specialise the page at 0.95 too test no stricter level
     page, judgment = specialise(own, lift, two_clicks, 10, np.random.default_rng(0), gate=1)
     assert judgment is not None and page.context[GATE] == 1 and GATE_DUELS not in page.context
@@ -358,9 +363,42 @@ def test_the_evidence_gate_moves_only_where_the_duels_show_users_prefer_it():
     again = EvidenceGate.from_dict(gate.to_dict())
     assert again.to_dict() == gate.to_dict()
     for bad, field in [({"level": -1, "looser": [0, 0], "stricter": [0, 0]}, "level"),
-                       ({"level": 1, "looser": [0, 0]}, "stricter")]:
+                       ({"level": 1, "looser": [0, 0]}, "stricter"),
+                       ({"level": 1, "duels": [[0, 0]]}, "duels"),
+                       ({"level": 1, "duels": {"1": [0, 0]}}, "duels.1"),
+                       ({"level": 1, "duels": {"x": [0, 0]}}, "duels.x"),
+                       ({"level": 0, "duels": {"2": [1]}}, "duels.2")]:
         with pytest.raises(ValueError, match=f"evidence_gate.{field}"):
             EvidenceGate.from_dict(bad)
+    # a gate saved with one tally for the next looser and one for the next stricter level
+    old = EvidenceGate.from_dict({"level": 1, "looser": [4, 1], "stricter": [0, 2]})
+    assert old.level == 1 and old.duels == {2: [4, 1], 0: [0, 2]}
+
+
+def test_every_other_level_of_the_gate_is_tested_on_the_pages_it_would_rank_otherwise():
+    """A page's duels count for each level on the other side of the strictest level that
+    specialises its query; each level's test runs at 0.05 / 3 (three other levels), and the
+    gate moves to the nearest that settles."""
+    assert [gate_first(p) for p in (0.01, 0.05, 0.07, 0.1, 0.2, 0.4, 0.41)] == \
+        [0, 0, 1, 1, 2, 3, None]
+    gate = EvidenceGate()
+    gate.observe([(3, True), (2, False), (1, True)])  # at level 0: looser levels only
+    assert gate.duels == {3: [2, 1], 2: [1, 1], 1: [1, 0]}
+    gate = EvidenceGate(3)
+    gate.observe([(2, True), (3, False), (1, True)])  # at level 3: stricter levels only
+    assert gate.duels == {1: [1, 1], 0: [2, 1], 2: [0, 1]}
+    assert gate.tallies(0.95) == {"0.95": [2, 1], "0.90": [1, 1], "0.80": [0, 1]}
+    # pages of queries only the loosest level specialises: eight straight wins are not
+    # enough at 0.05 / 3, the ninth moves the gate there in one step
+    gate = EvidenceGate()
+    assert not gate.observe([(3, True)] * 8) and gate.level == 0
+    assert gate.observe([(3, True)]) and gate.level == 3 and gate.duels == {}
+    # where the duels of every looser level are the same, the nearest moves
+    gate = EvidenceGate()
+    assert gate.observe([(1, True)] * 9) and gate.level == 1
+    # a page whose query even the loosest level would not specialise logs no duel, nor does
+    # one first specialised at level 0 on a page at level 0
+    assert not EvidenceGate().observe([(0, True)] * 20)
 
 
 @pytest.fixture(scope="module")
@@ -675,8 +713,8 @@ def test_the_trainer_loosens_the_evidence_gate_users_prefer_and_serves_it(workdi
             assert SPECIALISED not in context  # (one click: not evidence at 0.95)
             if GATE_DUELS in context:
                 first_page = page
-            for upper, favoured, looser in context.get(GATE_DUELS, []):
-                assert looser == 1 and context[GATE] == 0
+            for upper, favoured, first in context.get(GATE_DUELS, []):
+                assert first == 1 and context[GATE] == 0  # (level 1, 0.90, would specialise)
                 click(page, page["hits"][upper + favoured]["id"])
                 settled += 1
             if settled >= 16:
@@ -700,6 +738,7 @@ def test_the_trainer_loosens_the_evidence_gate_users_prefer_and_serves_it(workdi
         explained = live.post("/explain", {"query": fresh, "size": 10}).json()
         gate = explained["decided_by"]["evidence_gate"]
         assert gate["level"] == 1 and gate["confidence"] == pytest.approx(0.90)
+        assert gate["duels_since_last_move"] == model.evidence_gate.tallies(0.95)
         assert explained["decided_by"]["by"] == "query_clicks"
         page, context = search(fresh)
         assert SPECIALISED in context and context[GATE] == 1

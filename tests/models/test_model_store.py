@@ -118,7 +118,7 @@ def test_a_versions_origin_is_kept_and_a_malformed_one_refused(tmp_path):
             factory().from_dict(data, "m.json")
 
 
-# A level learned from duels, kept with the model: the duels (up, won) of its pages, its
+# A level learned from duels, kept with the model: the duels (tag, won) of its pages, its
 # state after them, what a model saved before it had loads as, and a corrupt field that is named.
 DUELLED = {
     # a page whose doubled weight won 16 of 16 (it moves at the 7th, and the page's other
@@ -127,12 +127,15 @@ DUELLED = {
                      {"level": 1, "doubled": [0, 0], "halved": [0, 3]},
                      lambda weight: weight.weight == 2.0, lambda weight: weight.weight == 1.0,
                      ("level", "3")),
-    # the looser level won 7 of 7, then one lost for it and one won for the stricter
-    "evidence_gate": ([[(True, True)] * 7, [(True, False), (False, True)]],
-                      {"level": 1, "looser": [0, 1], "stricter": [1, 0]},
+    # pages of queries first specialised at level 1 (0.90): the looser levels won 9 of 9
+    # (each of the three tests at 0.05 / 3; the nearest moves); then, at level 1, a page of
+    # a query first specialised at level 2 lost for levels 2 and 3, and one first
+    # specialised at level 1 won for level 0
+    "evidence_gate": ([[(1, True)] * 9, [(2, False), (1, True)]],
+                      {"level": 1, "duels": {"0": [1, 0], "2": [0, 1], "3": [0, 1]}},
                       lambda gate: gate.confidence(0.95) == pytest.approx(0.90),
                       lambda gate: gate.confidence(0.95) == 0.95,  # learner.confidence
-                      ("stricter", "none")),
+                      ("duels", {"1": [0, 0]})),
 }
 
 
