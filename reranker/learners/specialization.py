@@ -40,6 +40,7 @@ it would rank otherwise.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,8 +76,10 @@ WEIGHT, WEIGHT_DUELS = "query_weight", "weight_duels"
 #: Context keys of a page that tests the arm's evidence gate: the gate's level it was ranked
 #: at, and its randomised pairs that the levels on the other side of the query's first
 #: (the strictest that specialises it) order the other way, ``[upper position, 0 when those
-#: levels put the upper result first else 1, first]`` (:func:`gate_duels`).
-GATE, GATE_DUELS = "evidence_level", "gate_duels"
+#: levels put the upper result first else 1, first]`` (:func:`gate_duels`). (Pages logged
+#: when the gate tested only its two neighbours kept theirs, tagged looser or stricter,
+#: under ``gate_duels``; they settle nothing now.)
+GATE, GATE_DUELS = "evidence_level", "gate_level_duels"
 
 
 def judgment_p_values(clicks_a: np.ndarray, exposure_a: np.ndarray, clicks_b: np.ndarray,
@@ -401,7 +404,7 @@ class _DuelledLevel:
     key in a model file, ``LOW`` and ``HIGH`` the levels a saved one may have."""
 
     NAME: str
-    TALLIES: tuple[str, str]
+    TALLIES: tuple[str, ...]
     LOW, HIGH = -LEVELS, LEVELS
 
     def __init__(self, level: int = 0) -> None:
@@ -412,10 +415,10 @@ class _DuelledLevel:
     def bounds(self, confidence: float) -> tuple[int, int]:
         return self.LOW, self.HIGH
 
-    def observe(self, outcomes: list[tuple[bool, bool]],
+    def observe(self, outcomes: list[tuple[int, bool]],
                 confidence: float = CONFIDENCE) -> bool:
-        """Count the duels of one page (:func:`duel_outcomes`: ``(up, won)``); True when
-        the level moved."""
+        """Count the duels of one page (:func:`duel_outcomes`: ``(up, won)``, ``up`` 1 or
+        0); True when the level moved."""
         low, high = self.bounds(confidence)
         for up, won in outcomes:
             tally = getattr(self, self.TALLIES[0 if up else 1])
@@ -517,8 +520,8 @@ class EvidenceGate(_DuelledLevel):
     own pages of queries it would specialise, for a looser level; specialised pages of
     queries it would not, for a stricter one), which it orders the other way. Each test
     runs at ``1 - (1 - confidence) / m`` for the ``m`` other levels, so that together they
-    move the gate where users do not prefer with at most ``1 - confidence`` chance. When
-    one settles, the gate moves to that level (the nearest, when several settle on the
+    move the gate where users do not prefer with at most ``1 - confidence`` chance per
+    move. When one settles, the gate moves to that level (the nearest, when several settle on the
     same duel) and every test starts again. A learner whose own pages have no pairs swapped
     with probability 1/2 never gives a looser level a duel: its gate stays where it
     starts."""
@@ -538,8 +541,8 @@ class EvidenceGate(_DuelledLevel):
 
     def tallies(self, confidence: float = CONFIDENCE) -> dict[str, list[int]]:
         """The duels since the last move, ``[won, lost]``, by the confidence of the level
-        they tested (``"0.90"``, ...)."""
-        return {f"{gate_confidence(confidence, level):.2f}": list(tally)
+        they tested (``"0.9"``, ...)."""
+        return {f"{round(gate_confidence(confidence, level), 9):g}": list(tally)
                 for level, tally in sorted(self.duels.items())}
 
     def observe(self, outcomes: list[tuple[int, bool]],
@@ -587,7 +590,7 @@ class EvidenceGate(_DuelledLevel):
                              f"got {type(duels).__name__}")
         for key, tally in duels.items():
             name = f"{cls.NAME}.duels.{key}"
-            if not (isinstance(key, str) and key.isdigit()) or \
+            if not (isinstance(key, str) and re.fullmatch(r"0|[1-9][0-9]?", key)) or \
                     not cls.LOW <= int(key) <= cls.HIGH or int(key) == state.level:
                 raise ValueError(f"{name}: the key must be a level from {cls.LOW} to "
                                  f"{cls.HIGH} other than the gate's own ({state.level})")

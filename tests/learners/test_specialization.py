@@ -302,7 +302,7 @@ def reordered(scores, other, ranking, upper_positions, clicks):
     return out
 
 
-def test_a_page_the_next_level_of_the_gate_would_rank_otherwise_logs_the_pairs_testing_it():
+def test_a_page_other_levels_of_the_gate_would_rank_otherwise_logs_the_pairs_testing_them():
     top = list(range(10))
     one_click = evidence_of([(top, [])] * 3 + [(top, [5])], 12)  # p 0.078: judged at 0.90
     two_clicks = evidence_of([(top, [])] * 3 + [(top, [5])] * 2, 12)  # p 0.006: at 0.95
@@ -310,7 +310,7 @@ def test_a_page_the_next_level_of_the_gate_would_rank_otherwise_logs_the_pairs_t
     scores = -np.arange(12, dtype=float) / 11
     lift = lifts_from_counts(np.column_stack([one_click.clicks, one_click.exposure] * 2),
                              20.0, 200.0, 5.0)[:, 0]
-    # at level 0 (0.95) the page is the general model's own; the pairs the looser level's
+    # at level 0 (0.95) the page is the general model's own; the pairs the looser levels'
     # specialised order puts the other way round are logged, that order favoured
     own = RankResult(ranking=np.arange(12), scores=scores, context=dict(PAIRS))
     page, judgment = specialise(own, lift, one_click, 10, np.random.default_rng(0), gate=0)
@@ -321,7 +321,7 @@ def test_a_page_the_next_level_of_the_gate_would_rank_otherwise_logs_the_pairs_t
     # tagged with the strictest level that specialises the query: level 1 and looser
     assert all(first == 1 for _, _, first in page.context[GATE_DUELS])
     # a page whose pairs were not swapped with probability 1/2 gives no unbiased vote, and a
-    # query the looser level would not specialise either tests nothing
+    # query no looser level would specialise either tests nothing
     for context, evidence in (({**PAIRS, "swap_probability": 0.2}, one_click), ({}, one_click),
                               (dict(PAIRS), evidence_of([(top, [])] * 4, 12))):
         own = RankResult(ranking=np.arange(12), scores=scores, context=context)
@@ -338,7 +338,7 @@ def test_a_page_the_next_level_of_the_gate_would_rank_otherwise_logs_the_pairs_t
     assert expected
     assert {(u, f) for u, f, first in page.context[GATE_DUELS]} == expected
     assert all(first == 1 for _, _, first in page.context[GATE_DUELS])  # (level 0 would not)
-    # a pair the next level reorders only because two results without a click were seen
+    # a pair another level reorders only because two results without a click were seen
     # unequally often is no duel: it says nothing of the query's clicks
     flipped = np.array([1.0, 2.0, 3.0, 4.0])
     assert gate_duels(-flipped, flipped, np.arange(4), 4, dict(PAIRS), np.zeros(4),
@@ -348,6 +348,23 @@ def test_a_page_the_next_level_of_the_gate_would_rank_otherwise_logs_the_pairs_t
     # clicks that would specialise the page at 0.95 too test no stricter level
     page, judgment = specialise(own, lift, two_clicks, 10, np.random.default_rng(0), gate=1)
     assert judgment is not None and page.context[GATE] == 1 and GATE_DUELS not in page.context
+    # a click on the second result of one page (p 0.14): first specialised at level 2 (0.80)
+    weak = evidence_of([(top, [1])], 12)
+    assert 0.10 < weak.strongest(0.5).p_value <= 0.20
+    weak_lift = lifts_from_counts(np.column_stack([weak.clicks, weak.exposure] * 2),
+                                  20.0, 200.0, 5.0)[:, 0]
+    for gate, specialised in ((0, False), (1, False), (2, True), (3, True)):
+        own = RankResult(ranking=np.arange(12), scores=scores, context=dict(PAIRS))
+        page, judgment = specialise(own, weak_lift, weak, 10, np.random.default_rng(0),
+                                    gate=gate)
+        assert (judgment is not None) == specialised and page.context[GATE] == gate
+        other = minmax(scores) if specialised else specialised_scores(scores, weak_lift)
+        expected = reordered(page.scores, other, page.ranking,
+                             range(page.context["pair_offset"], 9, 2), weak.clicks)
+        assert expected, gate
+        # looser duels from level 0 or 1, stricter ones from level 2 or 3: all tagged 2
+        assert {(u, f) for u, f, _ in page.context[GATE_DUELS]} == expected
+        assert {first for _, _, first in page.context[GATE_DUELS]} == {2}
 
 
 def test_the_evidence_gate_moves_only_where_the_duels_show_users_prefer_it():
@@ -387,15 +404,20 @@ def test_every_other_level_of_the_gate_is_tested_on_the_pages_it_would_rank_othe
     gate = EvidenceGate(3)
     gate.observe([(2, True), (3, False), (1, True)])  # at level 3: stricter levels only
     assert gate.duels == {1: [1, 1], 0: [2, 1], 2: [0, 1]}
-    assert gate.tallies(0.95) == {"0.95": [2, 1], "0.90": [1, 1], "0.80": [0, 1]}
+    assert gate.tallies(0.95) == {"0.95": [2, 1], "0.9": [1, 1], "0.8": [0, 1]}
+    assert list(gate.tallies(0.999)) == ["0.999", "0.998", "0.996"]  # (each level its own)
     # pages of queries only the loosest level specialises: eight straight wins are not
     # enough at 0.05 / 3, the ninth moves the gate there in one step
     gate = EvidenceGate()
     assert not gate.observe([(3, True)] * 8) and gate.level == 0
     assert gate.observe([(3, True)]) and gate.level == 3 and gate.duels == {}
-    # where the duels of every looser level are the same, the nearest moves
+    # where the duels of every looser level are the same, the nearest moves; and on the
+    # stricter side too
     gate = EvidenceGate()
     assert gate.observe([(1, True)] * 9) and gate.level == 1
+    gate = EvidenceGate(3)
+    assert not gate.observe([(3, True)] * 8) and gate.level == 3
+    assert gate.observe([(3, True)]) and gate.level == 2
     # a page whose query even the loosest level would not specialise logs no duel, nor does
     # one first specialised at level 0 on a page at level 0
     assert not EvidenceGate().observe([(0, True)] * 20)
