@@ -69,6 +69,12 @@ class Feedback:
     #: when known: the unit whose agreement the learned weights need
     #: (:mod:`reranker.learners.shrinkage`)
     query: str | None = None
+    #: a further feedback of the same impression, learned right after this one (a
+    #: specialised page teaches its judgments in both pairings of adjacent positions, one
+    #: feedback each: :func:`reranker.learners.specialization.taught_by`); a learner's
+    #: ``update`` sees one feedback at a time, :meth:`reranker.models.model.RankingModel.learn`
+    #: and the simulator follow the chain
+    then: Feedback | None = None
 
     def __post_init__(self) -> None:
         if self.clicked is None:
@@ -77,6 +83,17 @@ class Feedback:
             self.improved = improved_ranking(self.ranking, self.clicked)
         if self.informative is None:
             self.informative = not np.array_equal(self.improved, self.ranking)
+
+    def chain(self) -> list[Feedback]:
+        """This feedback and those chained after it (``then``), in order, each with this
+        one's ``query`` where it has none."""
+        parts, part = [], self
+        while part is not None:
+            if part.query is None:
+                part.query = self.query
+            parts.append(part)
+            part = part.then
+        return parts
 
 
 def feedback_from_positions(ranking: np.ndarray, n_shown: int, positions: np.ndarray, *,

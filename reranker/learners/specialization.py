@@ -22,10 +22,11 @@ the results (that order was chosen by the clicks, and the pairs it puts side by 
 exactly those where the features mislead: learning from them inverts the features). On its
 own pages it learns by its own rule; a specialised page with a click teaches it the query's
 judgments *at the positions where the general model itself ranks them*: a random pairing of
-its own ranking's adjacent positions, each pair a judgment covers fed to the learner as a
-randomised pair whose better result was clicked (:func:`judgment_feedback`). So the general
-model learns from every query what it would learn from its own pages, and a query's own
-clicks never explain away what it should learn.
+its own ranking's adjacent positions (both pairings where the evidence gate has loosened),
+each pair a judgment covers fed to the learner as a randomised pair whose better result was
+clicked (:func:`judgment_feedback`).
+So the general model learns from every query what it would learn from its own pages, and a
+query's own clicks never explain away what it should learn.
 
 How far the click lift counts against the general model's scores on a specialised page is
 the arm's *query weight* (:class:`QueryWeight`), 1 to start with: it doubles or halves only
@@ -64,8 +65,9 @@ QUERY_FEATURE = CLICK_FEATURES[0]
 CONFIDENCE = 0.95
 #: Keys of the impression context: the general model's own top of a specialised page (its
 #: argmax, candidate indices) and the judgments on its adjacent pairs, ``[upper position,
-#: 1 if the lower result is the better]``, in the pairing ``JUDGED_OFFSET``.
-GENERAL, JUDGED, JUDGED_OFFSET = "general", "judged", "judged_offset"
+#: 1 if the lower result is the better]``, in one pairing of adjacent positions (the
+#: uppers' parity), or in both on a page ranked where the evidence gate has loosened.
+GENERAL, JUDGED = "general", "judged"
 #: The context key that marks a specialised page, holding its strongest judgment.
 SPECIALISED = "specialised"
 #: Context keys of a specialised page: the query weight it was ranked with, and its
@@ -283,12 +285,16 @@ def specialise(own: RankResult, lift: np.ndarray, evidence: QueryEvidence, n_sho
         return own, None
     page = perturbed_page(specialised_scores(scores, lift, weight), n_shown, SWAP, rng)
     general = general_ranking(own.scores)
+    # one pairing of the general model's adjacent positions, drawn by a fair coin; both
+    # where the gate has loosened (docs/algorithms.md, step 4)
     offset = int(rng.random() < 0.5)
-    judged = evidence.judged_pairs(general, n_shown, offset, confidence)
+    judged = sorted(judgment for pairing in ((0, 1) if gate else (offset,))
+                    for judgment in evidence.judged_pairs(general, n_shown, pairing,
+                                                          confidence))
     page.context.update({
         SPECIALISED: judgment.to_dict(),
         GENERAL: general[: min(int(n_shown) + 1, len(general))].tolist(),
-        JUDGED_OFFSET: offset, JUDGED: [[upper, int(lower)] for upper, lower in judged],
+        JUDGED: [[upper, int(lower)] for upper, lower in judged],
         WEIGHT: weight, WEIGHT_DUELS: weight_duels(page.scores, lift, page.ranking, n_shown,
                                                    page.context, weight), GATE: gate})
     if first:  # the stricter levels below ``first`` would show the general model's order
@@ -615,10 +621,16 @@ def general_features(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
 
 
 def taught_by(context: dict, n: int, n_shown: int) -> Feedback | None:
-    """What a logged specialised page teaches the general model (:func:`judgment_feedback`
-    of the judgments its context records), or None when it records none."""
-    judged = context.get(JUDGED) or []
-    if not judged:
-        return None
-    return judgment_feedback(context[GENERAL], n, n_shown, int(context.get(JUDGED_OFFSET, 0)),
-                             [(int(u), bool(lower)) for u, lower in judged])
+    """What a logged specialised page teaches the general model: :func:`judgment_feedback`
+    of the judgments its context records, one feedback per pairing of adjacent positions
+    (the uppers' parity: (1, 2), (3, 4), ... and (2, 3), (4, 5), ...), the second chained
+    after the first (``Feedback.then``); None when it records none."""
+    judged = [(int(u), bool(lower)) for u, lower in context.get(JUDGED) or []]
+    taught = None
+    for offset in (1, 0):  # (the second pairing's first, to chain it after the first's)
+        pairing = [j for j in judged if j[0] % 2 == offset]
+        feedback = judgment_feedback(context[GENERAL], n, n_shown, offset, pairing) \
+            if pairing else None
+        if feedback is not None:
+            feedback.then, taught = taught, feedback
+    return taught

@@ -45,18 +45,15 @@ from reranker.learners.feedback import positions_in
 from reranker.learners.specialization import (
     CONFIDENCE,
     GATE_DUELS,
-    GENERAL,
-    JUDGED,
-    JUDGED_OFFSET,
     QUERY_FEATURE,
     EvidenceGate,
     QueryEvidence,
     QueryWeight,
     duel_outcomes,
     general_ranking,
-    judgment_feedback,
     specialise,
     specializes,
+    taught_by,
 )
 from reranker.models.balance import QueryBalance
 from reranker.models.model import ModelFactory
@@ -675,11 +672,11 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 # a specialised page with a click teaches the query's judgments at the
                 # learner's own ranking (docs/algorithms.md, "General model and query
                 # specialisation")
-                taught = judgment_feedback(result.context[GENERAL], n, k,
-                                           result.context[JUDGED_OFFSET], result.context[JUDGED])
+                taught = taught_by(result.context, n, k)
                 if taught is not None:
                     taught.query = query
-                    learn(X, taught)
+                    for part in taught.chain():
+                        learn(X, part)
             learner_seconds += (t1 - t0) + (clock() - t2)
             # only a query without clicks of its own tests what carries over to new queries
             if engine is not None and not (evidence is not None and evidence.any_clicks) \

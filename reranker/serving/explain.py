@@ -342,7 +342,7 @@ def training(service: RerankerService, arm: Arm, imp: Impression) -> dict[str, A
         if not pairs:
             return {"learns": False, "why": "a page this query's clicks specialised, whose "
                                             "judgments cover none of the general model's "
-                                            "adjacent pairs (in this impression's pairing)"}
+                                            "adjacent pairs"}
         return {"learns": True, "why": "a page this query's clicks specialised teaches the "
                                        "general model the query's judgments at its own "
                                        "ranking, not the order the page showed",

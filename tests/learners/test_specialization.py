@@ -89,9 +89,10 @@ def test_pages_without_clicks_and_a_stray_click_judge_nothing():
     assert evidence_of([(top, [])] * 2 + [(top, [5])] * 3).strongest(0.9999) is None
 
 
-def page_for(general_scores, evidence, rng_seed=0):
+def page_for(general_scores, evidence, rng_seed=0, gate=0):
     """The page of a query whose general model scores ``general_scores`` (candidate 0 is the
-    engine's first), and the judgment that specialised it (None: the model's own page)."""
+    engine's first), and the judgment that specialised it (None: the model's own page), at
+    the evidence gate's level ``gate``."""
     n = len(general_scores)
     counts = np.column_stack([evidence.clicks, evidence.exposure, evidence.clicks,
                               evidence.exposure])
@@ -99,7 +100,8 @@ def page_for(general_scores, evidence, rng_seed=0):
                              5.0)[:, 0]
     own = RankResult(ranking=np.argsort(-general_scores, kind="stable"),
                      scores=general_scores, context={"own": True})
-    page, judgment = specialise(own, lift, evidence, 10, np.random.default_rng(rng_seed))
+    page, judgment = specialise(own, lift, evidence, 10, np.random.default_rng(rng_seed),
+                                gate=gate)
     # the page's order before its randomised pairs: by the scores it was drawn from
     return np.argsort(-page.scores, kind="stable")[:n].tolist(), page, judgment
 
@@ -130,26 +132,72 @@ def test_a_query_whose_clicks_agree_with_the_general_model_moves_from_the_engine
     assert judgment is not None and order[0] == 3  # not the engine's 0
 
 
+def check_taught(taught, upper):
+    """``taught`` is the feedback of a randomised pair at ``upper`` (in its pairing) shown
+    with candidate 5, the better one, below and clicked: swapped when 5 is the upper."""
+    assert taught.context[PAIR_OFFSET] == upper % 2
+    ranking = taught.ranking.tolist()
+    (clicked,) = [ranking.index(i) for i in taught.clicked]
+    assert taught.clicked.tolist() == [5] and clicked == upper + 1
+    improved = pair_swapped_ranking(taught, upper % 2)
+    assert improved is not None and improved.tolist().index(5) == upper
+    assert taught.context[SWAPPED] == ([] if upper == 4 else [5])
+
+
 def test_a_specialised_page_teaches_its_judgments_at_the_general_models_own_ranking():
     # candidate 5, the model's sixth, is clicked on every page; the others seen never are
     pages = [(list(range(10)), [5])] * 8
     scores = -np.arange(12, dtype=float)  # the model's own order: 0, 1, 2, ...
+    pairings = set()
     for seed in range(6):
         _, page, judgment = page_for(scores, evidence_of(pages, 12), seed)
         assert judgment is not None
         general, judged = page.context[GENERAL], page.context[JUDGED]
         assert general == list(range(11))  # its own top, not the page's
-        # the pairing of the model's ranking holds (4, 5) or (5, 6): either way candidate 5
-        # is judged better than its neighbour there, and nothing else is
+        # a fair coin's pairing of the model's ranking holds (4, 5) or (5, 6): either way
+        # candidate 5 is judged better than its neighbour there, and nothing else is
         assert judged in ([[4, 1]], [[5, 0]])
+        pairings.add(judged[0][0] % 2)
         taught = taught_by(page.context, 12, 10)
-        ranking = taught.ranking.tolist()
-        # a randomised pair shown with the better one below and clicked
-        (clicked,) = [ranking.index(i) for i in taught.clicked]
-        assert taught.clicked.tolist() == [5] and clicked in (5, 6)
-        improved = pair_swapped_ranking(taught, taught.context[PAIR_OFFSET])
-        assert improved is not None and improved.tolist().index(5) == clicked - 1
-        assert taught.context[SWAPPED] == ([] if judged == [[4, 1]] else [5])
+        assert taught.then is None  # one feedback
+        check_taught(taught, judged[0][0])
+    assert pairings == {0, 1}
+    # where the gate has loosened, both pairings: one feedback each, the second chained
+    _, page, judgment = page_for(scores, evidence_of(pages, 12), 0, gate=1)
+    assert page.context[JUDGED] == [[4, 1], [5, 0]]
+    first = taught_by(page.context, 12, 10)
+    assert first.then is not None and first.then.then is None
+    check_taught(first, 4)
+    check_taught(first.then, 5)
+    # a page logged when pages also named their pairing (`judged_offset`) teaches it alike
+    old = {GENERAL: list(range(11)), JUDGED: [[5, 0]], "judged_offset": 1}
+    taught = taught_by(old, 12, 10)
+    assert taught.then is None and taught.context[PAIR_OFFSET] == 1
+    assert taught.context[SWAPPED] == [5]
+    assert taught_by({GENERAL: list(range(11)), JUDGED: []}, 12, 10) is None
+
+
+def test_a_model_learns_both_pairings_of_a_specialised_page_in_turn():
+    """A page's judgments of both pairings reach the learner as two feedbacks, one after the
+    other, each with the page's query: as if they were two pages."""
+    from tests.support.models import factory
+
+    X = np.array([[1.0, 0.0, 0.2], [0.0, 1.0, 0.1], [0.5, 0.5, 0.9]])
+    # candidate 1 judged better than 0 (pairing (1, 2)), 2 better than 1 (pairing (2, 3))
+    context = {GENERAL: [0, 1, 2], JUDGED: [[0, 1], [1, 1]]}
+    taught = taught_by(context, 3, 3)
+    taught.query = "tea"
+    assert [part.query for part in taught.chain()] == ["tea", "tea"]
+    parts = taught_by(context, 3, 3).chain()
+    for part in parts:
+        part.then = None  # each a feedback of its own
+    both, apart, first_only = factory().new(), factory().new(), factory().new()
+    assert both.learn(X, taught)
+    for part in parts:
+        apart.learn(X, part)
+    first_only.learn(X, parts[0])
+    np.testing.assert_allclose(both.learner.w_, apart.learner.w_)
+    assert not np.allclose(both.learner.w_, first_only.learner.w_)
 
 
 @pytest.mark.parametrize("name", ["preference_perceptron", "pdgd", "online_ranknet"])
