@@ -406,16 +406,15 @@ class Trainer:
         context = imp.context or {}
         if not imp.clicked or imp.arm not in arm.names():
             return False
-        moved = False
+        moved, clicked = False, imp.clicked_positions()
         # (a page ranked with another weight, or at another level, tested other pairs)
         if context.get(WEIGHT_DUELS) and \
                 float(context.get(WEIGHT, 1.0)) == model.query_weight.weight:
-            moved = model.query_weight.observe(
-                duel_outcomes(context, imp.clicked_positions()), arm.spec.confidence)
+            moved = model.query_weight.observe(duel_outcomes(context, clicked),
+                                               arm.spec.confidence)
         if context.get(GATE_DUELS) and context.get(GATE) == model.evidence_gate.level:
-            moved = model.evidence_gate.observe(
-                duel_outcomes(context, imp.clicked_positions(), GATE_DUELS),
-                arm.spec.confidence) or moved
+            moved = model.evidence_gate.observe(duel_outcomes(context, clicked, GATE_DUELS),
+                                                arm.spec.confidence) or moved
         return moved
 
     def retain(self, age: float | None = None) -> Retained:
