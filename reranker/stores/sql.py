@@ -193,14 +193,19 @@ class SQLEventStore(EventStore):
     def _repair_advice(self) -> str:
         return "restore it from a backup"
 
-    def _damaged(self, text: str) -> StoreError:
+    def _damaged(self, text: str, found: bool = True) -> StoreError:
         """The error of a store found damaged (``text``: the driver's words), noted so that
-        the health checks report it until a check finds the store sound."""
+        the health checks report it until a check finds the store sound. Only damage
+        ``found`` now (by a statement or a check) is noted for the other processes: what
+        this process merely still remembers is not, or a process that had found the
+        restored store sound would be told again that it is damaged, and two processes could
+        pass the old news back and forth for as long as their checks fall out of step."""
         if self._damage is None:
             log.error("event store %s is damaged: %s", self.location, text)
             self._damage_checked = time.monotonic()
         self._damage = text
-        self._note_damage(text)
+        if found:
+            self._note_damage(text)
         error = StoreError(f"event store {self.location} is damaged ({text}): "
                            f"{self._repair_advice()}")
         error.damaged = True
@@ -221,7 +226,8 @@ class SQLEventStore(EventStore):
                 self._damage = None
                 self._note_damage(None)
                 return
-        raise self._damaged(damage)
+            raise self._damaged(damage)
+        raise self._damaged(damage, found=False)
 
     def _error_text(self, exc: BaseException) -> str:
         """What a database error says, fit for a message (no secrets)."""

@@ -7,11 +7,15 @@ acknowledged before the damage among them."""
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 
 import pytest
 
+from reranker.core.errors import StoreError
+from reranker.stores.conformance import impression
+from reranker.stores.sqlite import SQLiteStore
 from tests.support.configs import write_config
 from tests.support.servers import ServeProcess, wait_until
 
@@ -94,3 +98,38 @@ def test_a_damaged_store_is_503_and_reported_and_used_again_once_restored(workdi
     finally:
         server.stop()
     assert server.proc.returncode in (0, -15), server.log_path.read_text()
+
+
+def test_processes_found_damage_once_and_a_restored_store_stays_sound_for_each(tmp_path):
+    """Two processes' stores on one SQLite file: each learns of the damage (by a statement
+    or from the note the other left), and once the file is restored the one that checks
+    first finds it sound for good, whatever the other, not yet due to check, still
+    remembers: old news is not noted again, so the two cannot keep passing it back and
+    forth."""
+    path = tmp_path / "events.sqlite"
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    try:
+        for i in range(40):
+            first.log_impression(impression(f"i{i}", 1000.0 + i, n=50, shown=10))
+        first.flush()
+        copy_database(path, tmp_path / "backup.sqlite")
+        damage(path, "overwritten")
+        with pytest.raises(StoreError, match="is damaged"):
+            first.pending(0)
+        with pytest.raises(StoreError, match="is damaged"):  # (told by the note)
+            second.check_damage()
+
+        copy_database(tmp_path / "backup.sqlite", path)
+        first._damage_checked = -math.inf  # due to check: finds the file sound
+        first.check_damage()
+        assert first.pending(0)["closed_unapplied"] == 0
+        with pytest.raises(StoreError, match="is damaged"):  # not due yet: remembers
+            second.check_damage()
+        first.check_damage()  # not told again
+        second._damage_checked = -math.inf
+        second.check_damage()
+        first.check_damage()
+        assert not path.with_name("events.sqlite.damaged").exists()
+    finally:
+        first.close()
+        second.close()
