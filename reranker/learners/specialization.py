@@ -402,50 +402,88 @@ def settled(tally: list[int], confidence: float = CONFIDENCE) -> bool:
     return log_m >= -math.log(1.0 - confidence)
 
 
-class _DuelledLevel:
-    """A level that duels move a step up or down (:class:`QueryWeight`; the
-    :class:`EvidenceGate` keeps the level and its checks, and tallies its own way): two
-    tallies of duels won and lost, one for the level above (``TALLIES[0]``) and one for the
-    level below, each tested by :func:`settled`; a move starts both again. ``NAME`` is its
-    key in a model file, ``LOW`` and ``HIGH`` the levels a saved one may have."""
+class DuelledLevel:
+    """A level that duels move (:class:`QueryWeight`, :class:`EvidenceGate`): for each
+    other level a tally of the duels won and lost since the last move, tested by
+    :func:`settled` at :meth:`test_confidence`. A duel counts for the levels
+    :meth:`counted_for` names from its tag, nearest the present level first; when a tally
+    settles, the level moves to the nearest level whose tally did and every tally starts
+    again (the pairs a new level puts side by side are others). ``NAME`` is its key in a
+    model file, ``LOW`` and ``HIGH`` the levels a saved one may have."""
 
     NAME: str
-    TALLIES: tuple[str, ...]
     LOW, HIGH = -LEVELS, LEVELS
 
     def __init__(self, level: int = 0) -> None:
         self.level = int(level)
-        for key in self.TALLIES:  # duels won, lost by that level since the last move
-            setattr(self, key, [0, 0])
+        #: duels won and lost by each other level since the last move
+        self.duels: dict[int, list[int]] = {}
 
     def bounds(self, confidence: float) -> tuple[int, int]:
+        """The levels it can take at ``confidence``."""
         return self.LOW, self.HIGH
+
+    def counted_for(self, tag: int, low: int, high: int) -> range:
+        """The levels within ``low ... high`` a duel tagged ``tag`` counts for, nearest
+        first."""
+        raise NotImplementedError
+
+    def test_confidence(self, confidence: float, low: int, high: int) -> float:
+        """The confidence each level's test runs at."""
+        return confidence
+
+    def tally(self, level: int) -> list[int]:
+        """The duels ``[won, lost]`` of ``level`` since the last move."""
+        return list(self.duels.get(level, (0, 0)))
 
     def observe(self, outcomes: list[tuple[int, bool]],
                 confidence: float = CONFIDENCE) -> bool:
-        """Count the duels of one page (:func:`duel_outcomes`: ``(up, won)``, ``up`` 1 or
-        0); True when the level moved."""
+        """Count the duels of one page (:func:`duel_outcomes`: ``(tag, won)``); True when
+        the level moved."""
         low, high = self.bounds(confidence)
-        for up, won in outcomes:
-            tally = getattr(self, self.TALLIES[0 if up else 1])
-            tally[0 if won else 1] += 1
-            step = 1 if up else -1
-            if low <= self.level + step <= high and settled(tally, confidence):
-                self.level += step
-                for key in self.TALLIES:
-                    setattr(self, key, [0, 0])
+        at = self.test_confidence(confidence, low, high)
+        for tag, won in outcomes:
+            to = None
+            for level in self.counted_for(int(tag), low, high):
+                tally = self.duels.setdefault(level, [0, 0])
+                tally[0 if won else 1] += 1
+                if to is None and settled(tally, at):
+                    to = level
+            if to is not None:
+                self.level, self.duels = to, {}
                 return True  # (the page's other duels tested the old level's pairs)
         return False
 
     def to_dict(self) -> dict:
-        return {"level": self.level, **{key: list(getattr(self, key)) for key in self.TALLIES}}
+        return {"level": self.level,
+                "duels": {str(level): list(tally) for level, tally in sorted(self.duels.items())}}
 
     @classmethod
     def from_dict(cls, data):
         """The saved state; ``ValueError`` naming the field that is not one."""
         state = cls(cls._level(data))
-        for key in cls.TALLIES:
-            setattr(state, key, _tally(data.get(key), f"{cls.NAME}.{key}"))
+        duels = data.get("duels", {})
+        if not isinstance(duels, dict):
+            raise ValueError(f"{cls.NAME}.duels must be a mapping of levels to two counts, "
+                             f"got {type(duels).__name__}")
+        for key, tally in duels.items():
+            name = f"{cls.NAME}.duels.{key}"
+            if not (isinstance(key, str) and re.fullmatch(r"-?(0|[1-9][0-9]?)", key)) or \
+                    not cls.LOW <= int(key) <= cls.HIGH or int(key) == state.level:
+                raise ValueError(f"{name}: the key must be a level from {cls.LOW} to "
+                                 f"{cls.HIGH} other than the present one ({state.level})")
+            state.duels[int(key)] = _tally(tally, name)
+        return state
+
+    @classmethod
+    def _from_neighbours(cls, data, above: str, below: str):
+        """The state saved with the tallies of the level above and the level below alone,
+        under the keys ``above`` and ``below``."""
+        state = cls(cls._level(data))
+        for key, level in ((above, state.level + 1), (below, state.level - 1)):
+            tally = _tally(data.get(key), f"{cls.NAME}.{key}")
+            if any(tally) and cls.LOW <= level <= cls.HIGH:
+                state.duels[level] = tally
         return state
 
     @classmethod
@@ -469,19 +507,39 @@ def _tally(tally, name: str) -> list[int]:
     return list(tally)
 
 
-class QueryWeight(_DuelledLevel):
+class QueryWeight(DuelledLevel):
     """How far a query's own clicks count against the general model on its specialised
     pages (docs/algorithms.md, "General model and query specialisation"): ``2 ** level``,
     1 to start with. Two tests (:func:`settled`) run on the duels of :func:`weight_duels`,
-    one for the doubled weight and one for the halved: a weight that users do not prefer
-    moves with at most ``1 - confidence`` chance. Both start again after a move, since the
-    pairs a new weight puts side by side are others."""
+    one for the doubled weight (the level above: tag 1) and one for the halved (below: tag
+    0): a weight that users do not prefer moves with at most ``1 - confidence`` chance. A
+    model file keeps the two tallies as ``doubled`` and ``halved``."""
 
-    NAME, TALLIES = "query_weight", ("doubled", "halved")
+    NAME = "query_weight"
 
     @property
     def weight(self) -> float:
         return 2.0 ** self.level
+
+    @property
+    def doubled(self) -> list[int]:
+        return self.tally(self.level + 1)
+
+    @property
+    def halved(self) -> list[int]:
+        return self.tally(self.level - 1)
+
+    def counted_for(self, tag: int, low: int, high: int) -> range:
+        level = self.level + (1 if tag else -1)
+        return range(level, level + 1) if low <= level <= high else range(0)
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, "doubled": self.doubled, "halved": self.halved}
+
+    @classmethod
+    def from_dict(cls, data):
+        """The saved state; ``ValueError`` naming the field that is not one."""
+        return cls._from_neighbours(data, "doubled", "halved")
 
 
 #: The evidence gate's loosest level judges at 1/2 or more: a judgment is at least more
@@ -516,7 +574,7 @@ def gate_first(p_value: float, confidence: float = CONFIDENCE) -> int | None:
     return None
 
 
-class EvidenceGate(_DuelledLevel):
+class EvidenceGate(DuelledLevel):
     """How strong a query's own evidence must be before its page is specialised
     (docs/algorithms.md, "General model and query specialisation", step 7): its clicks
     judge a result at :func:`gate_confidence` of ``learner.confidence`` and ``level``, 0 to
@@ -527,17 +585,10 @@ class EvidenceGate(_DuelledLevel):
     queries it would not, for a stricter one), which it orders the other way. Each test
     runs at ``1 - (1 - confidence) / m`` for the ``m`` other levels, so that together they
     move the gate where users do not prefer with at most ``1 - confidence`` chance per
-    move. When one settles, the gate moves to that level (the nearest, when several settle on the
-    same duel) and every test starts again. A learner whose own pages have no pairs swapped
-    with probability 1/2 never gives a looser level a duel: its gate stays where it
-    starts."""
+    move. A learner whose own pages have no pairs swapped with probability 1/2 never gives
+    a looser level a duel: its gate stays where it starts."""
 
-    NAME, TALLIES, LOW = "evidence_gate", (), 0
-
-    def __init__(self, level: int = 0) -> None:
-        super().__init__(level)
-        #: duels won and lost by each other level since the last move
-        self.duels: dict[int, list[int]] = {}
+    NAME, LOW = "evidence_gate", 0
 
     def bounds(self, confidence: float) -> tuple[int, int]:
         return 0, gate_levels(confidence)
@@ -551,57 +602,26 @@ class EvidenceGate(_DuelledLevel):
         return {f"{round(gate_confidence(confidence, level), 9):g}": list(tally)
                 for level, tally in sorted(self.duels.items())}
 
-    def observe(self, outcomes: list[tuple[int, bool]],
-                confidence: float = CONFIDENCE) -> bool:
-        """Count the duels of one page ranked at the present level (:func:`duel_outcomes`
-        of its :func:`gate_duels`: ``(first, won)``, ``first`` the strictest level that
-        specialises its query), each for every level on the other side of ``first`` than
-        the present one; True when the level moved."""
-        low, high = self.bounds(confidence)
-        at = 1.0 - (1.0 - float(confidence)) / max(high - low, 1)
-        for first, won in outcomes:
-            first = int(first)
-            levels = range(max(first, self.level + 1), high + 1) if first > self.level \
-                else range(min(first, self.level) - 1, low - 1, -1)
-            to = None
-            for level in levels:
-                tally = self.duels.setdefault(level, [0, 0])
-                tally[0 if won else 1] += 1
-                if to is None and settled(tally, at):
-                    to = level  # (the nearest: ``levels`` run outwards from the present)
-            if to is not None:
-                self.level, self.duels = to, {}
-                return True  # (the page's other duels tested the old level's pages)
-        return False
+    def counted_for(self, tag: int, low: int, high: int) -> range:
+        """A duel of a page ranked at the present level (``tag``: ``first``, the strictest
+        level that specialises its query) counts for every level on the other side of
+        ``first`` than the present one."""
+        if tag > self.level:
+            return range(max(tag, self.level + 1), high + 1)
+        return range(min(tag, self.level) - 1, low - 1, -1)
 
-    def to_dict(self) -> dict:
-        return {"level": self.level,
-                "duels": {str(level): list(tally) for level, tally in sorted(self.duels.items())}}
+    def test_confidence(self, confidence: float, low: int, high: int) -> float:
+        return 1.0 - (1.0 - float(confidence)) / max(high - low, 1)
 
     @classmethod
     def from_dict(cls, data):
         """The saved state (or one saved with a tally for the next looser and the next
         stricter level, ``looser`` and ``stricter``); ``ValueError`` naming the field that
         is not one."""
-        state = cls(cls._level(data))
-        if "duels" not in data and ("looser" in data or "stricter" in data):
-            for key, level in (("looser", state.level + 1), ("stricter", state.level - 1)):
-                tally = _tally(data.get(key), f"{cls.NAME}.{key}")
-                if any(tally) and cls.LOW <= level <= cls.HIGH:
-                    state.duels[level] = tally
-            return state
-        duels = data.get("duels", {})
-        if not isinstance(duels, dict):
-            raise ValueError(f"{cls.NAME}.duels must be a mapping of levels to two counts, "
-                             f"got {type(duels).__name__}")
-        for key, tally in duels.items():
-            name = f"{cls.NAME}.duels.{key}"
-            if not (isinstance(key, str) and re.fullmatch(r"0|[1-9][0-9]?", key)) or \
-                    not cls.LOW <= int(key) <= cls.HIGH or int(key) == state.level:
-                raise ValueError(f"{name}: the key must be a level from {cls.LOW} to "
-                                 f"{cls.HIGH} other than the gate's own ({state.level})")
-            state.duels[int(key)] = _tally(tally, name)
-        return state
+        if isinstance(data, dict) and "duels" not in data and (
+                "looser" in data or "stricter" in data):
+            return cls._from_neighbours(data, "looser", "stricter")
+        return super().from_dict(data)
 
 
 def specializes(learner_cls, specialize: bool = True) -> bool:
