@@ -468,7 +468,7 @@ class DuelledLevel:
                              f"got {type(duels).__name__}")
         for key, tally in duels.items():
             name = f"{cls.NAME}.duels.{key}"
-            if not (isinstance(key, str) and re.fullmatch(r"-?(0|[1-9][0-9]?)", key)) or \
+            if not (isinstance(key, str) and re.fullmatch(r"0|-?[1-9][0-9]?", key)) or \
                     not cls.LOW <= int(key) <= cls.HIGH or int(key) == state.level:
                 raise ValueError(f"{name}: the key must be a level from {cls.LOW} to "
                                  f"{cls.HIGH} other than the present one ({state.level})")
@@ -513,7 +513,8 @@ class QueryWeight(DuelledLevel):
     1 to start with. Two tests (:func:`settled`) run on the duels of :func:`weight_duels`,
     one for the doubled weight (the level above: tag 1) and one for the halved (below: tag
     0): a weight that users do not prefer moves with at most ``1 - confidence`` chance. A
-    model file keeps the two tallies as ``doubled`` and ``halved``."""
+    model file keeps the two tallies as ``doubled`` and ``halved`` (read-only views: copies
+    of the tallies in ``duels``)."""
 
     NAME = "query_weight"
 

@@ -218,9 +218,12 @@ class SQLEventStore(EventStore):
         if time.monotonic() - self._damage_checked >= self.DAMAGE_RECHECK:
             self._damage_checked = time.monotonic()
             try:
-                damage = self._verify()
+                found = self._verify()
             except self.DB_ERRORS as exc:
-                damage = self._error_text(exc)
+                if not self._is_damage(exc):  # (busy, locked: the check could not say)
+                    raise self._damaged(damage, found=False) from exc
+                found = self._error_text(exc)
+            damage = found
             if damage is None:
                 log.warning("event store %s is sound again", self.location)
                 self._damage = None

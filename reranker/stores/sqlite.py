@@ -353,8 +353,8 @@ class SQLiteStore(SQLEventStore):
 
     def _is_damage(self, exc: BaseException) -> bool:
         code = getattr(exc, "sqlite_errorcode", None)  # (Python 3.11 and newer)
-        if code is not None:
-            return code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+        if code is not None:  # (an extended code, SQLITE_CORRUPT_INDEX, ...: its low byte)
+            return code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
         return isinstance(exc, sqlite3.DatabaseError) and any(
             words in str(exc) for words in ("malformed", "not a database"))
 

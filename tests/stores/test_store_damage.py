@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
+import time
 
 import pytest
 
@@ -101,13 +102,15 @@ def test_a_damaged_store_is_503_and_reported_and_used_again_once_restored(workdi
 
 
 def test_processes_found_damage_once_and_a_restored_store_stays_sound_for_each(tmp_path):
-    """Two processes' stores on one SQLite file: each learns of the damage (by a statement
-    or from the note the other left), and once the file is restored the one that checks
-    first finds it sound for good, whatever the other, not yet due to check, still
+    """Two processes' stores on one SQLite file: one finds the damage by a statement, the
+    other learns of it from the note the first left; once the file is restored the one that
+    checks first finds it sound for good, whatever the other, not yet due to check, still
     remembers: old news is not noted again, so the two cannot keep passing it back and
     forth."""
     path = tmp_path / "events.sqlite"
+    note = path.with_name("events.sqlite.damaged")
     first, second = SQLiteStore(path), SQLiteStore(path)
+    later = time.monotonic() + 3600  # (a check not due yet)
     try:
         for i in range(40):
             first.log_impression(impression(f"i{i}", 1000.0 + i, n=50, shown=10))
@@ -116,20 +119,65 @@ def test_processes_found_damage_once_and_a_restored_store_stays_sound_for_each(t
         damage(path, "overwritten")
         with pytest.raises(StoreError, match="is damaged"):
             first.pending(0)
-        with pytest.raises(StoreError, match="is damaged"):  # (told by the note)
+        assert note.exists()
+        second._damage_checked = later
+        with pytest.raises(StoreError, match="is damaged"):  # told by the note
             second.check_damage()
 
         copy_database(tmp_path / "backup.sqlite", path)
         first._damage_checked = -math.inf  # due to check: finds the file sound
         first.check_damage()
-        assert first.pending(0)["closed_unapplied"] == 0
+        assert not note.exists() and first.pending(0)["closed_unapplied"] == 0
         with pytest.raises(StoreError, match="is damaged"):  # not due yet: remembers
             second.check_damage()
-        first.check_damage()  # not told again
+        assert not note.exists()  # ... and does not tell the others again
+        first._damage_checked = later
+        first.check_damage()
         second._damage_checked = -math.inf
         second.check_damage()
         first.check_damage()
-        assert not path.with_name("events.sqlite.damaged").exists()
+        assert not note.exists()
     finally:
         first.close()
         second.close()
+
+
+def test_a_damaged_index_is_damage_though_sqlite_names_it_with_an_extended_code(tmp_path):
+    """SQLite reports a damaged index with an extended code (SQLITE_CORRUPT_INDEX): it is
+    damage all the same, not an ordinary failure to try again."""
+    store = SQLiteStore(tmp_path / "events.sqlite")
+    try:
+        error = sqlite3.DatabaseError("database disk image is malformed")
+        error.sqlite_errorcode = sqlite3.SQLITE_CORRUPT | (3 << 8)  # SQLITE_CORRUPT_INDEX
+        assert store._is_damage(error)
+        busy = sqlite3.OperationalError("database is locked")
+        busy.sqlite_errorcode = sqlite3.SQLITE_BUSY
+        assert not store._is_damage(busy)
+    finally:
+        store.close()
+
+
+def test_a_check_that_cannot_say_keeps_what_was_found(tmp_path, monkeypatch):
+    """A re-check that meets a busy database (not damage) leaves the damage as it was found,
+    not replaced by "database is locked" in the note the other processes read."""
+    path = tmp_path / "events.sqlite"
+    store = SQLiteStore(path)
+    try:
+        store.log_impression(impression("i0", 1000.0))
+        store.flush()
+        damage(path, "truncated")
+        with pytest.raises(StoreError, match="is damaged"):
+            store.pending(0)
+        found = path.with_name("events.sqlite.damaged").read_text()
+
+        def busy():
+            raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(store, "_verify", busy)
+        store._damage_checked = -math.inf
+        with pytest.raises(StoreError, match="is damaged"):
+            store.check_damage()
+        assert path.with_name("events.sqlite.damaged").read_text() == found
+        assert "locked" not in found
+    finally:
+        store.close()
