@@ -453,13 +453,15 @@ class Learner(ABC):
             result.propensities = self.marginals(X, n_shown)
 
     def update(self, X: np.ndarray, feedback: Feedback) -> bool:
-        """Learn from the feedback on one impression; return True if the model changed."""
+        """Learn from the feedback on one impression (each feedback of its chain,
+        :meth:`Feedback.chain`, in turn); return True if the model changed."""
         X = self.check_features(X)
         n = X.shape[0]
-        if len(feedback.ranking) != n or len(feedback.improved) != n:
-            raise ValueError(f"feedback ranks {len(feedback.ranking)} candidates but the "
-                             f"features describe {n}")
-        return bool(self._learn(X, feedback))
+        for part in feedback.chain():
+            if len(part.ranking) != n or len(part.improved) != n:
+                raise ValueError(f"feedback ranks {len(part.ranking)} candidates but the "
+                                 f"features describe {n}")
+        return self.update_validated(X, feedback)
 
     def _learn(self, X: np.ndarray, feedback: Feedback) -> bool:
         """:meth:`_update` on validated input, with whatever bookkeeping the base class
@@ -482,8 +484,12 @@ class Learner(ABC):
 
     def update_validated(self, X: np.ndarray, feedback: Feedback) -> bool:
         """:meth:`update` on features the caller has validated (as for
-        :meth:`rank_validated`) and a feedback on all of their candidates, unchecked."""
-        return bool(self._learn(X, feedback))
+        :meth:`rank_validated`) and a feedback on all of their candidates, unchecked: each
+        feedback of its chain in turn (:meth:`_update` sees one at a time)."""
+        changed = False
+        for part in feedback.chain():
+            changed = bool(self._learn(X, part)) or changed
+        return changed
 
     def first_log_probabilities_validated(self, X: np.ndarray) -> np.ndarray:
         """:meth:`first_log_probabilities` of features the caller has validated (as for

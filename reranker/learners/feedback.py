@@ -72,8 +72,7 @@ class Feedback:
     #: a further feedback of the same impression, learned right after this one (a
     #: specialised page teaches its judgments in both pairings of adjacent positions, one
     #: feedback each: :func:`reranker.learners.specialization.taught_by`); a learner's
-    #: ``update`` sees one feedback at a time, :meth:`reranker.models.model.RankingModel.learn`
-    #: and the simulator follow the chain
+    #: ``update`` follows the chain, its ``_update`` sees one feedback at a time
     then: Feedback | None = None
 
     def __post_init__(self) -> None:

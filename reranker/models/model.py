@@ -96,18 +96,15 @@ class RankingModel:
 
     def learn(self, X_raw: np.ndarray, feedback: Feedback) -> bool:
         """Update normalisation statistics and the learner from one impression (each
-        feedback of its chain, :meth:`Feedback.chain`, in turn). Raises
+        feedback of its chain in turn: :meth:`reranker.learners.base.Learner.update`). Raises
         ``ValueError`` (and may leave the model half updated: see :meth:`snapshot`) when the
         update produces non-finite state."""
         self.normalizer.partial_fit(X_raw)
-        X = self.normalize(X_raw)
-        changed = False
-        for part in feedback.chain():
-            changed = bool(self.learner.update(X, part)) or changed
-            for key, value in vars(self.learner).items():  # the learned state, no copies
-                if key.endswith("_") and isinstance(value, np.ndarray) \
-                        and value.dtype.kind == "f" and not np.all(np.isfinite(value)):
-                    raise ValueError(f"the update made learner state {key!r} non-finite")
+        changed = self.learner.update(self.normalize(X_raw), feedback)
+        for key, value in vars(self.learner).items():  # the learned state, without copies
+            if key.endswith("_") and isinstance(value, np.ndarray) and value.dtype.kind == "f" \
+                    and not np.all(np.isfinite(value)):
+                raise ValueError(f"the update made learner state {key!r} non-finite")
         return changed
 
     def snapshot(self) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -675,8 +675,7 @@ def run_one(data: SimulationData, spec: LearnerSpec, settings: Settings, run: in
                 taught = taught_by(result.context, n, k)
                 if taught is not None:
                     taught.query = query
-                    for part in taught.chain():
-                        learn(X, part)
+                    learn(X, taught)  # (each feedback of its chain in turn)
             learner_seconds += (t1 - t0) + (clock() - t2)
             # only a query without clicks of its own tests what carries over to new queries
             if engine is not None and not (evidence is not None and evidence.any_clicks) \
