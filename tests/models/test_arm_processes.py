@@ -155,8 +155,10 @@ def test_train_jobs_on_the_command_line(workdir, corpus, experiment):
 
 
 def test_the_follower_stops_its_processes_with_itself(workdir, corpus):
+    # (a window of a second: the follower's passes, in processes of their own, must not
+    # close a page between its search and its click however busy the machine)
     path = experiment_config(workdir, arms=ARMS, learner=EVERY_PAGE,
-                             trainer={"enabled": False, "feedback_window": 0.0,
+                             trainer={"enabled": False, "feedback_window": 1.0,
                                       "interval": 0.2})
     follower = follow(path, "--jobs", "2")
     server = LiveServer(path)
